@@ -1,0 +1,39 @@
+// The `jacond` command: dispatches to one subcommand per source file (cmd_*.cpp).
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "experiments/commands.h"
+
+namespace {
+void print_usage(std::ostream& os) {
+  os << "usage: jacond <command> [options]\n\n"
+        "commands:\n"
+        "  block    condition numbers of one ViT block's Jacobians (from an init or safetensors)\n"
+        "  verify   check the papers' propositions numerically: prop1 | prop2 | moments | lemma1 | all\n"
+        "  sweep    grid over alpha/beta/c of the `ours` init -> tidy CSV\n"
+        "  bench    benchmarks against the PyTorch route: dense\n\n"
+        "`jacond <command> --help` for the options of each.\n";
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    print_usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "block") return jacond::cli::run_block(argc - 1, argv + 1);
+    if (cmd == "verify") return jacond::cli::run_verify(argc - 1, argv + 1);
+    if (cmd == "sweep") return jacond::cli::run_sweep(argc - 1, argv + 1);
+    if (cmd == "bench") return jacond::cli::run_bench(argc - 1, argv + 1);
+  } catch (const std::exception& e) {
+    std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "jacond: unknown command '" << cmd << "'\n";
+  print_usage(std::cerr);
+  return 2;
+}
