@@ -101,11 +101,17 @@ bool top_eigenvalue(Op& op, double tol, double* value, Index* products) {
   const Index ncv = std::min<Index>(n, 24);
   Spectra::SymEigsSolver<Op> eigs(op, 1, ncv);
   eigs.init();
-  eigs.compute(Spectra::SortRule::LargestAlge, 500, tol);
+  try {
+    eigs.compute(Spectra::SortRule::LargestAlge, 500, tol);
+  } catch (const std::runtime_error&) {
+    // Overflowing Ritz values (an inverse of a numerically singular matrix): no answer here.
+    *products += eigs.num_operations();
+    return false;
+  }
   *products += eigs.num_operations();
   if (eigs.info() != Spectra::CompInfo::Successful) return false;
   *value = eigs.eigenvalues()(0);
-  return true;
+  return std::isfinite(*value);
 }
 
 constexpr double kLanczosTol = 1e-13;
@@ -174,6 +180,8 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     A.resize(0, 0);
   }
   const Mat& S = square ? A : F;  // square matrix with the same singular values
+  // Kept only for the rare SVD fallback after getrf has overwritten A (square case).
+  const Mat original = square ? A : Mat();
 
   double lam_max = 0;
   Index products = 0;
@@ -195,16 +203,18 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     InverseGramOp inv(square ? A : F, square ? &ipiv : nullptr);
     double lam_inv = 0;
     ok = top_eigenvalue(inv, kLanczosTol, &lam_inv, &products);
-    r.sigma_min = (ok && std::isfinite(lam_inv) && lam_inv > 0) ? 1.0 / std::sqrt(lam_inv) : 0.0;
-    if (!std::isfinite(lam_inv)) ok = true, r.sigma_min = 0.0;  // overflow: numerically singular
+    r.sigma_min = ok && lam_inv > 0 ? 1.0 / std::sqrt(lam_inv) : 0.0;
+  } else if (exactly_singular) {
+    ok = false;  // let the SVD give the rank and the exact floor
   }
   r.products = products;
   if (!ok) {
     // Lanczos did not converge (pathological clustering): answer exactly with the SVD.
-    ConditionReport s = condition_svd(square ? A : F, matrix);
+    // A was overwritten by its LU factors: the SVD needs the original.
+    ConditionReport s = square ? condition_svd(original, matrix) : condition_svd(F, matrix);
     s.rows = rows;
     s.cols = cols;
-    s.note = "lanczos did not converge; dense SVD used";
+    s.note = exactly_singular ? "exactly singular pivot; dense SVD used" : "lanczos did not converge (or matrix numerically singular); dense SVD used";
     s.seconds = seconds_since(t0);
     return s;
   }

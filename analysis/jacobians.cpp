@@ -59,6 +59,28 @@ Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, Attention
   return K;
 }
 
+Mat attention_map_jacobian(const BlockWeights& w, const AttentionCache& c, Index head) {
+  const Index n = c.Y.rows(), d = w.d, dh = w.head_dim(), h = head;
+  if (h < 0 || h >= w.heads) throw std::invalid_argument("attention_map_jacobian: head out of range");
+  const double s = w.effective_logit_scale();
+  const Mat& A = c.A[h];
+  const Mat U = c.Q.middleCols(h * dh, dh) * w.Wk.middleCols(h * dh, dh).transpose();   // n × d
+  const Mat Kq = c.K.middleCols(h * dh, dh) * w.Wq.middleCols(h * dh, dh).transpose();  // n × d
+  Mat D = Mat::Zero(n * n, n * d);
+  for (Index i = 0; i < n; ++i) {
+    const Mat Ji = softmax_row_jacobian(A.row(i).transpose());
+    const Mat JKq = s * Ji * Kq;  // through Q: rows k, columns b, only for input token j = i
+    for (Index k = 0; k < n; ++k) {
+      const Index row = i + k * n;
+      for (Index b = 0; b < d; ++b) {
+        D(row, vec_index(i, b, n)) += JKq(k, b);
+        for (Index j = 0; j < n; ++j) D(row, vec_index(j, b, n)) += s * Ji(k, j) * U(i, b);  // through K
+      }
+    }
+  }
+  return D;
+}
+
 TokenBlockDiagonal layernorm_jacobian(const Vec& gamma, const LayerNormCache& c) {
   const Index n = c.x_hat.rows(), d = c.x_hat.cols();
   TokenBlockDiagonal J;

@@ -41,6 +41,11 @@ struct TokenBlockDiagonal {
 /// K_sa, B_sa or E_sa of bare attention at the cached input (nd × nd).
 Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);
 
+/// A'_h = ∂vec A_h/∂vec Y of one head (n² × nd; paper Eq. 10), row i + k·n for A_h[i,k]:
+///   ∂A[i,k]/∂Y[j,b] = s Σ_l J_i[k,l] (δ_ij Kq[l,b] + δ_lj U[i,b]),  J_i = diag(p_i) − p_i p_iᵀ,
+///   Kq = K_h (W^Q_h)ᵀ, U = Q_h (W^K_h)ᵀ.
+Mat attention_map_jacobian(const BlockWeights& w, const AttentionCache& c, Index head);
+
 /// LayerNorm Jacobian per token.
 TokenBlockDiagonal layernorm_jacobian(const Vec& gamma, const LayerNormCache& c);
 

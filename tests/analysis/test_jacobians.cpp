@@ -203,3 +203,25 @@ TEST(BlockWeights, ValidateNamesTheProblem) {
 
 }  // namespace
 }  // namespace jacond
+
+namespace jacond {
+namespace {
+TEST(AttentionMapJacobian, MatchesFiniteDifferencesPerHead) {
+  const BlockWeights w = test::random_block(8, 2, 16, 42);
+  const Mat X = test::random_tokens(5, 8, 43);
+  const AttentionCache c = attention_forward(w, X);
+  for (Index h = 0; h < w.heads; ++h) {
+    const Mat D = attention_map_jacobian(w, c, h);
+    Mat fd(D.rows(), D.cols());
+    for (Index k = 0; k < X.size(); ++k) {
+      Mat Xp = X, Xm = X;
+      Xp.data()[k] += test::kFdStep;
+      Xm.data()[k] -= test::kFdStep;
+      const Mat diff = (attention_forward(w, Xp).A[h] - attention_forward(w, Xm).A[h]) / (2 * test::kFdStep);
+      fd.col(k) = vec(diff);
+    }
+    EXPECT_LT(test::rel_error(D, fd), test::kVsFiniteDifferences) << "head " << h;
+  }
+}
+}  // namespace
+}  // namespace jacond

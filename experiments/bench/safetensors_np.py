@@ -1,0 +1,121 @@
+"""A tiny numpy reader for safetensors files (DESIGN §6), for the benchmark scripts.
+
+Debian packages no python3-safetensors, so this reads the format directly:
+
+    [0, 8)       u64 little-endian N: byte length of the JSON header
+    [8, 8+N)     UTF-8 JSON object {name: {"dtype", "shape", "data_offsets": [begin, end]},
+                 ..., "__metadata__": {str: str}}   (may be padded with trailing spaces)
+    [8+N, EOF)   data buffer; a tensor's bytes are [begin, end) relative to its start,
+                 row-major (C order), little-endian.
+
+Usage:
+    tensors, metadata = read("weights.safetensors")   # {name: np.ndarray}, {str: str}
+
+The arrays are writable views into one bytearray read from the file (no per-tensor copy).
+Values are not judged (NaN/inf come back as stored).
+"""
+
+import json
+import struct
+import sys
+
+import numpy as np
+
+# safetensors dtype name -> numpy little-endian dtype. BF16 and the 8-bit floats have no numpy
+# type and are rejected.
+DTYPES = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+
+class SafetensorsError(ValueError):
+    """Any problem with a file; the message is one line: '<path>: <problem>'."""
+
+
+def read(path):
+    """Returns ({name: np.ndarray}, {metadata key: value}) of the file at `path`."""
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+
+    def fail(problem):
+        raise SafetensorsError(f"{path}: {problem}")
+
+    if len(blob) < 8:
+        fail(f"file is {len(blob)} bytes, shorter than the 8-byte header length")
+    (header_len,) = struct.unpack("<Q", bytes(blob[:8]))
+    if header_len > len(blob) - 8:
+        fail(f"header length {header_len} exceeds the file ({len(blob)} bytes)")
+    try:
+        header = json.loads(bytes(blob[8:8 + header_len]).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"header is not valid UTF-8 JSON ({e})")
+    if not isinstance(header, dict):
+        fail("header is not a JSON object")
+
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        fail("__metadata__ is not an object")
+
+    data = memoryview(blob)[8 + header_len:]
+    tensors = {}
+    spans = []
+    for name, info in header.items():
+        if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+            fail(f"tensor {name!r}: entry needs dtype, shape and data_offsets")
+        dtype_name = info["dtype"]
+        if dtype_name not in DTYPES:
+            fail(f"tensor {name!r}: unsupported dtype {dtype_name!r} "
+                 f"(supported: {', '.join(DTYPES)})")
+        dtype = DTYPES[dtype_name]
+        shape = info["shape"]
+        if not isinstance(shape, list) or any(not isinstance(s, int) or s < 0 for s in shape):
+            fail(f"tensor {name!r}: bad shape {shape!r}")
+        offsets = info["data_offsets"]
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or any(not isinstance(o, int) for o in offsets)):
+            fail(f"tensor {name!r}: bad data_offsets {offsets!r}")
+        begin, end = offsets
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if not 0 <= begin <= end <= len(data):
+            fail(f"tensor {name!r}: data_offsets [{begin}, {end}] outside the data buffer "
+                 f"({len(data)} bytes)")
+        if end - begin != count * dtype.itemsize:
+            fail(f"tensor {name!r}: {end - begin} bytes for shape {shape} of {dtype_name} "
+                 f"(expected {count * dtype.itemsize})")
+        tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
+        spans.append((begin, end, name))
+
+    # The byte ranges must tile the data buffer: no overlap, no hole.
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            fail(f"tensor {name!r}: starts at {begin}, expected {position} "
+                 "(overlap or hole in the data buffer)")
+        position = end
+    if position != len(data):
+        fail(f"tensors cover {position} of {len(data)} data bytes")
+    return tensors, {str(k): str(v) for k, v in metadata.items()}
+
+
+def main(argv):
+    """`python3 safetensors_np.py FILE...`: lists each tensor's name, dtype and shape."""
+    for path in argv[1:]:
+        tensors, metadata = read(path)
+        print(path)
+        for name, array in sorted(tensors.items()):
+            print(f"  {name:40s} {str(array.dtype):8s} {list(array.shape)}")
+        for key, value in sorted(metadata.items()):
+            print(f"  __metadata__.{key} = {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,177 @@
+#include "experiments/cli_common.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "analysis/threads.h"
+
+namespace jacond::cli {
+
+namespace fs = std::filesystem;
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + path + " (cannot create " + tmp + ")");
+    out << contents;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw std::runtime_error("cannot write " + path + " (write failed)");
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + path + ": " + ec.message());
+  }
+}
+
+void ensure_directory(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw std::runtime_error("cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
+}
+
+std::string fmt(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  os << std::setprecision(17) << x;
+  return os.str();
+}
+
+std::string report_csv_header() {
+  return "matrix,space,head,rows,cols,dtype,method,status,sigma_max,sigma_min,kappa,kappa_lo,kappa_hi,rank,products,seconds,note";
+}
+
+namespace {
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += (c == '"') ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+}  // namespace
+
+std::string report_csv_fields(const ConditionReport& r) {
+  std::ostringstream os;
+  os << r.matrix << ',' << r.space << ',' << (r.head < 0 ? std::string("all") : std::to_string(r.head)) << ','
+     << r.rows << ',' << r.cols << ',' << r.dtype << ',' << r.method << ',' << to_string(r.status) << ','
+     << fmt(r.sigma_max) << ',' << fmt(r.sigma_min) << ',' << fmt(r.kappa) << ',' << fmt(r.kappa_lo) << ','
+     << fmt(r.kappa_hi) << ',' << r.rank << ',' << r.products << ',' << fmt(r.seconds) << ',' << csv_escape(r.note);
+  return os.str();
+}
+
+void ResultsTable::add(const std::vector<std::string>& knob_values, const ConditionReport& r) {
+  if (knob_values.size() != knobs_.size()) throw std::logic_error("ResultsTable: knob count mismatch");
+  std::string row;
+  for (const auto& v : knob_values) row += csv_escape(v) + ",";
+  rows_.push_back(row + report_csv_fields(r));
+}
+
+std::string ResultsTable::to_csv() const {
+  std::string out;
+  for (const auto& k : knobs_) out += k + ",";
+  out += report_csv_header() + "\n";
+  for (const auto& r : rows_) out += r + "\n";
+  return out;
+}
+
+namespace {
+std::string git_revision() {
+  std::string cmd = std::string("git -C '") + JACOND_SOURCE_DIR + "' rev-parse --short HEAD 2>/dev/null";
+  std::array<char, 128> buf{};
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+}  // namespace
+
+nlohmann::json run_metadata(int argc, char** argv) {
+  nlohmann::json j;
+  std::vector<std::string> args(argv, argv + argc);
+  args.insert(args.begin(), "jacond");
+  j["command"] = args;
+  j["jacond_version"] = "0.1.0";
+  j["git_revision"] = git_revision();
+  j["eigen_version"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+                       std::to_string(EIGEN_MINOR_VERSION);
+  j["threads"] = get_threads();
+  j["dtype"] = "fp64";
+  return j;
+}
+
+std::vector<double> parse_range(const std::string& spec, const std::string& flag) {
+  auto number = [&](const std::string& s) {
+    size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != s.size() || s.empty() || !std::isfinite(v))
+      throw std::invalid_argument("--" + flag + ": '" + spec + "' is not a number or A0:A1:STEP range");
+    return v;
+  };
+  std::vector<std::string> parts;
+  std::stringstream ss(spec);
+  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
+  if (parts.size() == 1) return {number(parts[0])};
+  if (parts.size() != 3) throw std::invalid_argument("--" + flag + ": expected A0:A1:STEP, got '" + spec + "'");
+  const double a0 = number(parts[0]), a1 = number(parts[1]), step = number(parts[2]);
+  if (step <= 0 || a1 < a0) throw std::invalid_argument("--" + flag + ": need A0 <= A1 and STEP > 0 in '" + spec + "'");
+  std::vector<double> v;
+  for (long k = 0;; ++k) {
+    const double x = a0 + k * step;
+    if (x > a1 + step * 1e-6) break;
+    v.push_back(x);
+    if (v.size() > 100000) throw std::invalid_argument("--" + flag + ": range '" + spec + "' has too many points");
+  }
+  return v;
+}
+
+Mat gaussian_tokens(Index n, Index d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> N(0.0, 1.0);
+  Mat X(n, d);
+  for (Index j = 0; j < d; ++j)
+    for (Index i = 0; i < n; ++i) X(i, j) = N(rng);
+  return X;
+}
+
+void print_reports(const std::vector<ConditionReport>& reports) {
+  std::printf("%-10s %-16s %-4s %-11s %-20s %-9s %12s %12s %12s %8s\n", "matrix", "space", "head", "shape",
+              "method", "status", "sigma_max", "sigma_min", "kappa", "rank");
+  for (const auto& r : reports) {
+    const std::string shape = std::to_string(r.rows) + "x" + std::to_string(r.cols);
+    const std::string head = r.head < 0 ? "all" : std::to_string(r.head);
+    char kappa[32];
+    if (r.status == Status::kSingular)
+      std::snprintf(kappa, sizeof kappa, ">=%.3e", r.kappa_lo);
+    else
+      std::snprintf(kappa, sizeof kappa, "%.4e", r.kappa);
+    std::printf("%-10s %-16s %-4s %-11s %-20s %-9s %12.4e %12.4e %12s %8lld\n", r.matrix.c_str(), r.space.c_str(),
+                head.c_str(), shape.c_str(), r.method.c_str(), to_string(r.status).c_str(), r.sigma_max,
+                r.sigma_min, kappa, static_cast<long long>(r.rank));
+  }
+}
+
+}  // namespace jacond::cli

@@ -1,0 +1,62 @@
+// `jacond verify prop1|prop2|moments|lemma1|all`.
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "analysis/threads.h"
+#include "experiments/cli_common.h"
+#include "experiments/commands.h"
+#include "experiments/verify.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+
+int run_verify(int argc, char** argv) {
+  VerifyOptions opt;
+  std::string which, out_dir;
+  po::options_description desc("jacond verify <prop1|prop2|moments|lemma1|all>: the papers' claims, numerically");
+  desc.add_options()("help,h", "this help")
+      ("claim", po::value(&which), "prop1 | prop2 | moments | lemma1 | all")
+      ("seeds", po::value(&opt.seeds)->default_value(opt.seeds), "Monte Carlo size (each claim scales it)")
+      ("seed", po::value(&opt.seed)->default_value(opt.seed), "base seed")
+      ("threads", po::value(&opt.threads)->default_value(opt.threads), "BLAS/Eigen threads")
+      ("out", po::value(&out_dir), "write DIR/verify.json");
+  po::positional_options_description pos;
+  pos.add("claim", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  if (which.empty()) throw std::invalid_argument("which claim? prop1 | prop2 | moments | lemma1 | all");
+  if (opt.seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
+  set_threads(opt.threads);
+
+  using Fn = bool (*)(const VerifyOptions&, Verifier&);
+  const std::vector<std::pair<std::string, Fn>> claims = {
+      {"prop1", verify_prop1}, {"moments", verify_moments}, {"lemma1", verify_lemma1}, {"prop2", verify_prop2}};
+  nlohmann::json results = nlohmann::json::array();
+  bool ok = true, matched = false;
+  for (const auto& [name, fn] : claims) {
+    if (which != "all" && which != name) continue;
+    matched = true;
+    Verifier v(name);
+    ok = fn(opt, v) && ok;
+    results.push_back(v.to_json());
+    std::cout << (v.all_passed() ? "PASS " : "FAIL ") << name << "\n\n";
+  }
+  if (!matched) throw std::invalid_argument("unknown claim '" + which + "' (prop1 | prop2 | moments | lemma1 | all)");
+  if (!out_dir.empty()) {
+    ensure_directory(out_dir);
+    nlohmann::json j = run_metadata(argc, argv);
+    j["claims"] = results;
+    j["passed"] = ok;
+    write_file_atomic(out_dir + "/verify.json", j.dump(2) + "\n");
+  }
+  std::cout << (ok ? "verify: all checks passed\n" : "verify: SOME CHECKS FAILED\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace jacond::cli

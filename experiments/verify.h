@@ -1,0 +1,44 @@
+// `jacond verify`: the papers' claims checked numerically. Each claim prints its measured
+// numbers and PASS/FAIL; the command exits nonzero if any check fails.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace jacond::cli {
+
+/// Collects checks, prints them as they come, and records them for run.json.
+class Verifier {
+ public:
+  explicit Verifier(std::string claim) : claim_(std::move(claim)) {}
+  /// Prints "[PASS] name: detail" or "[FAIL] ..." and records it.
+  bool check(const std::string& name, bool pass, const std::string& detail);
+  void note(const std::string& text);  // an informational line (no verdict)
+  bool all_passed() const { return failures_ == 0; }
+  nlohmann::json to_json() const;
+
+ private:
+  std::string claim_;
+  int failures_ = 0;
+  nlohmann::json checks_ = nlohmann::json::array();
+  nlohmann::json notes_ = nlohmann::json::array();
+};
+
+struct VerifyOptions {
+  int seeds = 200;        // Monte Carlo repetitions where a claim is statistical
+  uint64_t seed = 0;
+  int threads = 2;
+};
+
+bool verify_prop1(const VerifyOptions& opt, Verifier& v);
+bool verify_moments(const VerifyOptions& opt, Verifier& v);
+bool verify_lemma1(const VerifyOptions& opt, Verifier& v);
+bool verify_prop2(const VerifyOptions& opt, Verifier& v);
+
+/// Formats a number compactly for check details.
+std::string num(double x, int precision = 4);
+
+}  // namespace jacond::cli

@@ -1,0 +1,119 @@
+// Condition numbers: LAPACKE SVD against matrices with known singular values, the fast
+// LU/QR + Lanczos route against the SVD, block-diagonal spectra, and the singular status.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "analysis/condition.h"
+#include "random_block.h"
+#include "tolerances.h"
+
+namespace jacond {
+namespace {
+
+// U diag(s) Vᵀ with Haar-random orthogonal U, V: singular values known exactly by construction.
+Mat with_singular_values(const Vec& s, Index rows, Index cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(rows, rows, 1.0, rng)).householderQ();
+  const Mat V = Eigen::HouseholderQR<Mat>(test::gaussian(cols, cols, 1.0, rng)).householderQ();
+  Mat S = Mat::Zero(rows, cols);
+  for (Index i = 0; i < s.size(); ++i) S(i, i) = s(i);
+  return U * S * V.transpose();
+}
+
+Vec geometric(Index n, double kappa) {
+  Vec s(n);
+  for (Index i = 0; i < n; ++i) s(i) = std::pow(kappa, -static_cast<double>(i) / (n - 1));
+  return s;
+}
+
+TEST(SingularValues, RecoverAConstructedSpectrum) {
+  const Vec s = geometric(60, 1e6);
+  const Vec got = singular_values(with_singular_values(s, 60, 60, 1));
+  EXPECT_LT((got - s).cwiseAbs().maxCoeff() / s(0), 1e-13);
+}
+
+TEST(ConditionSvd, ExactAndRankOnAWellConditionedMatrix) {
+  const ConditionReport r = condition_svd(with_singular_values(geometric(50, 1e3), 50, 50, 2), "M");
+  EXPECT_EQ(r.status, Status::kExact);
+  EXPECT_EQ(r.method, "dense-svd");
+  EXPECT_EQ(r.rank, 50);
+  EXPECT_NEAR(r.kappa / 1e3, 1.0, 1e-10);
+  EXPECT_EQ(r.kappa_lo, r.kappa);
+  EXPECT_EQ(r.kappa_hi, r.kappa);
+}
+
+TEST(ConditionSvd, RankDeficientIsSingularWithALowerBoundOnly) {
+  Vec s = geometric(40, 10);
+  s.tail(3).setZero();
+  const ConditionReport r = condition_svd(with_singular_values(s, 40, 40, 3), "M");
+  EXPECT_EQ(r.status, Status::kSingular);
+  EXPECT_EQ(r.rank, 37);
+  EXPECT_TRUE(std::isinf(r.kappa));
+  EXPECT_GT(r.kappa_lo, 1e12);  // σ_max / (40 eps σ_max) ≈ 1.1e14
+  EXPECT_TRUE(std::isfinite(r.kappa_lo));
+}
+
+struct FastCase {
+  Index rows, cols;
+  double kappa;
+};
+
+class FastVsSvd : public testing::TestWithParam<FastCase> {};
+
+TEST_P(FastVsSvd, AgreeOnSigmaMaxSigmaMinAndKappa) {
+  const FastCase c = GetParam();
+  const Mat A = with_singular_values(geometric(std::min(c.rows, c.cols), c.kappa), c.rows, c.cols, 11 + c.rows);
+  const ConditionReport svd = condition_svd(A, "A");
+  const ConditionReport fast = condition_fast(A, "A");
+  EXPECT_EQ(fast.status, Status::kExact) << fast.note;
+  EXPECT_NE(fast.method, "dense-svd");
+  EXPECT_NEAR(fast.sigma_max / svd.sigma_max, 1.0, test::kFastVsSvd);
+  EXPECT_NEAR(fast.sigma_min / svd.sigma_min, 1.0, test::kFastVsSvd);
+  EXPECT_NEAR(fast.kappa / c.kappa, 1.0, 1e-8);
+  EXPECT_GT(fast.products, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FastVsSvd,
+                         testing::Values(FastCase{120, 120, 10}, FastCase{200, 200, 1e4}, FastCase{150, 150, 1e8},
+                                         FastCase{300, 120, 1e3}, FastCase{90, 160, 1e5}));
+
+TEST(ConditionFast, ClusteredExtremesStillAgree) {
+  // Many equal top and bottom singular values (as B_sa under the `ours` init).
+  Vec s = Vec::Constant(150, 2.0);
+  s.tail(50).setConstant(1e-3);
+  const Mat A = with_singular_values(s, 150, 150, 5);
+  const ConditionReport fast = condition_fast(A, "A");
+  EXPECT_NEAR(fast.kappa / 2000.0, 1.0, 1e-9);
+}
+
+TEST(ConditionFast, SingularMatrixIsReportedSingular) {
+  Vec s = geometric(100, 10);
+  s(99) = 0.0;
+  const ConditionReport fast = condition_fast(with_singular_values(s, 100, 100, 9), "A");
+  EXPECT_EQ(fast.status, Status::kSingular);
+  EXPECT_TRUE(std::isinf(fast.kappa));
+}
+
+TEST(ConditionBlockdiag, EqualsTheSvdOfTheAssembledMatrix) {
+  std::mt19937_64 rng(3);
+  std::vector<Mat> blocks = {test::gaussian(5, 5, 1.0, rng), test::gaussian(5, 5, 0.1, rng), test::gaussian(5, 5, 3.0, rng)};
+  Mat D = Mat::Zero(15, 15);
+  for (int k = 0; k < 3; ++k) D.block(5 * k, 5 * k, 5, 5) = blocks[k];
+  const ConditionReport a = condition_blockdiag(blocks, "D");
+  const ConditionReport b = condition_svd(D, "D");
+  EXPECT_NEAR(a.kappa / b.kappa, 1.0, 1e-12);
+  EXPECT_EQ(a.rank, b.rank);
+}
+
+TEST(ConditionInputs, NaNIsRejected) {
+  Mat A = Mat::Identity(60, 60);
+  A(3, 4) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(condition_fast(A, "A"), std::invalid_argument);
+  EXPECT_THROW(condition_svd(A, "A"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace jacond
