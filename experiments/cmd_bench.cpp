@@ -674,7 +674,7 @@ int run_bench(int argc, char** argv) {
   pos.add("benchmark", 1);
 
   po::variables_map vm;
-  po::store(po::command_line_parser(argc - 1, argv + 1).options(all).positional(pos).run(), vm);
+  po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
   if (vm.count("help")) {
     std::cout << "usage: jacond bench <benchmark> [options]\n\nbenchmarks:\n  dense   exact kappa of the dense "
                  "K_sa vs the PyTorch route\n\n"

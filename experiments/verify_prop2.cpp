@@ -47,20 +47,25 @@ double median(std::vector<double> v) {
 }  // namespace
 
 bool verify_prop2(const VerifyOptions& opt, Verifier& v) {
-  const double alpha = 2.0, beta = 0.6, c = 3.0;
+  const double c = 3.0;
   const int seeds = std::max(3, opt.seeds / 40);
-  for (const auto& shape : std::vector<std::array<Index, 3>>{{16, 32, 1}, {16, 32, 4}}) {
-    const Index n = shape[0], d = shape[1], h = shape[2];
+  // Third setting: strongly diagonal-dominant Q/K (α, β) = (0.5, 3): with LayerNorm'd tokens the
+  // diagonal logits are ≈ β·sqrt(d_h) ≫ the off-diagonal noise, A is near identity and E nearly
+  // vanishes: the regime where the proposition's premise ‖E‖ < σ_min(B) holds and Weyl brackets κ(K).
+  int weyl_applies_total = 0;
+  for (const auto& shape : std::vector<std::array<double, 5>>{{16, 32, 1, 2.0, 0.6}, {16, 32, 4, 2.0, 0.6}, {16, 32, 1, 0.5, 3.0}}) {
+    const Index n = static_cast<Index>(shape[0]), d = static_cast<Index>(shape[1]), h = static_cast<Index>(shape[2]);
+    const double alpha = shape[3], beta = shape[4], scale = 0.0;
     std::cout << "Proposition 2: K_sa = B_sa + E_sa; n = " << n << ", d = " << d << ", heads = " << h
-              << ", ours (alpha, beta, c) = (" << alpha << ", " << beta << ", " << c << ") vs timm, " << seeds
-              << " seeds\n";
+              << ", logit scale 1/sqrt(d_h), ours (alpha, beta, c) = ("
+              << alpha << ", " << beta << ", " << c << ") vs timm, " << seeds << " seeds\n";
     int premise = 0, weyl_ok = 0, weyl_applies = 0, ours_better = 0;
     std::vector<double> k_ours, k_b, ratio, k_timm;
     for (int s = 0; s < seeds; ++s) {
       const uint64_t seed = opt.seed + 31 * s + 3;
       const Mat X = gaussian_tokens(n, d, seed ^ 0x5eedULL);
-      const BlockWeights ours = init_weights("ours", alpha, beta, c, "default", seed, d, h, 4 * d, 0.0);
-      const BlockWeights timm = init_weights("timm", alpha, beta, c, "default", seed, d, h, 4 * d, 0.0);
+      const BlockWeights ours = init_weights("ours", alpha, beta, c, "default", seed, d, h, 4 * d, scale);
+      const BlockWeights timm = init_weights("timm", alpha, beta, c, "default", seed, d, h, 4 * d, scale);
       const Split so = split_of(ours, X), st = split_of(timm, X);
       k_ours.push_back(so.K.kappa);
       k_b.push_back(so.B.kappa);
@@ -81,12 +86,15 @@ bool verify_prop2(const VerifyOptions& opt, Verifier& v) {
            ", ||E||/sigma_min(B) = " + num(median(ratio)) + "; premise ||E|| < sigma_min(B) in " +
            std::to_string(premise) + "/" + std::to_string(seeds) + " seeds");
     v.note("timm: median kappa(K_sa) = " + num(median(k_timm)));
+    weyl_applies_total += weyl_applies;
     v.check("Weyl bracket contains kappa(K_sa) whenever ||E|| < sigma_min(B)", weyl_ok == weyl_applies,
             std::to_string(weyl_ok) + "/" + std::to_string(weyl_applies) + " cases (ours and timm) inside");
     v.check("ours conditions K_sa better than timm (paper §5)", ours_better == seeds,
             std::to_string(ours_better) + "/" + std::to_string(seeds) + " seeds; median " + num(median(k_ours)) +
                 " vs " + num(median(k_timm)));
   }
+  v.check("the Weyl check was exercised (premise held somewhere)", weyl_applies_total > 0,
+          std::to_string(weyl_applies_total) + " cases");
   return v.all_passed();
 }
 
