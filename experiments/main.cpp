@@ -33,7 +33,6 @@ int main(int argc, char** argv) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 1;
   }
-  std::cerr << "jacond: unknown command '" << cmd << "'\n";
-  print_usage(std::cerr);
+  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | bench; see jacond --help)\n";
   return 2;
 }
