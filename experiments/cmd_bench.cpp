@@ -86,7 +86,7 @@ struct Shape {
   Index N() const { return n * d; }
 };
 
-// The standard sizes of the benchmark: N = n·d -> (n, d, heads), ViT-like d_h ∈ {16}.
+// The standard sizes of the benchmark: N = n·d -> (n, d, heads); every one has d_h = 16.
 const std::map<Index, Shape>& standard_sizes() {
   static const std::map<Index, Shape> sizes = {
       {1024, {32, 32, 2}}, {3200, {50, 64, 4}}, {6400, {100, 64, 4}}};
