@@ -19,6 +19,22 @@ namespace jacond::cli {
 
 namespace fs = std::filesystem;
 
+bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
+                   const boost::program_options::positional_options_description* positional) {
+  namespace po = boost::program_options;
+  po::command_line_parser parser(argc, argv);
+  parser.options(desc);
+  if (positional) parser.positional(*positional);
+  po::variables_map vm;
+  po::store(parser.run(), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
 void write_file_atomic(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {

@@ -6,12 +6,18 @@
 #include <string>
 #include <vector>
 
+#include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "analysis/block.h"
 #include "analysis/condition.h"
 
 namespace jacond::cli {
+
+/// Parses a subcommand's options into the variables bound in `desc`. Returns false when
+/// --help was given (the help is printed to stdout); throws on bad flags (one-line error).
+bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
+                   const boost::program_options::positional_options_description* positional = nullptr);
 
 /// Writes `contents` to `path` through a temporary file in the same directory and a rename,
 /// so a reader never sees half a file. Throws std::runtime_error naming the path.

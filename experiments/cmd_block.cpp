@@ -25,13 +25,7 @@ int run_block(int argc, char** argv) {
       ("kappa", po::value(&kappa)->default_value(kappa), "fast (LU/QR + Lanczos, exact) | svd (full spectrum)")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir), "write DIR/results.csv and DIR/run.json");
-  po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, desc)) return 0;
   if (kappa != "fast" && kappa != "svd") throw std::invalid_argument("--kappa must be fast or svd, got '" + kappa + "'");
   if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
   set_threads(threads);

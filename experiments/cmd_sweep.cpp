@@ -37,13 +37,7 @@ int run_sweep(int argc, char** argv) {
       ("kappa", po::value(&kappa)->default_value(kappa), "fast | svd")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir)->default_value("results/sweep"), "output directory");
-  po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, desc)) return 0;
   if (seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
   if (n < 2) throw std::invalid_argument("--n must be >= 2");
   if (kappa != "fast" && kappa != "svd") throw std::invalid_argument("--kappa must be fast or svd");

@@ -23,13 +23,7 @@ int run_verify(int argc, char** argv) {
       ("out", po::value(&out_dir), "write DIR/verify.json");
   po::positional_options_description pos;
   pos.add("claim", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_options(argc, argv, desc, &pos)) return 0;
   if (which.empty()) throw std::invalid_argument("which claim? prop1 | prop2 | moments | lemma1 | all");
   if (opt.seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
   set_threads(opt.threads);
