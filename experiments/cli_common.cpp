@@ -20,7 +20,8 @@ namespace jacond::cli {
 namespace fs = std::filesystem;
 
 bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
-                   const boost::program_options::positional_options_description* positional) {
+                   const boost::program_options::positional_options_description* positional,
+                   boost::program_options::variables_map* vm_out) {
   namespace po = boost::program_options;
   po::command_line_parser parser(argc, argv);
   parser.options(desc);
@@ -32,6 +33,7 @@ bool parse_options(int argc, char** argv, const boost::program_options::options_
     return false;
   }
   po::notify(vm);
+  if (vm_out) *vm_out = vm;
   return true;
 }
 
@@ -61,35 +63,7 @@ void ensure_directory(const std::string& dir) {
   if (ec || !fs::is_directory(dir)) throw std::runtime_error("cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
 }
 
-std::string fmt(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  std::ostringstream os;
-  os << std::setprecision(17) << x;
-  return os.str();
-}
-
-std::string report_csv_header() {
-  return "matrix,space,head,rows,cols,dtype,method,status,sigma_max,sigma_min,kappa,kappa_lo,kappa_hi,rank,products,seconds,note";
-}
-
-namespace {
-std::string csv_escape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += (c == '"') ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-}  // namespace
-
-std::string report_csv_fields(const ConditionReport& r) {
-  std::ostringstream os;
-  os << r.matrix << ',' << r.space << ',' << (r.head < 0 ? std::string("all") : std::to_string(r.head)) << ','
-     << r.rows << ',' << r.cols << ',' << r.dtype << ',' << r.method << ',' << to_string(r.status) << ','
-     << fmt(r.sigma_max) << ',' << fmt(r.sigma_min) << ',' << fmt(r.kappa) << ',' << fmt(r.kappa_lo) << ','
-     << fmt(r.kappa_hi) << ',' << r.rank << ',' << r.products << ',' << fmt(r.seconds) << ',' << csv_escape(r.note);
-  return os.str();
-}
+std::string fmt(double x) { return format_number(x); }
 
 void ResultsTable::add(const std::vector<std::string>& knob_values, const ConditionReport& r) {
   if (knob_values.size() != knobs_.size()) throw std::logic_error("ResultsTable: knob count mismatch");

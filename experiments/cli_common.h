@@ -11,13 +11,15 @@
 
 #include "analysis/block.h"
 #include "analysis/condition.h"
+#include "analysis/report_csv.h"
 
 namespace jacond::cli {
 
 /// Parses a subcommand's options into the variables bound in `desc`. Returns false when
 /// --help was given (the help is printed to stdout); throws on bad flags (one-line error).
 bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
-                   const boost::program_options::positional_options_description* positional = nullptr);
+                   const boost::program_options::positional_options_description* positional = nullptr,
+                   boost::program_options::variables_map* vm_out = nullptr);
 
 /// Writes `contents` to `path` through a temporary file in the same directory and a rename,
 /// so a reader never sees half a file. Throws std::runtime_error naming the path.
@@ -40,9 +42,7 @@ class ResultsTable {
   std::vector<std::string> rows_;
 };
 
-/// CSV header of the report fields, in the order ResultsTable writes them.
-std::string report_csv_header();
-std::string report_csv_fields(const ConditionReport& r);
+// CSV header/fields of the report: analysis/report_csv.h (report_csv_header, report_csv_fields).
 
 /// Number formatting for CSV/JSON: shortest round-trip, "inf"/"nan" spelled out.
 std::string fmt(double x);
