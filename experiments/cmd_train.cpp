@@ -97,6 +97,9 @@ int run_train(int argc, char** argv) {
 
   nlohmann::json overrides = nlohmann::json::object();
   if (!resume.empty()) {
+    for (const auto& kv : vm)
+      if (!kv.second.defaulted() && (kModelFlags.count(kv.first) || kv.first == "seed"))
+        throw std::invalid_argument("--" + kv.first + " cannot change when resuming (the checkpoint fixes the model and seed)");
     const nlohmann::json full = [&] {
       models::TrainConfig copy = c;
       copy.finalize();
@@ -104,8 +107,7 @@ int run_train(int argc, char** argv) {
     }();
     for (const auto& kv : vm) {
       if (kv.second.defaulted() || kv.first == "resume" || kv.first == "help") continue;
-      if (kModelFlags.count(kv.first) || kv.first == "seed")
-        throw std::invalid_argument("--" + kv.first + " cannot change when resuming (the checkpoint fixes the model and seed)");
+      if (kModelFlags.count(kv.first) || kv.first == "seed") continue;  // rejected above
       if (kv.first == "stop-at") continue;  // run control, not part of the saved config
       std::string key = kv.first == "out" ? "out_dir" : kv.first;
       for (auto& ch : key) ch = ch == '-' ? '_' : ch;
