@@ -1,4 +1,4 @@
-// `jacond verify prop1|prop2|moments|lemma1|all`.
+// `jacond verify prop1|prop2|moments|lemma1|eq6|eq89|all`.
 #include <boost/program_options.hpp>
 #include <iostream>
 
@@ -14,23 +14,25 @@ namespace po = boost::program_options;
 int run_verify(int argc, char** argv) {
   VerifyOptions opt;
   std::string which, out_dir;
-  po::options_description desc("jacond verify <prop1|prop2|moments|lemma1|all>: the papers' claims, numerically");
+  po::options_description desc("jacond verify <prop1|prop2|moments|lemma1|eq6|eq89|all>: the papers' claims, numerically");
   desc.add_options()("help,h", "this help")
-      ("claim", po::value(&which), "prop1 | prop2 | moments | lemma1 | all")
+      ("claim", po::value(&which), "prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all")
       ("seeds", po::value(&opt.seeds)->default_value(opt.seeds), "Monte Carlo size (each claim scales it)")
       ("seed", po::value(&opt.seed)->default_value(opt.seed), "base seed")
       ("threads", po::value(&opt.threads)->default_value(opt.threads), "BLAS/Eigen threads")
-      ("out", po::value(&out_dir), "write DIR/verify.json");
+      ("out", po::value(&out_dir), "write DIR/verify.json (and the CSV of claims that have one)");
   po::positional_options_description pos;
   pos.add("claim", 1);
   if (!parse_options(argc, argv, desc, &pos)) return 0;
-  if (which.empty()) throw std::invalid_argument("which claim? prop1 | prop2 | moments | lemma1 | all");
+  if (which.empty()) throw std::invalid_argument("which claim? prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all");
   if (opt.seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
   set_threads(opt.threads);
+  opt.out_dir = out_dir;
 
   using Fn = bool (*)(const VerifyOptions&, Verifier&);
   const std::vector<std::pair<std::string, Fn>> claims = {
-      {"prop1", verify_prop1}, {"moments", verify_moments}, {"lemma1", verify_lemma1}, {"prop2", verify_prop2}};
+      {"prop1", verify_prop1}, {"moments", verify_moments}, {"lemma1", verify_lemma1}, {"prop2", verify_prop2},
+      {"eq6", verify_eq6}, {"eq89", verify_eq89}};
   nlohmann::json results = nlohmann::json::array();
   bool ok = true, matched = false;
   for (const auto& [name, fn] : claims) {
@@ -41,7 +43,7 @@ int run_verify(int argc, char** argv) {
     results.push_back(v.to_json());
     std::cout << (v.all_passed() ? "PASS " : "FAIL ") << name << "\n\n";
   }
-  if (!matched) throw std::invalid_argument("unknown claim '" + which + "' (prop1 | prop2 | moments | lemma1 | all)");
+  if (!matched) throw std::invalid_argument("unknown claim '" + which + "' (prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all)");
   if (!out_dir.empty()) {
     ensure_directory(out_dir);
     nlohmann::json j = run_metadata(argc, argv);

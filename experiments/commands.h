@@ -7,4 +7,9 @@ int run_block(int argc, char** argv);
 int run_verify(int argc, char** argv);
 int run_sweep(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_spectrum(int argc, char** argv);
+int run_train(int argc, char** argv);
+int run_audit(int argc, char** argv);
+/// `jacond bench train` (experiments/bench_train.cpp), dispatched by run_bench.
+int run_bench_train(int argc, char** argv);
 }  // namespace jacond::cli

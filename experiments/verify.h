@@ -31,12 +31,15 @@ struct VerifyOptions {
   int seeds = 200;        // Monte Carlo repetitions where a claim is statistical
   uint64_t seed = 0;
   int threads = 2;
+  std::string out_dir;    // where claims that write tidy CSV put it (empty: none)
 };
 
 bool verify_prop1(const VerifyOptions& opt, Verifier& v);
 bool verify_moments(const VerifyOptions& opt, Verifier& v);
 bool verify_lemma1(const VerifyOptions& opt, Verifier& v);
 bool verify_prop2(const VerifyOptions& opt, Verifier& v);
+bool verify_eq6(const VerifyOptions& opt, Verifier& v);   // network J vs its block columns (§4.2, A.2.4)
+bool verify_eq89(const VerifyOptions& opt, Verifier& v);  // skip vs skipless layer products (Eq. 8/9)
 
 /// Formats a number compactly for check details.
 std::string num(double x, int precision = 4);

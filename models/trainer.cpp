@@ -118,22 +118,12 @@ double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_
 
 namespace {
 
-class Optimizer {
- public:
-  virtual ~Optimizer() = default;
-  virtual void zero_grad() = 0;
-  virtual void step() = 0;
-  virtual void set_lr(double lr) = 0;
-  virtual void save(torch::serialize::OutputArchive& a) const = 0;
-  virtual void load(torch::serialize::InputArchive& a) = 0;
-};
-
 // Weight decay on matrices only (timm): not on biases, LayerNorm, pos_embed, cls_token, ReZero α.
 bool decays(const std::string& name, const torch::Tensor& p) {
   return p.dim() >= 2 && name != "pos_embed" && name != "cls_token";
 }
 
-class AdamWOptimizer : public Optimizer {
+class AdamWOptimizer : public TrainOptimizer {
  public:
   AdamWOptimizer(VisionTransformer& model, const TrainConfig& c) {
     std::vector<torch::Tensor> with, without;
@@ -159,7 +149,7 @@ class AdamWOptimizer : public Optimizer {
   std::unique_ptr<torch::optim::AdamW> opt_;
 };
 
-class SoapOptimizer : public Optimizer {
+class SoapOptimizer : public TrainOptimizer {
  public:
   SoapOptimizer(VisionTransformer& model, const TrainConfig& c) {
     std::vector<torch::Tensor> params;
@@ -189,10 +179,14 @@ class SoapOptimizer : public Optimizer {
   std::unique_ptr<Soap> opt_;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(VisionTransformer& model, const TrainConfig& c) {
+}  // namespace
+
+std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& c) {
   if (c.optimizer == "soap") return std::make_unique<SoapOptimizer>(model, c);
   return std::make_unique<AdamWOptimizer>(model, c);
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Logs

@@ -76,6 +76,21 @@ struct TrainConfig {
 /// lr at step t (1-based) of T: linear warmup to lr over `warmup` steps, then cosine to min_lr.
 double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_lr);
 
+/// AdamW (LibTorch) or SOAP behind one interface, with timm's weight-decay rule (matrices only;
+/// not biases, LayerNorms, pos_embed, cls_token, ReZero α).
+class TrainOptimizer {
+ public:
+  virtual ~TrainOptimizer() = default;
+  virtual void zero_grad() = 0;
+  virtual void step() = 0;
+  virtual void set_lr(double lr) = 0;
+  virtual void save(torch::serialize::OutputArchive& a) const = 0;
+  virtual void load(torch::serialize::InputArchive& a) = 0;
+};
+
+/// The optimizer of `cfg` (finalized) over the model's parameters.
+std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& cfg);
+
 /// What a run reached.
 struct TrainResult {
   int64_t steps = 0;

@@ -1,0 +1,115 @@
+"""The PyTorch user's route to training the benchmark ViT: the same model in Python PyTorch.
+
+Run by `jacond bench train` as a subprocess, with the same threads:
+
+    python3 torch_train_route.py --dim 192 --depth 6 --heads 3 --patch 4 --batch 128 \
+        --steps 20 --warmup 3 --threads 1
+
+The model is written the way timm writes a ViT (pre-norm blocks, fused qkv Linear, exact GELU,
+LayerNorm eps 1e-6, cls token + learned position embedding, conv patch embedding, final norm,
+linear head), fp32, trained with torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999), wd 0.05) and
+cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
+does not depend on pixel values), so the timing is forward + backward + optimizer step only.
+
+Prints ONE JSON line: {"images_per_s", "step_s", "steps", "batch", "threads", "torch_version"}.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(B, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        a = torch.softmax(q @ k.transpose(-2, -1) * self.head_dim ** -0.5, dim=-1)
+        return self.proj((a @ v).transpose(1, 2).reshape(B, n, d))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class ViT(nn.Module):
+    def __init__(self, dim, depth, heads, patch, image=28, chans=1, classes=10, mlp_ratio=4.0):
+        super().__init__()
+        self.patch = nn.Conv2d(chans, dim, patch, stride=patch)
+        tokens = (image // patch) ** 2 + 1
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+        self.blocks = nn.ModuleList([Block(dim, heads, int(dim * mlp_ratio)) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, images):
+        x = self.patch(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.norm(x)[:, 0])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dim", type=int, default=192)
+    p.add_argument("--depth", type=int, default=6)
+    p.add_argument("--heads", type=int, default=3)
+    p.add_argument("--patch", type=int, default=4)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = ViT(a.dim, a.depth, a.heads, a.patch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
+    x = torch.randn(a.batch, 1, 28, 28)
+    y = torch.randint(0, 10, (a.batch,))
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(a.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dt = time.perf_counter() - t0
+    print(json.dumps({"images_per_s": a.steps * a.batch / dt, "step_s": dt / a.steps, "steps": a.steps,
+                      "batch": a.batch, "threads": torch.get_num_threads(), "torch_version": torch.__version__}))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # one line on stderr, exit 1
+        print(f"torch_train_route: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,264 @@
+// End-to-end tests of the network-level commands: `jacond verify eq6`, `jacond verify eq89` and
+// `jacond spectrum` (exit codes, files written, CSV columns, one-line errors). Expected values
+// come from mathematics, not from the code under test: identities that hold for any weights
+// (σ_max(J) ≥ σ_max of each block column; the direct path of the residual gradient has the norm
+// of the unit cotangent; a skipless product through LayerNorm has rank ≤ n(d−1); the SLQ
+// weights sum to 1), and for `spectrum --method dense` the library's own dense closed form
+// (analysis/jacobians.h) on the same safetensors weights and tokens.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "analysis/block.h"
+#include "analysis/condition.h"
+#include "analysis/jacobians.h"
+#include "models/bridge.h"
+#include "models/safetensors.h"
+#include "random_block.h"
+
+#ifndef JACOND_BINARY
+#error "JACOND_BINARY must be defined (tests/CMakeLists.txt)"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+struct RunOutcome {
+  int code = -1;
+  bool exited = false;
+  std::string out, err, command;
+  std::string describe() const { return "$ " + command + "\n--- exit " + std::to_string(code) + "\n--- stdout:\n" + out + "\n--- stderr:\n" + err; }
+};
+
+struct Csv {
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  bool has(const std::string& c) const { return std::find(header.begin(), header.end(), c) != header.end(); }
+};
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> f;
+  std::stringstream ss(line);
+  for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+  if (!line.empty() && line.back() == ',') f.push_back("");
+  return f;
+}
+
+Csv read_csv(const fs::path& p) {
+  Csv c;
+  std::ifstream in(p);
+  EXPECT_TRUE(in.good()) << "cannot open " << p;
+  std::string line;
+  if (!std::getline(in, line)) return c;
+  c.header = split(line);
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto f = split(line);
+    EXPECT_EQ(f.size(), c.header.size()) << p << ": " << line;
+    std::map<std::string, std::string> row;
+    for (size_t k = 0; k < std::min(f.size(), c.header.size()); ++k) row[c.header[k]] = f[k];
+    c.rows.push_back(row);
+  }
+  return c;
+}
+
+double num(const std::string& s) {
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  return std::stod(s);
+}
+
+class CliNetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    dir_ = fs::path(::testing::TempDir()) / ("jacond_clinet_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  RunOutcome run(const std::vector<std::string>& args) {
+    static std::atomic<int> k{0};
+    const int i = k++;
+    const fs::path o = dir_ / ("out." + std::to_string(i)), e = dir_ / ("err." + std::to_string(i));
+    RunOutcome r;
+    r.command = quote(JACOND_BINARY);
+    for (const auto& a : args) r.command += " " + quote(a);
+    const int status = std::system((r.command + " >" + quote(o.string()) + " 2>" + quote(e.string())).c_str());
+    r.exited = status != -1 && WIFEXITED(status);
+    r.code = r.exited ? WEXITSTATUS(status) : -1;
+    r.out = slurp(o);
+    r.err = slurp(e);
+    return r;
+  }
+
+  // Nonzero exit (not a crash), exactly one non-empty stderr line mentioning `needle`.
+  void expect_one_line_error(const std::vector<std::string>& args, const std::string& needle) {
+    const RunOutcome r = run(args);
+    ASSERT_TRUE(r.exited) << "crashed\n" << r.describe();
+    EXPECT_NE(r.code, 0) << r.describe();
+    int lines = 0;
+    std::stringstream ss(r.err);
+    for (std::string l; std::getline(ss, l);)
+      if (l.find_first_not_of(" \t\r") != std::string::npos) ++lines;
+    EXPECT_EQ(lines, 1) << r.describe();
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "error does not mention '" << needle << "'\n" << r.describe();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliNetworkTest, VerifyEq6WritesCasesAndMatrices) {
+  const std::string out = path("eq6");
+  const RunOutcome r = run({"verify", "eq6", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  EXPECT_NE(r.out.find("PASS eq6"), std::string::npos) << r.describe();
+  EXPECT_TRUE(fs::exists(out + "/verify.json"));
+  const Csv cases = read_csv(out + "/eq6_cases.csv");
+  for (const char* col : {"init", "skip", "m", "regime", "kappa_J", "kappa_eff_J", "max_kappa_blocks", "eq6", "eq6_eff", "rho", "tau", "premise"})
+    EXPECT_TRUE(cases.has(col)) << "eq6_cases.csv lacks column " << col;
+  EXPECT_EQ(cases.rows.size(), 18u);  // 3 inits × 2 skip modes × 3 regimes
+  for (const auto& row : cases.rows) {
+    EXPECT_GE(num(row.at("tau")), 1.0);  // τ = max σ_max / min σ_max
+    EXPECT_GE(num(row.at("rho")), 0.0);
+  }
+  // σ_max(J) ≥ σ_max of each of its block columns (J contains them): from the matrices CSV.
+  const Csv mats = read_csv(out + "/eq6_matrices.csv");
+  ASSERT_FALSE(mats.rows.empty());
+  std::map<std::string, double> smax_J;
+  for (const auto& row : mats.rows)
+    if (row.at("matrix") == "J") smax_J[row.at("init") + row.at("skip") + row.at("m")] = num(row.at("sigma_max"));
+  int blocks = 0;
+  for (const auto& row : mats.rows) {
+    EXPECT_GE(num(row.at("kappa_eff")), 1.0);
+    if (row.at("matrix") == "J") continue;
+    ++blocks;
+    EXPECT_LE(num(row.at("sigma_max")), smax_J.at(row.at("init") + row.at("skip") + row.at("m")) * (1 + 1e-12));
+  }
+  EXPECT_EQ(blocks, 18 * 4);  // J_0, Jhat_0, J_1, Jhat_1 per case
+}
+
+TEST_F(CliNetworkTest, VerifyEq89WritesProductsGradientsAndPaths) {
+  const std::string out = path("eq89");
+  const RunOutcome r = run({"verify", "eq89", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv prod = read_csv(out + "/eq89_products.csv");
+  for (const char* col : {"init", "equation", "depth", "kappa", "kappa_eff", "kappa_ln1c", "rank", "status", "kappa_J0"})
+    EXPECT_TRUE(prod.has(col)) << "eq89_products.csv lacks column " << col;
+  ASSERT_EQ(prod.rows.size(), 3u * 2u * 12u);
+  for (const auto& row : prod.rows) {
+    const long n = std::stol(row.at("n")), d = std::stol(row.at("d"));
+    if (row.at("equation") == "eq9") {
+      // Without skips the first factor goes through LayerNorm, which kills 1 per token.
+      EXPECT_LE(std::stol(row.at("rank")), n * (d - 1)) << row.at("init") << " depth " << row.at("depth");
+      EXPECT_EQ(row.at("status"), "singular");
+    }
+  }
+  const Csv paths = read_csv(out + "/eq89_paths.csv");
+  ASSERT_FALSE(paths.rows.empty());
+  for (const auto& row : paths.rows)
+    if (row.at("path_length") == "0") EXPECT_NEAR(num(row.at("norm")), 1.0, 1e-12);  // the direct path carries g, ‖g‖ = 1
+  const Csv grads = read_csv(out + "/eq89_gradients.csv");
+  for (const auto& row : grads.rows)
+    if (row.at("layer") == "12") EXPECT_NEAR(num(row.at("grad_x_norm")), 1.0, 1e-12);
+}
+
+TEST_F(CliNetworkTest, SpectrumDenseMatchesTheLibraryOnFileWeights_n6_d8) {
+  const jacond::Index n = 6, d = 8, heads = 2;
+  const jacond::BlockWeights w = jacond::test::random_block(d, heads, 4 * d, 21);
+  const jacond::Mat X = jacond::test::random_tokens(n, d, 5);
+  jacond::models::TensorMap tw, tt;
+  jacond::models::block_to_timm(w, 0, tw);
+  jacond::models::save_safetensors(path("w.safetensors"), tw);
+  tt["tokens"] = jacond::models::to_torch(X);
+  jacond::models::save_safetensors(path("t.safetensors"), tt);
+
+  const std::string out = path("spec");
+  const RunOutcome r = run({"spectrum", "--matrix", "K_sa", "--weights", path("w.safetensors"), "--tokens", path("t.safetensors"),
+                     "--heads", "2", "--method", "dense", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/spectrum.csv");
+  ASSERT_EQ(csv.header, (std::vector<std::string>{"index", "sigma", "sigma_over_max"}));
+  ASSERT_EQ(csv.rows.size(), static_cast<size_t>(n * d));
+  // Library: dense closed form of K_sa at LN1(X) (analysis/jacobians.h).
+  const jacond::LayerNormCache ln = jacond::layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps);
+  jacond::Vec sv = jacond::singular_values(jacond::attention_jacobian(w, jacond::attention_forward(w, ln.y)));
+  std::sort(sv.data(), sv.data() + sv.size(), std::greater<double>());
+  for (size_t i = 0; i < csv.rows.size(); ++i) {
+    EXPECT_NEAR(num(csv.rows[i].at("sigma")), sv(i), 1e-10 * sv(0)) << "sigma " << i;
+    if (i > 0) EXPECT_LE(num(csv.rows[i].at("sigma")), num(csv.rows[i - 1].at("sigma")));
+  }
+  EXPECT_TRUE(fs::exists(out + "/run.json"));
+}
+
+TEST_F(CliNetworkTest, SpectrumSlqWritesDensityAndNodes_Ksab_n8_d16) {
+  const std::string out = path("slq");
+  const RunOutcome r = run({"spectrum", "--matrix", "K_sab", "--skip", "full", "--init", "ours", "--n", "8", "--d", "16", "--heads",
+                     "2", "--method", "slq", "--probes", "4", "--steps", "30", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv rho = read_csv(out + "/density.csv");
+  ASSERT_EQ(rho.header, (std::vector<std::string>{"log10_sigma", "sigma", "density"}));
+  double integral = 0;
+  for (size_t i = 1; i < rho.rows.size(); ++i)
+    integral += 0.5 * (num(rho.rows[i].at("density")) + num(rho.rows[i - 1].at("density"))) *
+                (num(rho.rows[i].at("log10_sigma")) - num(rho.rows[i - 1].at("log10_sigma")));
+  EXPECT_NEAR(integral, 1.0, 0.01);
+  const Csv nodes = read_csv(out + "/nodes.csv");
+  double total = 0;
+  for (const auto& row : nodes.rows) total += num(row.at("weight"));
+  EXPECT_NEAR(total, 1.0, 1e-10);
+}
+
+TEST_F(CliNetworkTest, SpectrumOfParameterJacobianIsWideAndDense_n4_d8) {
+  const std::string out = path("jl");
+  const RunOutcome r = run({"spectrum", "--matrix", "J_l", "--n", "4", "--d", "8", "--heads", "2", "--skip", "full", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/spectrum.csv");
+  EXPECT_EQ(csv.rows.size(), 32u);  // min(nd, 4d² + 4d) = 32
+  const RunOutcome r2 = run({"spectrum", "--matrix", "Jhat_l", "--n", "4", "--d", "8", "--heads", "2", "--method", "slq", "--probes",
+                      "2", "--steps", "10", "--out", path("jhat")});
+  ASSERT_TRUE(r2.exited && r2.code == 0) << r2.describe();
+  EXPECT_TRUE(fs::exists(path("jhat") + "/density.csv"));
+}
+
+TEST_F(CliNetworkTest, BadFlagsGiveOneLineErrors) {
+  expect_one_line_error({"spectrum", "--matrix", "K_xx"}, "K_xx");
+  expect_one_line_error({"spectrum", "--n", "4"}, "--matrix");
+  expect_one_line_error({"spectrum", "--matrix", "K_sa", "--method", "fancy"}, "fancy");
+  expect_one_line_error({"spectrum", "--matrix", "K_sa", "--width", "0"}, "--width");
+  expect_one_line_error({"spectrum", "--matrix", "K_sa", "--skip", "sometimes"}, "sometimes");
+  expect_one_line_error({"spectrum", "--matrix", "K_sa", "--bogus"}, "bogus");
+  expect_one_line_error({"verify", "eq7"}, "eq7");
+}
+
+}  // namespace
