@@ -3,11 +3,43 @@
 #include <stdexcept>
 
 #include "analysis/jacobians.h"
+#include "analysis/operators.h"
 
 namespace jacond {
 
+KappaRoute parse_kappa_route(const std::string& s) {
+  if (s == "auto") return KappaRoute::kAuto;
+  if (s == "dense" || s == "fast") return KappaRoute::kFast;
+  if (s == "svd") return KappaRoute::kSvd;
+  if (s == "lanczos") return KappaRoute::kLanczos;
+  throw std::invalid_argument("unknown kappa method '" + s + "' (expected auto|dense|fast|svd|lanczos)");
+}
+
+std::string to_string(KappaRoute r) {
+  switch (r) {
+    case KappaRoute::kFast: return "dense";
+    case KappaRoute::kSvd: return "svd";
+    case KappaRoute::kLanczos: return "lanczos";
+    case KappaRoute::kAuto: return "auto";
+  }
+  return "?";
+}
+
+KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
+  if (opt.route != KappaRoute::kAuto) return opt.route;
+  return n * d <= opt.auto_dense_max ? KappaRoute::kFast : KappaRoute::kLanczos;
+}
+
 ConditionReport condition_dense(const Mat& A, const std::string& name, KappaRoute route) {
-  return route == KappaRoute::kSvd ? condition_svd(A, name) : condition_fast(A, name);
+  switch (route) {
+    case KappaRoute::kSvd: return condition_svd(A, name);
+    case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
+    case KappaRoute::kAuto:
+      return std::max(A.rows(), A.cols()) <= BlockReportOptions{}.auto_dense_max ? condition_fast(A, name)
+                                                                                : condition_lanczos(DenseMatrixOp(A), name).report;
+    case KappaRoute::kFast: break;
+  }
+  return condition_fast(A, name);
 }
 
 namespace {
@@ -19,6 +51,45 @@ std::vector<Mat> restrict_blocks(const std::vector<Mat>& blocks, const std::vect
   return out;
 }
 
+// κ bracket of one operator, with the caller's warm starts (read, then overwritten).
+template <typename Op>
+ConditionReport lanczos_report(const Op& op, const std::string& matrix, const std::string& space,
+                               const BlockReportOptions& opt) {
+  const std::string key = matrix + "/" + space;
+  GklWarmStart start;
+  if (opt.warm) {
+    auto it = opt.warm->find(key);
+    if (it != opt.warm->end()) start = it->second;
+  }
+  LanczosCondition r = condition_lanczos(op, matrix, opt.lanczos, start);
+  if (opt.warm) (*opt.warm)[key] = r.warm;
+  r.report.space = space;
+  return r.report;
+}
+
+// The matrix-free half of block_reports: every nd × nd matrix through its operator.
+void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
+                     std::vector<ConditionReport>& out) {
+  out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, AttentionPart::kFull), "K_sa", "full", opt));
+  out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, AttentionPart::kB), "B_sa", "full", opt));
+  out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, AttentionPart::kE), "E_sa", "full", opt));
+  if (!opt.sub_blocks) return;
+  const bool can_restrict = w.d >= 3;
+  const SabJacobianOp sab(w, f);
+  out.push_back(lanczos_report(sab, "K_sab", "full", opt));
+  if (!sab_residual(skip) && can_restrict) {
+    const LayerNormComplement basis(f.ln1.x_hat);
+    out.push_back(lanczos_report(LnComplementOp<SabJacobianOp>(sab, basis), "K_sab", "ln-complement", opt));
+  }
+  out.push_back(lanczos_report(MlpJacobianOp(w, f.mlp), "K_mlp", "full", opt));
+  const FfnJacobianOp ffn(w, f);
+  out.push_back(lanczos_report(ffn, "K_ffn", "full", opt));
+  if (!ffn_residual(skip) && can_restrict) {
+    const LayerNormComplement basis(f.ln2.x_hat);
+    out.push_back(lanczos_report(LnComplementOp<FfnJacobianOp>(ffn, basis), "K_ffn", "ln-complement", opt));
+  }
+}
+
 }  // namespace
 
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
@@ -27,15 +98,17 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
   const BlockForward f = block_forward(w, X, skip);
   const Index n = X.rows();
   std::vector<ConditionReport> out;
+  const KappaRoute route = resolve_route(opt, n, w.d);
+  if (route == KappaRoute::kLanczos) lanczos_reports(w, f, skip, opt, out);
 
-  {
+  if (route != KappaRoute::kLanczos) {
     const Mat K = attention_jacobian(w, f.attn, AttentionPart::kFull);
-    out.push_back(condition_dense(K, "K_sa", opt.route));
-    out.push_back(condition_dense(attention_jacobian(w, f.attn, AttentionPart::kB), "B_sa", opt.route));
-    out.push_back(condition_dense(attention_jacobian(w, f.attn, AttentionPart::kE), "E_sa", opt.route));
+    out.push_back(condition_dense(K, "K_sa", route));
+    out.push_back(condition_dense(attention_jacobian(w, f.attn, AttentionPart::kB), "B_sa", route));
+    out.push_back(condition_dense(attention_jacobian(w, f.attn, AttentionPart::kE), "E_sa", route));
   }
 
-  if (opt.sub_blocks) {
+  if (opt.sub_blocks && route != KappaRoute::kLanczos) {
     const bool can_restrict = w.d >= 3;
     std::vector<Mat> ln1_bases, ln2_bases;
     if (can_restrict) {
@@ -45,9 +118,9 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
       }
     }
     const Mat Ksab = sab_jacobian(w, f);
-    out.push_back(condition_dense(Ksab, "K_sab", opt.route));
+    out.push_back(condition_dense(Ksab, "K_sab", route));
     if (!sab_residual(skip) && can_restrict) {
-      ConditionReport r = condition_dense(right_multiply_tokenwise(Ksab, n, ln1_bases), "K_sab", opt.route);
+      ConditionReport r = condition_dense(right_multiply_tokenwise(Ksab, n, ln1_bases), "K_sab", route);
       r.space = "ln-complement";
       out.push_back(r);
     }

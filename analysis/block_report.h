@@ -14,25 +14,48 @@
 // space and on space = "ones-complement".
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "analysis/block.h"
 #include "analysis/condition.h"
+#include "analysis/gkl.h"
 
 namespace jacond {
 
-enum class KappaRoute { kFast, kSvd };  // LU/QR + Lanczos, or the full spectrum
+/// How κ of the nd × nd matrices is computed:
+///   kFast     dense, exact: LU/QR + Lanczos (condition_fast; K_mlp/K_ffn per-token SVDs)
+///   kSvd      dense, exact: the full spectrum
+///   kLanczos  matrix-free certified bracket (analysis/gkl.h) on the operators of
+///             analysis/operators.h: K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn (and ln-complements)
+///   kAuto     kFast when n·d ≤ BlockReportOptions::auto_dense_max, else kLanczos
+/// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
+enum class KappaRoute { kFast, kSvd, kLanczos, kAuto };
+
+/// "auto" | "dense" (= "fast") | "fast" | "svd" | "lanczos"; anything else throws
+/// std::invalid_argument naming the value.
+KappaRoute parse_kappa_route(const std::string& s);
+std::string to_string(KappaRoute r);
 
 struct BlockReportOptions {
   KappaRoute route = KappaRoute::kFast;
   bool per_head = true;         // softmax and attention per head
   bool sub_blocks = true;       // K_sab, K_mlp, K_ffn (otherwise only K_sa, B_sa, E_sa)
+  Index auto_dense_max = 4096;  // kAuto: dense when n·d ≤ this
+  GklOptions lanczos;           // kLanczos: per-matrix budget (max_seconds, max_products), tolerance
+  /// kLanczos warm starts, keyed "matrix/space" (e.g. "K_sab/full"): read if present, then
+  /// overwritten with this call's vectors, so a sweep or a series of checkpoints can chain.
+  std::map<std::string, GklWarmStart>* warm = nullptr;
 };
+
+/// The route block_reports takes for an n × d input (resolves kAuto).
+KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d);
 
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
                                            const BlockReportOptions& opt = {});
 
-/// κ of a dense matrix by the chosen route.
+/// κ of a dense matrix by the chosen route (kLanczos runs GKL on the dense matrix; kAuto by size).
 ConditionReport condition_dense(const Mat& A, const std::string& name, KappaRoute route);
 
 /// Spectral norm of E_sa and σ_min of B_sa etc. are read from the reports; this finds one.

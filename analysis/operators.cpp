@@ -1,5 +1,8 @@
 #include "analysis/operators.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace jacond {
 
 namespace {
@@ -70,36 +73,92 @@ Mat TokenBlockDiagonalOp::apply_transpose(const Mat& G) const {
   return out;
 }
 
+Mat LayerNormJacobianOp::project(const Mat& dX) const {
+  const double d = static_cast<double>(d_in());
+  const Vec mean = dX.rowwise().mean();
+  const Vec inner = (c_.x_hat.array() * dX.array()).rowwise().sum() / d;  // ⟨x̂, dx⟩/d per token
+  Mat out = dX;
+  out.colwise() -= mean;
+  out -= (c_.x_hat.array().colwise() * inner.array()).matrix();
+  return (out.array().colwise() * c_.inv_sigma.array()).matrix();
+}
+
+Mat LayerNormJacobianOp::apply(const Mat& dX) const {
+  return (project(dX).array().rowwise() * gamma_.transpose().array()).matrix();
+}
+
+Mat LayerNormJacobianOp::apply_transpose(const Mat& G) const {
+  return project((G.array().rowwise() * gamma_.transpose().array()).matrix());
+}
+
+MlpJacobianOp::MlpJacobianOp(const BlockWeights& w, const MlpCache& c)
+    : w_(w), gelu_prime_(c.pre.unaryExpr([](double z) { return gelu_derivative(z); })) {}
+
+Mat MlpJacobianOp::apply(const Mat& dX) const { return (dX * w_.W1).cwiseProduct(gelu_prime_) * w_.W2; }
+
+Mat MlpJacobianOp::apply_transpose(const Mat& G) const {
+  return (G * w_.W2.transpose()).cwiseProduct(gelu_prime_) * w_.W1.transpose();
+}
+
 SabJacobianOp::SabJacobianOp(const BlockWeights& w, const BlockForward& f)
-    : w_(w), f_(f), ln1_(layernorm_jacobian(w.ln1_gamma, f.ln1)), attn_(w, f.attn) {}
+    : w_(w), f_(f), ln1_(w.ln1_gamma, f.ln1), attn_(w, f.attn) {}
 
 Mat SabJacobianOp::apply(const Mat& dX) const {
-  Mat out = attn_.apply(TokenBlockDiagonalOp(ln1_).apply(dX));
+  Mat out = attn_.apply(ln1_.apply(dX));
   if (sab_residual(f_.skip)) out += dX;
   return out;
 }
 
 Mat SabJacobianOp::apply_transpose(const Mat& G) const {
-  Mat out = TokenBlockDiagonalOp(ln1_).apply_transpose(attn_.apply_transpose(G));
+  Mat out = ln1_.apply_transpose(attn_.apply_transpose(G));
   if (sab_residual(f_.skip)) out += G;
   return out;
 }
 
 FfnJacobianOp::FfnJacobianOp(const BlockWeights& w, const BlockForward& f)
-    : w_(w), f_(f), ln2_(layernorm_jacobian(w.ln2_gamma, f.ln2)),
-      gelu_prime_(f.mlp.pre.unaryExpr([](double z) { return gelu_derivative(z); })) {}
+    : w_(w), f_(f), ln2_(w.ln2_gamma, f.ln2), mlp_(w, f.mlp) {}
 
 Mat FfnJacobianOp::apply(const Mat& dX) const {
-  const Mat dY = TokenBlockDiagonalOp(ln2_).apply(dX);
-  Mat out = (dY * w_.W1).cwiseProduct(gelu_prime_) * w_.W2;
+  Mat out = mlp_.apply(ln2_.apply(dX));
   if (ffn_residual(f_.skip)) out += dX;
   return out;
 }
 
 Mat FfnJacobianOp::apply_transpose(const Mat& G) const {
-  const Mat gPre = (G * w_.W2.transpose()).cwiseProduct(gelu_prime_);
-  Mat out = TokenBlockDiagonalOp(ln2_).apply_transpose(gPre * w_.W1.transpose());
+  Mat out = ln2_.apply_transpose(mlp_.apply_transpose(G));
   if (ffn_residual(f_.skip)) out += G;
+  return out;
+}
+
+LayerNormComplement::LayerNormComplement(const Mat& x_hat) : d_(x_hat.cols()) {
+  if (d_ < 3) throw std::invalid_argument("LayerNormComplement: need d >= 3, got d=" + std::to_string(d_));
+  qr_.reserve(x_hat.rows());
+  Mat span(d_, 2);
+  for (Index i = 0; i < x_hat.rows(); ++i) {
+    span.col(0).setOnes();
+    span.col(1) = x_hat.row(i).transpose();  // as layernorm_complement_basis
+    qr_.emplace_back(span);
+  }
+}
+
+// C_i = Q_i[:, 2:], Q_i the full orthogonal factor of the QR of [1, x̂_i].
+Mat LayerNormComplement::expand(const Mat& Cc) const {
+  Mat out(n(), d_);
+  Vec t(d_);
+  for (Index i = 0; i < n(); ++i) {
+    t.head(2).setZero();
+    t.tail(d_ - 2) = Cc.row(i).transpose();
+    out.row(i) = (qr_[i].householderQ() * t).transpose();
+  }
+  return out;
+}
+
+Mat LayerNormComplement::reduce(const Mat& Y) const {
+  Mat out(n(), d_ - 2);
+  for (Index i = 0; i < n(); ++i) {
+    const Vec t = qr_[i].householderQ().transpose() * Y.row(i).transpose();
+    out.row(i) = t.tail(d_ - 2).transpose();
+  }
   return out;
 }
 

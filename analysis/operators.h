@@ -10,6 +10,8 @@
 // analysis/jacobians.h, which the tests compare them against.
 #pragma once
 
+#include <vector>
+
 #include "analysis/block.h"
 #include "analysis/jacobians.h"
 #include "analysis/types.h"
@@ -73,6 +75,43 @@ class TokenBlockDiagonalOp : public TokenOperator<TokenBlockDiagonalOp> {
   const TokenBlockDiagonal& J_;
 };
 
+/// LayerNorm Jacobian applied per token without forming it (DESIGN §2):
+///   ∂y/∂x = diag(γ) σ⁻¹ (I − 11ᵀ/d − x̂ x̂ᵀ/d);  the middle factor is symmetric, so
+///   JVP: dy = γ ∘ σ⁻¹ (dx − mean(dx) − x̂ ⟨x̂, dx⟩/d),   VJP: g ↦ σ⁻¹ (g' − mean(g') − x̂ ⟨x̂, g'⟩/d), g' = γ ∘ g.
+/// Holds references to γ and the cache (O(nd)).
+class LayerNormJacobianOp : public TokenOperator<LayerNormJacobianOp> {
+ public:
+  LayerNormJacobianOp(const Vec& gamma, const LayerNormCache& c) : gamma_(gamma), c_(c) {}
+  Index n_in() const { return c_.x_hat.rows(); }
+  Index d_in() const { return c_.x_hat.cols(); }
+  Index n_out() const { return c_.x_hat.rows(); }
+  Index d_out() const { return c_.x_hat.cols(); }
+  Mat apply(const Mat& dX) const;
+  Mat apply_transpose(const Mat& G) const;
+
+ private:
+  Mat project(const Mat& dX) const;  // rows: σ⁻¹ (I − 11ᵀ/d − x̂x̂ᵀ/d) dx
+  const Vec& gamma_;
+  const LayerNormCache& c_;
+};
+
+/// K_mlp, the bare MLP at its input Y = LN2(X1), per token: dy = (dx W_1 ∘ gelu'(pre)) W_2.
+/// Stores gelu'(pre) (n × hidden); never forms the per-token d × d blocks.
+class MlpJacobianOp : public TokenOperator<MlpJacobianOp> {
+ public:
+  MlpJacobianOp(const BlockWeights& w, const MlpCache& c);
+  Index n_in() const { return gelu_prime_.rows(); }
+  Index d_in() const { return w_.d; }
+  Index n_out() const { return gelu_prime_.rows(); }
+  Index d_out() const { return w_.d; }
+  Mat apply(const Mat& dX) const;
+  Mat apply_transpose(const Mat& G) const;
+
+ private:
+  const BlockWeights& w_;
+  Mat gelu_prime_;  // n × hidden
+};
+
 /// K_sab = K_sa(LN1 X) · J_LN1 (+ I): the attention sub-block with its pre-norm.
 class SabJacobianOp : public TokenOperator<SabJacobianOp> {
  public:
@@ -87,7 +126,7 @@ class SabJacobianOp : public TokenOperator<SabJacobianOp> {
  private:
   const BlockWeights& w_;
   const BlockForward& f_;
-  TokenBlockDiagonal ln1_;
+  LayerNormJacobianOp ln1_;
   AttentionJacobianOp attn_;
 };
 
@@ -105,8 +144,64 @@ class FfnJacobianOp : public TokenOperator<FfnJacobianOp> {
  private:
   const BlockWeights& w_;
   const BlockForward& f_;
-  TokenBlockDiagonal ln2_;
-  Mat gelu_prime_;  // n × hidden
+  LayerNormJacobianOp ln2_;
+  MlpJacobianOp mlp_;
+};
+
+/// Per-token orthonormal bases C_i (d × (d − 2)) of the complement of span{1, x̂_i}, the
+/// structural (near-)nullspace of LayerNorm's Jacobian, kept in factored form: the two
+/// Householder reflectors of the QR of [1, x̂_i] (O(nd) memory), so C_i c and C_iᵀ y cost O(d).
+/// C_i equals layernorm_complement_basis(x̂_i) (analysis/jacobians.h) column for column.
+class LayerNormComplement {
+ public:
+  explicit LayerNormComplement(const Mat& x_hat);
+  Index n() const { return static_cast<Index>(qr_.size()); }
+  Index d() const { return d_; }
+  /// Row i of the result is (C_i Cc.row(i)ᵀ)ᵀ: n × (d − 2) -> n × d.
+  Mat expand(const Mat& Cc) const;
+  /// Row i of the result is (C_iᵀ Y.row(i)ᵀ)ᵀ: n × d -> n × (d − 2).
+  Mat reduce(const Mat& Y) const;
+
+ private:
+  Index d_ = 0;
+  std::vector<Eigen::HouseholderQR<Mat>> qr_;
+};
+
+/// K · blockdiag_i(C_i): an nd × n(d − 2) operator, the restriction of a token operator's input
+/// to the LayerNorm complement (the `ln-complement` space of analysis/block_report.h). Input
+/// vec index j + b·n is token j, complement coordinate b (as right_multiply_tokenwise).
+template <typename Inner>
+class LnComplementOp : public TokenOperator<LnComplementOp<Inner>> {
+ public:
+  LnComplementOp(const Inner& inner, const LayerNormComplement& basis) : inner_(inner), basis_(basis) {}
+  Index n_in() const { return basis_.n(); }
+  Index d_in() const { return basis_.d() - 2; }
+  Index n_out() const { return inner_.n_out(); }
+  Index d_out() const { return inner_.d_out(); }
+  Mat apply(const Mat& dC) const { return inner_.apply(basis_.expand(dC)); }
+  Mat apply_transpose(const Mat& G) const { return basis_.reduce(inner_.apply_transpose(G)); }
+
+ private:
+  const Inner& inner_;
+  const LayerNormComplement& basis_;
+};
+
+/// A dense matrix as an operator (tests, and condition_dense with the lanczos route).
+class DenseMatrixOp {
+ public:
+  using Scalar = double;
+  explicit DenseMatrixOp(const Mat& A) : A_(A) {}
+  Index rows() const { return A_.rows(); }
+  Index cols() const { return A_.cols(); }
+  void perform_op(const Scalar* x, Scalar* y) const {
+    Eigen::Map<Vec>(y, A_.rows()).noalias() = A_ * Eigen::Map<const Vec>(x, A_.cols());
+  }
+  void perform_op_transpose(const Scalar* x, Scalar* y) const {
+    Eigen::Map<Vec>(y, A_.cols()).noalias() = A_.transpose() * Eigen::Map<const Vec>(x, A_.rows());
+  }
+
+ private:
+  const Mat& A_;
 };
 
 /// Dense matrix of any operator, column by column (for tests and small sizes).

@@ -60,6 +60,7 @@
 #include "analysis/condition.h"
 #include "analysis/jacobians.h"
 #include "analysis/threads.h"
+#include "experiments/bench_lanczos.h"
 #include "experiments/cli_common.h"
 #include "experiments/commands.h"
 #include "models/bridge.h"
@@ -645,6 +646,9 @@ int run_bench_dense(int argc, char** argv, const po::variables_map& vm) {
 }  // namespace
 
 int run_bench(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "lanczos") return run_bench_lanczos(argc, argv);
+  // `bench train` has options of its own (experiments/bench_train.cpp).
+  if (argc >= 2 && std::string(argv[1]) == "train") return run_bench_train(argc - 1, argv + 1);
   po::options_description opts("jacond bench dense [options]\n\n"
                                "Times jacond's exact kappa(K_sa) (bare self-attention Jacobian) against PyTorch's\n"
                                "autograd.functional.jacobian + linalg.svdvals on the same weights, in one run.\n\n"
@@ -680,14 +684,14 @@ int run_bench(int argc, char** argv) {
   po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
   if (vm.count("help")) {
     std::cout << "usage: jacond bench <benchmark> [options]\n\nbenchmarks:\n  dense   exact kappa of the dense "
-                 "K_sa vs the PyTorch route\n\n"
+                 "K_sa vs the PyTorch route\n  lanczos matrix-free certified kappa brackets at ViT-S/B sizes (jacond bench lanczos --help)\n\n"
               << opts << "\n";
     return 0;
   }
   po::notify(vm);
-  if (!vm.count("benchmark")) throw std::invalid_argument("missing benchmark name (available: dense)");
+  if (!vm.count("benchmark")) throw std::invalid_argument("missing benchmark name (available: dense, lanczos)");
   const std::string name = vm["benchmark"].as<std::string>();
-  if (name != "dense") throw std::invalid_argument("unknown benchmark '" + name + "' (available: dense)");
+  if (name != "dense") throw std::invalid_argument("unknown benchmark '" + name + "' (available: dense, lanczos)");
   return run_bench_dense(argc, argv, vm);
 }
 

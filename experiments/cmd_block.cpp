@@ -1,5 +1,7 @@
 // `jacond block`: condition reports of one block's Jacobians (analysis/block_report.h).
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <iostream>
 
 #include "analysis/block_report.h"
@@ -14,26 +16,41 @@ namespace po = boost::program_options;
 
 int run_block(int argc, char** argv) {
   BlockSource src;
-  std::string skip = "none", kappa = "fast", out_dir;
+  std::string skip = "none", kappa = "fast", method = "auto", out_dir;
   int threads = 2;
+  GklOptions gkl;
   po::options_description desc("jacond block: condition numbers of one ViT block's Jacobians\n"
                                "matrices: K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention");
   desc.add_options()("help,h", "this help");
   src.add_options(desc);
   desc.add_options()
       ("skip", po::value(&skip)->default_value(skip), "residuals: none | full | sab | ffn")
-      ("kappa", po::value(&kappa)->default_value(kappa), "fast (LU/QR + Lanczos, exact) | svd (full spectrum)")
+      ("method", po::value(&method)->default_value(method),
+       "auto (dense when n*d <= 4096, else lanczos) | dense (exact) | lanczos (matrix-free certified bracket; "
+       "exit code 3 if a bracket did not converge)")
+      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum)")
+      ("lanczos-seconds", po::value(&gkl.max_seconds)->default_value(gkl.max_seconds), "lanczos: seconds per matrix")
+      ("lanczos-tol", po::value(&gkl.tolerance)->default_value(gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
+      ("lanczos-basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "lanczos: Krylov basis before a restart")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir), "write DIR/results.csv and DIR/run.json");
   if (!parse_options(argc, argv, desc)) return 0;
   if (kappa != "fast" && kappa != "svd") throw std::invalid_argument("--kappa must be fast or svd, got '" + kappa + "'");
+  if (method != "auto" && method != "dense" && method != "lanczos")
+    throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
+  if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
+    throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0 and --lanczos-basis >= 2");
+  gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
   if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
   set_threads(threads);
   const SkipMode mode = parse_skip_mode(skip);
   const LoadedBlock blk = load_block(src);
 
   BlockReportOptions opt;
-  opt.route = kappa == "svd" ? KappaRoute::kSvd : KappaRoute::kFast;
+  opt.lanczos = gkl;
+  opt.route = parse_kappa_route(method);
+  opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
+  if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
   const std::vector<ConditionReport> reports = block_reports(blk.weights, blk.tokens, mode, opt);
 
   std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads
@@ -42,21 +59,34 @@ int run_block(int argc, char** argv) {
                                  : " init=" + src.init + " seed=" + std::to_string(src.seed))
             << "\n";
   print_reports(reports);
+  bool all_converged = true;
+  for (const auto& r : reports) {
+    if (r.method != "gkl") continue;
+    all_converged = all_converged && r.status != Status::kNotConverged;
+    std::printf("  %s%s: kappa in [%.6e, %.6e] (%s, %lld products, %.1f s) %s\n", r.matrix.c_str(),
+                r.space == "full" ? "" : (" on " + r.space).c_str(), r.kappa_lo, r.kappa_hi, to_string(r.status).c_str(),
+                static_cast<long long>(r.products), r.seconds, r.note.c_str());
+  }
 
   if (!out_dir.empty()) {
     ensure_directory(out_dir);
-    ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "skip", "n", "d", "heads", "logit_scale"});
+    ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "skip", "n", "d", "heads", "logit_scale",
+                        "route"});
     const std::vector<std::string> knobs = {src.from_files() ? src.weights : "init", src.from_files() ? "" : src.init,
                                             fmt(src.alpha), fmt(src.beta), fmt(src.c), std::to_string(src.seed),
                                             std::to_string(src.layer), skip, std::to_string(blk.tokens.rows()),
                                             std::to_string(blk.weights.d), std::to_string(blk.weights.heads),
-                                            fmt(blk.weights.effective_logit_scale())};
+                                            fmt(blk.weights.effective_logit_scale()), to_string(opt.route)};
     for (const auto& r : reports) table.add(knobs, r);
     write_file_atomic(out_dir + "/results.csv", table.to_csv());
     nlohmann::json meta = run_metadata(argc, argv);
     meta["rows"] = table.size();
     write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
     std::cout << "wrote " << out_dir << "/results.csv (" << table.size() << " rows) and run.json\n";
+  }
+  if (!all_converged) {
+    std::cerr << "jacond block: some lanczos brackets did not converge (status not-converged; best brackets reported)\n";
+    return 3;
   }
   return 0;
 }

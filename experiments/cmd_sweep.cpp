@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "analysis/block_report.h"
 #include "analysis/threads.h"
@@ -17,6 +18,8 @@ namespace po = boost::program_options;
 
 int run_sweep(int argc, char** argv) {
   std::string alpha_spec = "0:4:1", beta_spec = "0:2:0.5", c_spec = "3", skip = "none", kappa = "fast", out_dir;
+  std::string method = "auto";
+  GklOptions gkl;
   std::string init = "ours";
   int seeds = 2, threads = 2;
   int64_t n = 16, d = 32, heads = 2, mlp_ratio = 4;
@@ -34,13 +37,21 @@ int run_sweep(int argc, char** argv) {
       ("mlp-ratio", po::value(&mlp_ratio)->default_value(mlp_ratio), "MLP hidden / d")
       ("logit-scale", po::value(&logit_scale)->default_value(logit_scale), "0 = 1/sqrt(d_h)")
       ("skip", po::value(&skip)->default_value(skip), "none | full | sab | ffn")
-      ("kappa", po::value(&kappa)->default_value(kappa), "fast | svd")
+      ("method", po::value(&method)->default_value(method),
+       "auto (dense when n*d <= 4096, else lanczos) | dense | lanczos (matrix-free bracket, warm-started along the grid)")
+      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast | svd")
+      ("lanczos-seconds", po::value(&gkl.max_seconds)->default_value(gkl.max_seconds), "lanczos: seconds per matrix")
+      ("lanczos-tol", po::value(&gkl.tolerance)->default_value(gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir)->default_value("results/sweep"), "output directory");
   if (!parse_options(argc, argv, desc)) return 0;
   if (seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
   if (n < 2) throw std::invalid_argument("--n must be >= 2");
   if (kappa != "fast" && kappa != "svd") throw std::invalid_argument("--kappa must be fast or svd");
+  if (method != "auto" && method != "dense" && method != "lanczos")
+    throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
+  if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0))
+    throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0");
   const std::vector<double> alphas = parse_range(alpha_spec, "alpha"), betas = parse_range(beta_spec, "beta"),
                             cs = parse_range(c_spec, "c");
   const SkipMode mode = parse_skip_mode(skip);
@@ -48,8 +59,13 @@ int run_sweep(int argc, char** argv) {
   ensure_directory(out_dir);
 
   BlockReportOptions opt;
-  opt.route = kappa == "svd" ? KappaRoute::kSvd : KappaRoute::kFast;
+  opt.lanczos = gkl;
+  opt.route = parse_kappa_route(method);
+  opt.route = resolve_route(opt, n, d);
+  if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
   opt.per_head = false;
+  std::map<std::string, GklWarmStart> warm;  // chained along the grid (lanczos route)
+  opt.warm = &warm;
   ResultsTable table({"init", "alpha", "beta", "c", "seed", "skip", "n", "d", "heads", "logit_scale"});
   const size_t total = alphas.size() * betas.size() * cs.size() * seeds;
   size_t done = 0;
