@@ -78,7 +78,8 @@ int run_audit(int argc, char** argv) {
   std::vector<std::string> paths;
   bool data_free = false;
   int64_t probe_size = 0, threads = 2;
-  std::string data_dir = models::kFashionMnistDir, method = "fast", matrices = "all", out_dir, skip = "full", norm = "pre";
+  double lanczos_seconds = 30;
+  std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre";
   int64_t heads = 0;
   po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
   desc.add_options()("help,h", "this help")
@@ -86,7 +87,8 @@ int run_audit(int argc, char** argv) {
       ("data-free", po::bool_switch(&data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
       ("probe-size", po::value(&probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
       ("data-dir", po::value(&data_dir)->default_value(data_dir), "Fashion-MNIST files for the probe batch")
-      ("method", po::value(&method)->default_value(method), "κ route: fast | svd")
+      ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | lanczos")
+      ("lanczos-seconds", po::value(&lanczos_seconds)->default_value(lanczos_seconds), "lanczos: seconds per matrix")
       ("matrices", po::value(&matrices)->default_value(matrices), "comma list of matrix names or all")
       ("heads", po::value(&heads)->default_value(0), "heads, for .safetensors files without jacond config")
       ("skip", po::value(&skip)->default_value(skip), "skip mode, for .safetensors files without jacond config")
@@ -106,8 +108,11 @@ int run_audit(int argc, char** argv) {
   flags_cfg.skip = models::parse_skip_kind(skip);
   flags_cfg.norm = models::parse_norm_placement(norm);
   models::TrackOptions opts;
-  if (method != "fast" && method != "svd") throw std::invalid_argument("--method must be fast or svd, got '" + method + "'");
-  opts.block.route = method == "svd" ? KappaRoute::kSvd : KappaRoute::kFast;
+  opts.block.route = parse_kappa_route(method);
+  if (!(lanczos_seconds > 0)) throw std::invalid_argument("--lanczos-seconds must be positive");
+  opts.block.lanczos.max_seconds = lanczos_seconds;
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
+  opts.warm = &warm;
   opts.matrices = models::parse_matrix_list(matrices);
 
   std::vector<std::string> all;

@@ -62,12 +62,12 @@
 #include "analysis/threads.h"
 #include "experiments/bench_lanczos.h"
 #include "experiments/cli_common.h"
+#include "experiments/python_route.h"
 #include "experiments/commands.h"
 #include "models/bridge.h"
 #include "models/init.h"
 #include "models/safetensors.h"
 
-extern char** environ;
 
 namespace jacond::cli {
 namespace {
@@ -179,75 +179,6 @@ RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spec
 // ---------------------------------------------------------------------------------------------
 // The Python route as a subprocess.
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-// Last `max_chars` of `text`, trimmed, newlines shown as " | " so it fits one error line.
-std::string one_line_tail(const std::string& text, size_t max_chars = 600) {
-  std::string t = text;
-  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-  if (t.size() > max_chars) t = "..." + t.substr(t.size() - max_chars);
-  std::string out;
-  for (char c : t) {
-    if (c == '\n')
-      out += " | ";
-    else if (c != '\r')
-      out += c;
-  }
-  return out.empty() ? "(empty stderr)" : out;
-}
-
-struct PythonRun {
-  int exit_code = -1;
-  double wall_s = 0;
-  std::string stdout_text, stderr_text;
-};
-
-// Runs argv with stdout/stderr redirected to files in `dir`, the three thread variables set to
-// `threads` and the rest of the environment inherited.
-PythonRun spawn_python(const std::vector<std::string>& argv, int threads, const std::string& dir) {
-  const std::string out_path = dir + "/torch_route.stdout", err_path = dir + "/torch_route.stderr";
-  std::vector<std::string> env_strings;
-  const std::vector<std::string> thread_vars = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"};
-  for (char** e = environ; e && *e; ++e) {
-    const std::string kv = *e;
-    const std::string key = kv.substr(0, kv.find('='));
-    if (std::find(thread_vars.begin(), thread_vars.end(), key) == thread_vars.end()) env_strings.push_back(kv);
-  }
-  for (const auto& v : thread_vars) env_strings.push_back(v + "=" + std::to_string(threads));
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  PythonRun run;
-  const auto t0 = Clock::now();
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error("torch route: cannot start " + argv[0] + ": " + std::strerror(rc));
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw std::runtime_error("torch route: waitpid failed: " + std::string(std::strerror(errno)));
-  }
-  run.wall_s = seconds_since(t0);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  run.stdout_text = read_text(out_path);
-  run.stderr_text = read_text(err_path);
-  return run;
-}
-
 struct TorchResult {
   RouteResult route;
   double wall_s = 0;  // whole subprocess: interpreter start, imports, loading, repeats
@@ -274,27 +205,10 @@ TorchResult run_torch_route(const std::string& python, const std::string& script
                                          std::to_string(threads),
                                          "--repeat",
                                          std::to_string(repeat)};
-  const PythonRun run = spawn_python(argv, threads, dir);
-  const std::string where = "torch route (N=" + std::to_string(s.N()) + ", " + python + " " + script + ")";
-  if (run.exit_code != 0)
-    throw std::runtime_error(where + " exited with status " + std::to_string(run.exit_code) +
-                             "; stderr: " + one_line_tail(run.stderr_text));
-  // The result is the last non-empty stdout line.
-  std::string line;
-  {
-    std::stringstream ss(run.stdout_text);
-    for (std::string l; std::getline(ss, l);)
-      if (l.find_first_not_of(" \t\r") != std::string::npos) line = l;
-  }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-    for (const char* key : {"jacobian_s", "svd_s", "total_s", "sigma_max", "sigma_min", "torch_version", "threads"})
-      if (!j.contains(key)) throw std::runtime_error(std::string("missing key ") + key);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(where + " printed no valid result line (" + e.what() + "): stdout '" +
-                             one_line_tail(line, 200) + "'; stderr: " + one_line_tail(run.stderr_text));
-  }
+  PythonRun run;
+  const nlohmann::json j = run_python_json(
+      argv, threads, dir, "torch route (N=" + std::to_string(s.N()) + ", " + python + " " + script + ")",
+      {"jacobian_s", "svd_s", "total_s", "sigma_max", "sigma_min", "torch_version", "threads"}, &run);
   TorchResult t;
   t.raw = j;
   t.wall_s = run.wall_s;

@@ -77,7 +77,10 @@ int run_train(int argc, char** argv) {
   track.add_options()
       ("track-every", po::value(&c.track_every)->default_value(c.track_every), "conditioning period in steps (0: off)")
       ("probe-size", po::value(&c.probe_size)->default_value(c.probe_size), "probe images: the first N test images")
-      ("track-method", po::value(&c.track_method)->default_value(c.track_method), "κ route: fast | svd")
+      ("track-method", po::value(&c.track_method)->default_value(c.track_method),
+       "κ route: auto (dense when n·d <= 4096, else lanczos) | dense | svd | lanczos")
+      ("track-seconds", po::value(&c.track_seconds)->default_value(c.track_seconds),
+       "lanczos: seconds per matrix before reporting the best bracket as not-converged")
       ("track-matrices", po::value(&c.track_matrices)->default_value(c.track_matrices),
        "comma list of K_sa,B_sa,E_sa,K_sab,K_mlp,K_ffn,softmax,attention or all");
   po::options_description desc("jacond train: a ViT on Fashion-MNIST, checkpoints and conditioning.csv");

@@ -86,8 +86,10 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
     const jacond::BlockWeights w = analysis_block(state, cfg, l, &mode);
     for (int64_t m = 0; m < probe_images.size(0); ++m) {
       const jacond::Mat X = to_eigen(inputs[l][m]);  // n×d tokens entering block l
+      TrackOptions o = options;
+      if (options.warm) o.block.warm = &(*options.warm)[{l, m}];
       std::vector<jacond::ConditionReport> reports =
-          cfg.norm == NormPlacement::kPre ? jacond::block_reports(w, X, mode, options.block) : post_norm_reports(w, X, options);
+          cfg.norm == NormPlacement::kPre ? jacond::block_reports(w, X, mode, o.block) : post_norm_reports(w, X, o);
       for (auto& r : reports)
         if (wanted(options.matrices, r.matrix)) out.push_back({m, l, std::move(r)});
     }

@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,9 @@ struct TrackOptions {
   jacond::BlockReportOptions block;  // route (method), per-head and sub-block switches
   /// Keep only these matrix names (empty: all). Matching is on ConditionReport::matrix.
   std::vector<std::string> matrices;
+  /// Lanczos warm starts per (layer, probe), carried across calls (training steps, checkpoints
+  /// in step order) when set; block.warm is ignored then.
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>>* warm = nullptr;
 };
 
 /// Reports of every layer for every probe image ([m, C, H, W], already normalised).

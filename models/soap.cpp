@@ -8,8 +8,14 @@ namespace jacond::models {
 
 namespace {
 
-// The matrix view of a parameter: [m, k] = [shape0, numel/shape0]; 1-D stays 1-D.
-torch::Tensor as_matrix(const torch::Tensor& t) { return t.dim() >= 2 ? t.reshape({t.size(0), -1}) : t; }
+// The matrix view of a parameter: leading size-1 dims dropped (pos_embed [1, n, d] -> [n, d],
+// cls_token [1, 1, d] -> [d]), then [m, k] = [shape0, numel/shape0] (a conv weight [o, i, p, p]
+// -> fan-out × fan-in [o, i·p·p]); what is left 1-D gets plain Adam.
+torch::Tensor as_matrix(const torch::Tensor& t) {
+  torch::Tensor v = t;
+  while (v.dim() > 1 && v.size(0) == 1) v = v.squeeze(0);
+  return v.dim() >= 2 ? v.reshape({v.size(0), -1}) : v;
+}
 
 // Eigenvectors of the symmetric S, columns ordered by descending eigenvalue (fp64 eigh).
 torch::Tensor eigenbasis_desc(const torch::Tensor& S) {
@@ -53,7 +59,7 @@ void Soap::step() {
     auto& p = params_[i];
     if (!p.grad().defined()) continue;
     const torch::Tensor grad = p.grad().detach();
-    if (p.dim() >= 2)
+    if (as_matrix(p).dim() >= 2)
       step_matrix(p, grad, state_[i], decay_[i]);
     else {
       State& s = state_[i];

@@ -1,8 +1,9 @@
 // SOAP: Shampoo with Adam in the Preconditioner's eigenbasis (Vyas et al., ICLR 2025), our C++
 // implementation of the paper's Algorithm 3 with the defaults of the public reference.
 //
-// For a parameter W with gradient G, viewed as a matrix [m, k] (2-D as is; a conv weight
-// [o, i, p, p] as [o, i·p·p]; 1-D parameters get plain Adam):
+// For a parameter W with gradient G, viewed as a matrix [m, k] (2-D as is; leading size-1 dims
+// dropped, so pos_embed [1, n, d] is [n, d]; a conv weight [o, i, p, p] as [o, i·p·p]); what is
+// 1-D after that (biases, LayerNorm, cls_token [1, 1, d]) gets plain Adam:
 //
 //   L ← β_s L + (1−β_s) G Gᵀ    (m×m)        R ← β_s R + (1−β_s) Gᵀ G    (k×k)
 //   Q_L, Q_R  eigenbases of L, R: eigh at the first step (that step only collects statistics

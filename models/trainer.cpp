@@ -21,15 +21,6 @@ namespace fs = std::filesystem;
 
 namespace jacond::models {
 
-namespace {
-// PENDING(#4): switch to analysis' parse_kappa_route once the matrix-free route lands.
-jacond::KappaRoute parse_kappa_route(const std::string& s) {
-  if (s == "fast" || s == "dense") return jacond::KappaRoute::kFast;
-  if (s == "svd") return jacond::KappaRoute::kSvd;
-  throw std::invalid_argument("--track-method must be fast | dense | svd, got '" + s + "'");
-}
-}  // namespace
-
 // ---------------------------------------------------------------------------------------------
 // Config
 
@@ -61,6 +52,7 @@ void TrainConfig::finalize() {
   if (stop_at < 0) throw std::invalid_argument("--stop-at must be >= 0");
   if (probe_size < 1) throw std::invalid_argument("--probe-size must be >= 1");
   parse_kappa_route(track_method);
+  if (!(track_seconds > 0)) throw std::invalid_argument("--track-seconds must be positive");
   parse_matrix_list(track_matrices);
 }
 
@@ -76,7 +68,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"threads", threads}, {"seed", seed}, {"device", device}, {"out_dir", out_dir},
           {"log_every", log_every}, {"print_every", print_every}, {"eval_every", eval_every},
           {"checkpoint_every", checkpoint_every}, {"keep", keep},
-          {"track_every", track_every}, {"probe_size", probe_size}, {"track_method", track_method},
+          {"track_every", track_every}, {"probe_size", probe_size}, {"track_method", track_method}, {"track_seconds", track_seconds},
           {"track_matrices", track_matrices}};
 }
 
@@ -97,7 +89,7 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     get("threads", c.threads); get("seed", c.seed); get("device", c.device); get("out_dir", c.out_dir);
     get("log_every", c.log_every); get("print_every", c.print_every); get("eval_every", c.eval_every);
     get("checkpoint_every", c.checkpoint_every); get("keep", c.keep);
-    get("track_every", c.track_every); get("probe_size", c.probe_size); get("track_method", c.track_method);
+    get("track_every", c.track_every); get("probe_size", c.probe_size); get("track_method", c.track_method); get("track_seconds", c.track_seconds);
     get("track_matrices", c.track_matrices);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("train config: ") + e.what());
@@ -352,6 +344,9 @@ TrainResult train(TrainConfig cfg, const std::string& resume_from, const nlohman
   const torch::Tensor probe = normalize_images(test_split.images.narrow(0, 0, cfg.probe_size));
   TrackOptions track;
   track.block.route = parse_kappa_route(cfg.track_method);
+  track.block.lanczos.max_seconds = cfg.track_seconds;
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
+  track.warm = &warm;
   track.matrices = parse_matrix_list(cfg.track_matrices);
   auto track_now = [&](int64_t step) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -359,7 +354,7 @@ TrainResult train(TrainConfig cfg, const std::string& resume_from, const nlohman
     for (const auto& r : reports) cond_log.line(conditioning_csv_row(step, r));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log << "[track] step " << step << ": " << reports.size() << " reports over " << cfg.model.depth << " layers in "
-        << std::fixed << std::setprecision(1) << secs << " s\n" << std::defaultfloat;
+        << std::fixed << std::setprecision(1) << secs << " s" << std::endl << std::defaultfloat;
   };
 
   TrainResult result;
@@ -438,7 +433,7 @@ TrainResult train(TrainConfig cfg, const std::string& resume_from, const nlohman
       const double eta = (total - step) * cfg.batch / ips;
       log << "step " << step << "/" << total << " | epoch " << epoch << " | loss " << std::fixed << std::setprecision(4)
           << loss_value << " | acc " << std::setprecision(3) << acc << " | lr " << std::scientific << std::setprecision(2)
-          << lr << " | " << std::fixed << std::setprecision(0) << ips << " img/s | ETA " << format_duration(eta) << "\n"
+          << lr << " | " << std::fixed << std::setprecision(0) << ips << " img/s | ETA " << format_duration(eta) << std::endl
           << std::defaultfloat;
     }
     const bool epoch_end = in_epoch == steps_per_epoch - 1;
@@ -449,7 +444,7 @@ TrainResult train(TrainConfig cfg, const std::string& resume_from, const nlohman
           << format_number(epoch_loss / epoch_seen) << "," << format_number(epoch_correct / epoch_seen);
       eval_log.line(row.str());
       log << "[eval] step " << step << ": test loss " << std::fixed << std::setprecision(4) << last_eval.loss
-          << ", test acc " << std::setprecision(4) << last_eval.acc << " (" << test_split.size() << " images)\n"
+          << ", test acc " << std::setprecision(4) << last_eval.acc << " (" << test_split.size() << " images)" << std::endl
           << std::defaultfloat;
     }
     if (cfg.track_every > 0 && (step % cfg.track_every == 0 || step == total)) track_now(step);

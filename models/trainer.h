@@ -64,7 +64,8 @@ struct TrainConfig {
   // Conditioning tracking.
   int64_t track_every = 100;  // 0 disables
   int64_t probe_size = 1;     // first probe_size test images
-  std::string track_method = "fast";     // analysis route: fast | svd (| auto | lanczos with #4)
+  std::string track_method = "auto";     // analysis route: auto | dense | svd | lanczos (analysis/block_report.h)
+  double track_seconds = 10;             // lanczos route: time budget per matrix (then not-converged + best bracket)
   std::string track_matrices = "all";    // comma list, see models/conditioning.h
 
   /// Resolves the optimizer defaults above and checks every field (one-line errors).

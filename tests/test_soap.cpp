@@ -179,6 +179,22 @@ TEST(Soap, MaxPrecondDimLeavesLongSidesUnpreconditioned) {
   EXPECT_TRUE(torch::isfinite(W).all().item<bool>());
 }
 
+// pos_embed-like [1, n, d] is preconditioned as [n, d] (not [1, n·d], whose n·d × n·d statistics
+// would cost O((nd)³) per refresh); cls_token-like [1, 1, d] gets Adam.
+TEST(Soap, LeadingUnitDimsAreDropped) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto pos = torch::zeros({1, 5, 4}, opts).requires_grad_();
+  auto cls = torch::zeros({1, 1, 4}, opts).requires_grad_();
+  Soap soap({pos, cls}, SoapOptions{});
+  pos.mutable_grad() = torch::ones({1, 5, 4}, opts);
+  cls.mutable_grad() = torch::ones({1, 1, 4}, opts);
+  soap.step();
+  ASSERT_TRUE(soap.eigenbasis(0, 0).defined());
+  EXPECT_EQ(soap.eigenbasis(0, 0).sizes(), (std::vector<int64_t>{5, 5}));
+  EXPECT_EQ(soap.eigenbasis(0, 1).sizes(), (std::vector<int64_t>{4, 4}));
+  EXPECT_FALSE(soap.eigenbasis(1, 0).defined());
+}
+
 TEST(Soap, StateRoundTripContinuesIdentically) {
   auto a = make_params();
   SoapOptions o;

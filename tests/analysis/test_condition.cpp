@@ -71,8 +71,12 @@ TEST_P(FastVsSvd, AgreeOnSigmaMaxSigmaMinAndKappa) {
   EXPECT_EQ(fast.status, Status::kExact) << fast.note;
   EXPECT_NE(fast.method, "dense-svd");
   EXPECT_NEAR(fast.sigma_max / svd.sigma_max, 1.0, test::kFastVsSvd);
-  EXPECT_NEAR(fast.sigma_min / svd.sigma_min, 1.0, test::kFastVsSvd);
-  EXPECT_NEAR(fast.kappa / c.kappa, 1.0, 1e-8);
+  // Both routes find σ_min with absolute error O(eps·σ_max) (backward stability + Weyl), i.e.
+  // relative error O(eps·κ): at κ = 1e8 no fp64 method can promise 1e-9, and the result then
+  // depends on BLAS threading. The allowance is the first-order bound with constant 4.
+  const double min_tol = std::max(test::kFastVsSvd, 4 * std::numeric_limits<double>::epsilon() * c.kappa);
+  EXPECT_NEAR(fast.sigma_min / svd.sigma_min, 1.0, min_tol);
+  EXPECT_NEAR(fast.kappa / c.kappa, 1.0, std::max(1e-9, min_tol));
   EXPECT_GT(fast.products, 0);
 }
 
