@@ -56,7 +56,7 @@ struct FashionMnistSplit {
 /// mismatch or a label outside [0, 10).
 FashionMnistSplit load_fashion_mnist(const std::string& dir, const std::string& split, int64_t limit = 0);
 
-/// Normalised float images [B, 1, H, W] of the examples `indices`.
+/// u8 images [B, 1, H, W] -> normalised float32 (x/255 − mean)/std.
 torch::Tensor normalize_images(const torch::Tensor& images_u8);
 
 /// Random crop (zero padding `pad`) and horizontal flip, per image, from `gen`. Input and output
