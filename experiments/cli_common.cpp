@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "analysis/threads.h"
+#include "models/checkpoint.h"
 
 namespace jacond::cli {
 
@@ -38,23 +39,7 @@ bool parse_options(int argc, char** argv, const boost::program_options::options_
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + path + " (cannot create " + tmp + ")");
-    out << contents;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write " + path + " (write failed)");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write " + path + ": " + ec.message());
-  }
+  models::write_text_atomic(path, contents);  // temporary file, fsync, rename
 }
 
 void ensure_directory(const std::string& dir) {

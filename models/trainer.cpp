@@ -329,7 +329,7 @@ TrainResult train(TrainConfig cfg, const std::string& resume_from, const nlohman
     model->load_state(resume.model);
     read_optimizer_state(resume.dir, [&](torch::serialize::InputArchive& a) { optimizer->load(a); });
     restore_generator(aug_gen, resume.meta.at("rng").at("augment").get<std::string>());
-    for (const char* f : {"train_log.jsonl"}) truncate_log(run + "/" + f, false, start_step, jsonl_step);
+    truncate_log(run + "/train_log.jsonl", false, start_step, jsonl_step);
     for (const char* f : {"eval.csv", "conditioning.csv"}) truncate_log(run + "/" + f, true, start_step, csv_step);
     log << "resuming " << resume.dir << " at step " << start_step << " of " << total << "\n";
   } else {

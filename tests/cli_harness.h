@@ -194,16 +194,19 @@ class CliFixture : public ::testing::Test {
 
   /// A failing run: nonzero exit (not a crash), exactly one non-empty stderr line that mentions
   /// every needle (case-insensitive), and `must_not_exist` (an output file) not written.
-  void expect_one_line_error(const std::vector<std::string>& args, const std::vector<std::string>& needles,
-                             const std::string& must_not_exist = "") {
+  /// Returns the run for further checks.
+  RunResult expect_one_line_error(const std::vector<std::string>& args, const std::vector<std::string>& needles,
+                                  const std::string& must_not_exist = "") {
     const RunResult r = run(args);
-    ASSERT_TRUE(r.exited) << "crashed\n" << r.describe();
+    EXPECT_TRUE(r.exited) << "crashed\n" << r.describe();
+    if (!r.exited) return r;
     EXPECT_NE(r.code, 0) << r.describe();
     const std::vector<std::string> lines = nonempty_lines(r.err);
     EXPECT_EQ(lines.size(), 1u) << "expected a one-line error\n" << r.describe();
     for (const auto& needle : needles)
       EXPECT_TRUE(contains(lower(r.err), lower(needle))) << "error does not mention '" << needle << "'\n" << r.describe();
     if (!must_not_exist.empty()) EXPECT_FALSE(fs::exists(must_not_exist)) << must_not_exist << " left behind\n" << r.describe();
+    return r;
   }
 
   fs::path dir_;

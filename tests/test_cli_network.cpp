@@ -6,147 +6,43 @@
 // weights sum to 1), and for `spectrum --method dense` the library's own dense closed form
 // (analysis/jacobians.h) on the same safetensors weights and tokens.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <limits>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "analysis/block.h"
 #include "analysis/condition.h"
 #include "analysis/jacobians.h"
+#include "cli_harness.h"
 #include "models/bridge.h"
 #include "models/safetensors.h"
 #include "random_block.h"
 
-#ifndef JACOND_BINARY
-#error "JACOND_BINARY must be defined (tests/CMakeLists.txt)"
-#endif
-
 namespace fs = std::filesystem;
+using namespace jacond::test::cli;
 
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+double num(const std::string& s) { return to_double(s); }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-struct RunOutcome {
-  int code = -1;
-  bool exited = false;
-  std::string out, err, command;
-  std::string describe() const { return "$ " + command + "\n--- exit " + std::to_string(code) + "\n--- stdout:\n" + out + "\n--- stderr:\n" + err; }
-};
-
-struct Csv {
-  std::vector<std::string> header;
-  std::vector<std::map<std::string, std::string>> rows;
-  bool has(const std::string& c) const { return std::find(header.begin(), header.end(), c) != header.end(); }
-};
-
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> f;
-  std::stringstream ss(line);
-  for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-  if (!line.empty() && line.back() == ',') f.push_back("");
-  return f;
-}
-
-Csv read_csv(const fs::path& p) {
-  Csv c;
-  std::ifstream in(p);
-  EXPECT_TRUE(in.good()) << "cannot open " << p;
-  std::string line;
-  if (!std::getline(in, line)) return c;
-  c.header = split(line);
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const auto f = split(line);
-    EXPECT_EQ(f.size(), c.header.size()) << p << ": " << line;
-    std::map<std::string, std::string> row;
-    for (size_t k = 0; k < std::min(f.size(), c.header.size()); ++k) row[c.header[k]] = f[k];
-    c.rows.push_back(row);
-  }
-  return c;
-}
-
-double num(const std::string& s) {
-  if (s == "inf") return std::numeric_limits<double>::infinity();
-  return std::stod(s);
-}
-
-class CliNetworkTest : public ::testing::Test {
+class CliNetworkTest : public CliFixture {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::path(::testing::TempDir()) / ("jacond_clinet_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  RunOutcome run(const std::vector<std::string>& args) {
-    static std::atomic<int> k{0};
-    const int i = k++;
-    const fs::path o = dir_ / ("out." + std::to_string(i)), e = dir_ / ("err." + std::to_string(i));
-    RunOutcome r;
-    r.command = quote(JACOND_BINARY);
-    for (const auto& a : args) r.command += " " + quote(a);
-    const int status = std::system((r.command + " >" + quote(o.string()) + " 2>" + quote(e.string())).c_str());
-    r.exited = status != -1 && WIFEXITED(status);
-    r.code = r.exited ? WEXITSTATUS(status) : -1;
-    r.out = slurp(o);
-    r.err = slurp(e);
-    return r;
-  }
-
-  // Nonzero exit (not a crash), exactly one non-empty stderr line mentioning `needle`.
+  // The harness's one-line-error check, plus the needle with its exact case.
   void expect_one_line_error(const std::vector<std::string>& args, const std::string& needle) {
-    const RunOutcome r = run(args);
-    ASSERT_TRUE(r.exited) << "crashed\n" << r.describe();
-    EXPECT_NE(r.code, 0) << r.describe();
-    int lines = 0;
-    std::stringstream ss(r.err);
-    for (std::string l; std::getline(ss, l);)
-      if (l.find_first_not_of(" \t\r") != std::string::npos) ++lines;
-    EXPECT_EQ(lines, 1) << r.describe();
+    const RunResult r = CliFixture::expect_one_line_error(args, {needle});
     EXPECT_NE(r.err.find(needle), std::string::npos) << "error does not mention '" << needle << "'\n" << r.describe();
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CliNetworkTest, VerifyEq6WritesCasesAndMatrices) {
   const std::string out = path("eq6");
-  const RunOutcome r = run({"verify", "eq6", "--out", out});
+  const RunResult r = run({"verify", "eq6", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   EXPECT_NE(r.out.find("PASS eq6"), std::string::npos) << r.describe();
   EXPECT_TRUE(fs::exists(out + "/verify.json"));
   const Csv cases = read_csv(out + "/eq6_cases.csv");
   for (const char* col : {"init", "skip", "m", "regime", "kappa_J", "kappa_eff_J", "max_kappa_blocks", "eq6", "eq6_eff", "rho", "tau", "premise"})
-    EXPECT_TRUE(cases.has(col)) << "eq6_cases.csv lacks column " << col;
+    EXPECT_TRUE(cases.has_column(col)) << "eq6_cases.csv lacks column " << col;
   EXPECT_EQ(cases.rows.size(), 18u);  // 3 inits × 2 skip modes × 3 regimes
   for (const auto& row : cases.rows) {
     EXPECT_GE(num(row.at("tau")), 1.0);  // τ = max σ_max / min σ_max
@@ -170,11 +66,11 @@ TEST_F(CliNetworkTest, VerifyEq6WritesCasesAndMatrices) {
 
 TEST_F(CliNetworkTest, VerifyEq89WritesProductsGradientsAndPaths) {
   const std::string out = path("eq89");
-  const RunOutcome r = run({"verify", "eq89", "--out", out});
+  const RunResult r = run({"verify", "eq89", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv prod = read_csv(out + "/eq89_products.csv");
   for (const char* col : {"init", "equation", "depth", "kappa", "kappa_eff", "kappa_ln1c", "rank", "status", "kappa_J0"})
-    EXPECT_TRUE(prod.has(col)) << "eq89_products.csv lacks column " << col;
+    EXPECT_TRUE(prod.has_column(col)) << "eq89_products.csv lacks column " << col;
   ASSERT_EQ(prod.rows.size(), 3u * 2u * 12u);
   for (const auto& row : prod.rows) {
     const long n = std::stol(row.at("n")), d = std::stol(row.at("d"));
@@ -204,7 +100,7 @@ TEST_F(CliNetworkTest, SpectrumDenseMatchesTheLibraryOnFileWeights_n6_d8) {
   jacond::models::save_safetensors(path("t.safetensors"), tt);
 
   const std::string out = path("spec");
-  const RunOutcome r = run({"spectrum", "--matrix", "K_sa", "--weights", path("w.safetensors"), "--tokens", path("t.safetensors"),
+  const RunResult r = run({"spectrum", "--matrix", "K_sa", "--weights", path("w.safetensors"), "--tokens", path("t.safetensors"),
                      "--heads", "2", "--method", "dense", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv csv = read_csv(out + "/spectrum.csv");
@@ -223,7 +119,7 @@ TEST_F(CliNetworkTest, SpectrumDenseMatchesTheLibraryOnFileWeights_n6_d8) {
 
 TEST_F(CliNetworkTest, SpectrumSlqWritesDensityAndNodes_Ksab_n8_d16) {
   const std::string out = path("slq");
-  const RunOutcome r = run({"spectrum", "--matrix", "K_sab", "--skip", "full", "--init", "ours", "--n", "8", "--d", "16", "--heads",
+  const RunResult r = run({"spectrum", "--matrix", "K_sab", "--skip", "full", "--init", "ours", "--n", "8", "--d", "16", "--heads",
                      "2", "--method", "slq", "--probes", "4", "--steps", "30", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv rho = read_csv(out + "/density.csv");
@@ -241,11 +137,11 @@ TEST_F(CliNetworkTest, SpectrumSlqWritesDensityAndNodes_Ksab_n8_d16) {
 
 TEST_F(CliNetworkTest, SpectrumOfParameterJacobianIsWideAndDense_n4_d8) {
   const std::string out = path("jl");
-  const RunOutcome r = run({"spectrum", "--matrix", "J_l", "--n", "4", "--d", "8", "--heads", "2", "--skip", "full", "--out", out});
+  const RunResult r = run({"spectrum", "--matrix", "J_l", "--n", "4", "--d", "8", "--heads", "2", "--skip", "full", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv csv = read_csv(out + "/spectrum.csv");
   EXPECT_EQ(csv.rows.size(), 32u);  // min(nd, 4d² + 4d) = 32
-  const RunOutcome r2 = run({"spectrum", "--matrix", "Jhat_l", "--n", "4", "--d", "8", "--heads", "2", "--method", "slq", "--probes",
+  const RunResult r2 = run({"spectrum", "--matrix", "Jhat_l", "--n", "4", "--d", "8", "--heads", "2", "--method", "slq", "--probes",
                       "2", "--steps", "10", "--out", path("jhat")});
   ASSERT_TRUE(r2.exited && r2.code == 0) << r2.describe();
   EXPECT_TRUE(fs::exists(path("jhat") + "/density.csv"));

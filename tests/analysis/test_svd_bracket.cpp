@@ -27,19 +27,7 @@ using test::rel_error;
 constexpr double kEps = std::numeric_limits<double>::epsilon();
 constexpr double kTightRatio = 1.01;  // issue #4: κ_hi/κ_lo ≤ 1.01 when κ ≤ 1e6
 
-// A dense matrix as an operator.
-struct DenseOp {
-  using Scalar = double;
-  const Mat& A;
-  Index rows() const { return A.rows(); }
-  Index cols() const { return A.cols(); }
-  void perform_op(const double* x, double* y) const {
-    Eigen::Map<Vec>(y, A.rows()).noalias() = A * Eigen::Map<const Vec>(x, A.cols());
-  }
-  void perform_op_transpose(const double* x, double* y) const {
-    Eigen::Map<Vec>(y, A.cols()).noalias() = A.transpose() * Eigen::Map<const Vec>(x, A.rows());
-  }
-};
+using DenseOp = DenseMatrixOp;  // a dense matrix as an operator (analysis/operators.h)
 
 // U diag(s) Vᵀ with Householder-random (Haar) orthogonal U, V.
 Mat with_spectrum(const Vec& s, uint64_t seed) {
