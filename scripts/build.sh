@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds jacond (Release) into ./build. Usage: scripts/build.sh [extra cmake args]
+# Uses Ninja, and ccache when it is installed (scripts/setup.sh installs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+if command -v ccache >/dev/null; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S . -B build "${args[@]}" "$@" >/dev/null
 cmake --build build -j"$(nproc)"

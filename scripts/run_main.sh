@@ -15,7 +15,7 @@ echo "== jacond block (ours init, skipless) -> results/block"
 $J block --init ours --n 32 --d 64 --heads 4 --skip none --method auto --out results/block
 echo "== jacond sweep (ours init)"
 $J sweep --alpha 0:3:0.5 --beta 0:3:0.5 --c 3 --seeds 2 --n 16 --d 32 --heads 2 --out results/sweep
-/usr/bin/python3 experiments/plot_sweep.py results/sweep/sweep.csv results/sweep/kappa_vs_alpha_beta.png
+/usr/bin/python3 experiments/plots/plot_sweep.py results/sweep/sweep.csv results/sweep/kappa_vs_alpha_beta.png
 echo "== jacond train (skipless, ours, SOAP, Fashion-MNIST) -> results/train-skipless-ours-soap"
 rm -rf results/train-skipless-ours-soap
 $J train --skip none --init ours --optimizer soap --dim 64 --depth 4 --heads 2 --patch 4 --batch 128 \
@@ -24,6 +24,6 @@ $J train --skip none --init ours --optimizer soap --dim 64 --depth 4 --heads 2 -
 echo "== jacond audit (every checkpoint, and data-free) -> results/audit"
 $J audit results/train-skipless-ours-soap --matrices K_sa,K_sab,softmax --threads 2 --out results/audit
 $J audit results/train-skipless-ours-soap --data-free --out results/audit-data-free
-/usr/bin/python3 experiments/plot_training.py results/train-skipless-ours-soap/conditioning.png results/train-skipless-ours-soap
+/usr/bin/python3 experiments/plots/plot_training.py results/train-skipless-ours-soap/conditioning.png results/train-skipless-ours-soap
 echo "== done: results/verify.json, results/block/results.csv, results/sweep/, results/train-skipless-ours-soap/"
 echo "   (eval.csv, conditioning.csv, conditioning.png, step-*/), results/audit/audit.csv"

@@ -5,13 +5,16 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   # analysis core
   libeigen3-dev libspectra-dev liblapacke-dev libopenblas-dev
   # models / CLI
   libtorch-dev libboost-program-options-dev nlohmann-json3-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # fuzzing (scripts/fuzz.sh): clang with libFuzzer and its sanitizer runtimes; llvm-14 for
+  # llvm-symbolizer (file:line in sanitizer reports; not pulled in without recommends)
+  clang-14 libclang-rt-14-dev llvm-14
   # Python side: the PyTorch comparison route, plots, notebooks
   python3 python3-torch python3-numpy python3-pandas python3-matplotlib
   # data

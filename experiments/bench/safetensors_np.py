@@ -1,4 +1,4 @@
-"""A tiny numpy reader for safetensors files (DESIGN §6), for the benchmark scripts.
+"""A tiny numpy reader for safetensors files (docs/design.md §6), for the benchmark scripts.
 
 Debian packages no python3-safetensors, so this reads the format directly:
 

@@ -5,7 +5,7 @@ Run by `jacond bench dense` as a subprocess on the same files it analyses in-pro
     python3 torch_dense_route.py --weights W.safetensors --tokens T.safetensors \
         --heads H [--layer 0] [--logit-scale S] [--threads T] [--repeat R]
 
-It rebuilds bare self-attention of block `layer` in fp64 torch exactly as DESIGN §2 (no
+It rebuilds bare self-attention of block `layer` in fp64 torch exactly as docs/design.md §2 (no
 LayerNorm, no residual):
 
     qkv = x Wᵀ + b          (timm Linear: weight is out×in, rows Q | K | V)
@@ -51,7 +51,7 @@ def tensor(tensors, key, path, shape):
 
 
 def build_attention(weights_path, layer, heads, logit_scale, d):
-    """SA(x) of block `layer` as a function of x [n, d] (DESIGN §2, bare, no LayerNorm)."""
+    """SA(x) of block `layer` as a function of x [n, d] (docs/design.md §2, bare, no LayerNorm)."""
     tensors, _ = safetensors_np.read(weights_path)
     prefix = f"blocks.{layer}.attn."
     w_qkv = tensor(tensors, prefix + "qkv.weight", weights_path, [3 * d, d])

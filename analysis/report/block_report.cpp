@@ -1,0 +1,212 @@
+#include "analysis/report/block_report.h"
+
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/operators.h"
+
+namespace jacond {
+
+KappaRoute parse_kappa_route(const std::string& s) {
+  if (s == "auto") return KappaRoute::kAuto;
+  if (s == "dense" || s == "fast") return KappaRoute::kFast;
+  if (s == "svd") return KappaRoute::kSvd;
+  if (s == "lanczos") return KappaRoute::kLanczos;
+  throw std::invalid_argument("unknown kappa method '" + s + "' (expected auto|dense|fast|svd|lanczos)");
+}
+
+std::string to_string(KappaRoute r) {
+  switch (r) {
+    case KappaRoute::kFast: return "dense";
+    case KappaRoute::kSvd: return "svd";
+    case KappaRoute::kLanczos: return "lanczos";
+    case KappaRoute::kAuto: return "auto";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& block_matrix_names() {
+  static const std::vector<std::string> names{"K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn", "softmax", "attention"};
+  return names;
+}
+
+std::vector<std::string> parse_matrix_names(const std::string& spec, const std::vector<std::string>& valid) {
+  std::vector<std::string> out;
+  if (spec.empty() || spec == "all") return out;
+  std::stringstream ss(spec);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    if (std::find(valid.begin(), valid.end(), name) == valid.end()) {
+      std::string list;
+      for (const auto& k : valid) list += (list.empty() ? "" : " ") + k;
+      throw std::invalid_argument("unknown matrix '" + name + "' (valid: " + list + ")");
+    }
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+bool wants(const BlockReportOptions& opt, const std::string& matrix) {
+  return opt.matrices.empty() || std::find(opt.matrices.begin(), opt.matrices.end(), matrix) != opt.matrices.end();
+}
+
+KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
+  if (opt.route != KappaRoute::kAuto) return opt.route;
+  return auto_prefers_dense(n * d, n * d, opt.auto_dense_max) ? KappaRoute::kFast : KappaRoute::kLanczos;
+}
+
+ConditionReport condition_dense(const Mat& A, const std::string& name, KappaRoute route) {
+  switch (route) {
+    case KappaRoute::kSvd: return condition_svd(A, name);
+    case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
+    case KappaRoute::kAuto:
+      return auto_prefers_dense(A.rows(), A.cols()) ? condition_fast(A, name)
+                                                    : condition_lanczos(DenseMatrixOp(A), name).report;
+    case KappaRoute::kFast: break;
+  }
+  return condition_fast(A, name);
+}
+
+namespace {
+
+// Per-token restriction of a token block-diagonal Jacobian to the LN complement.
+std::vector<Mat> restrict_blocks(const std::vector<Mat>& blocks, const std::vector<Mat>& bases) {
+  std::vector<Mat> out(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) out[i] = blocks[i] * bases[i];
+  return out;
+}
+
+// κ bracket of one operator, with the caller's warm starts (read, then overwritten).
+template <typename Op>
+ConditionReport lanczos_report(const Op& op, const std::string& matrix, const std::string& space,
+                               const BlockReportOptions& opt) {
+  const std::string key = matrix + "/" + space;
+  GklWarmStart start;
+  if (opt.warm) {
+    auto it = opt.warm->find(key);
+    if (it != opt.warm->end()) start = it->second;
+  }
+  LanczosCondition r = condition_lanczos(op, matrix, opt.lanczos, start);
+  if (opt.warm) (*opt.warm)[key] = r.warm;
+  r.report.space = space;
+  return r.report;
+}
+
+// K_sa and its Prop. 2 split B_sa + E_sa (paper Eq. 10/13), by name.
+constexpr std::pair<const char*, AttentionPart> kAttentionParts[] = {
+    {"K_sa", AttentionPart::kFull}, {"B_sa", AttentionPart::kB}, {"E_sa", AttentionPart::kE}};
+
+// A pre-norm sub-block (K_sab or K_ffn) through its operator: over the full space, and, without
+// its residual, restricted to the complement of its LayerNorm's structural nullspace.
+template <typename Op>
+void lanczos_subblock(const Op& op, const std::string& name, const Mat& ln_x_hat, bool residual,
+                      const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
+  out.push_back(lanczos_report(op, name, "full", opt));
+  if (residual || ln_x_hat.cols() < 3) return;
+  const LayerNormComplement basis(ln_x_hat);
+  out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt));
+}
+
+// The matrix-free half of block_reports: every wanted nd × nd matrix through its operator.
+void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
+                     std::vector<ConditionReport>& out) {
+  for (const auto& [name, part] : kAttentionParts)
+    if (wants(opt, name)) out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, part), name, "full", opt));
+  if (wants(opt, "K_sab")) lanczos_subblock(SabJacobianOp(w, f), "K_sab", f.ln1.x_hat, sab_residual(skip), opt, out);
+  if (wants(opt, "K_mlp")) out.push_back(lanczos_report(MlpJacobianOp(w, f.mlp), "K_mlp", "full", opt));
+  if (wants(opt, "K_ffn")) lanczos_subblock(FfnJacobianOp(w, f), "K_ffn", f.ln2.x_hat, ffn_residual(skip), opt, out);
+}
+
+// The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast or kSvd);
+// the token block-diagonal K_mlp / K_ffn by their per-token blocks.
+void dense_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
+                   const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
+  for (const auto& [name, part] : kAttentionParts)
+    if (wants(opt, name)) out.push_back(condition_dense(attention_jacobian(w, f.attn, part), name, route));
+  const Index n = f.X.rows();
+  const bool can_restrict = w.d >= 3;
+  // Per-token orthonormal bases of the LayerNorm complement span{1, x̂_i}⟂.
+  auto ln_bases = [&](const LayerNormCache& c) {
+    std::vector<Mat> bases;
+    for (Index i = 0; i < n; ++i) bases.push_back(layernorm_complement_basis(c.x_hat.row(i).transpose()));
+    return bases;
+  };
+  if (wants(opt, "K_sab")) {
+    const Mat Ksab = sab_jacobian(w, f);
+    out.push_back(condition_dense(Ksab, "K_sab", route));
+    if (!sab_residual(skip) && can_restrict) {
+      ConditionReport r = condition_dense(right_multiply_tokenwise(Ksab, n, ln_bases(f.ln1)), "K_sab", route);
+      r.space = "ln-complement";
+      out.push_back(r);
+    }
+  }
+  if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp"));
+  if (wants(opt, "K_ffn")) {
+    const TokenBlockDiagonal Kffn = ffn_jacobian(w, f);
+    out.push_back(condition_blockdiag(Kffn.blocks, "K_ffn"));
+    if (!ffn_residual(skip) && can_restrict) {
+      ConditionReport r = condition_blockdiag(restrict_blocks(Kffn.blocks, ln_bases(f.ln2)), "K_ffn");
+      r.space = "ln-complement";
+      out.push_back(r);
+    }
+  }
+}
+
+// Per head: the softmax Jacobian (block diagonal over rows; full and on 1⟂) and the map A_h.
+void head_reports(const BlockWeights& w, const AttentionCache& c, const BlockReportOptions& opt,
+                  std::vector<ConditionReport>& out) {
+  const Index n = c.Y.rows();
+  const Mat ones_basis = ones_complement_basis(n);
+  for (Index h = 0; h < w.heads; ++h) {
+    const Mat& A = c.A[h];
+    if (wants(opt, "softmax")) {
+      std::vector<Mat> rows_full, rows_restricted;
+      for (Index i = 0; i < n; ++i) {
+        const Mat S = softmax_row_jacobian(A.row(i).transpose());
+        rows_full.push_back(S);
+        // S is symmetric with S·1 = 0, so 1⟂ is invariant: restrict on both sides.
+        rows_restricted.push_back(ones_basis.transpose() * S * ones_basis);
+      }
+      ConditionReport s_full = condition_blockdiag(rows_full, "softmax");
+      s_full.head = static_cast<int>(h);
+      out.push_back(s_full);
+      ConditionReport s_restricted = condition_blockdiag(rows_restricted, "softmax");
+      s_restricted.head = static_cast<int>(h);
+      s_restricted.space = "ones-complement";
+      out.push_back(s_restricted);
+    }
+    if (wants(opt, "attention")) {
+      ConditionReport a = condition_svd(A, "attention");
+      a.head = static_cast<int>(h);
+      out.push_back(a);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
+                                           const BlockReportOptions& opt) {
+  w.validate();
+  for (const auto& m : opt.matrices) parse_matrix_names(m, block_matrix_names());  // throws on unknown names
+  const BlockForward f = block_forward(w, X, skip);
+  std::vector<ConditionReport> out;
+  const KappaRoute route = resolve_route(opt, X.rows(), w.d);
+  if (route == KappaRoute::kLanczos)
+    lanczos_reports(w, f, skip, opt, out);
+  else
+    dense_reports(w, f, skip, route, opt, out);
+  head_reports(w, f.attn, opt, out);
+  return out;
+}
+
+const ConditionReport& find_report(const std::vector<ConditionReport>& reports, const std::string& matrix,
+                                   const std::string& space, int head) {
+  for (const auto& r : reports)
+    if (r.matrix == matrix && r.space == space && r.head == head) return r;
+  throw std::out_of_range("no report for " + matrix + " on " + space);
+}
+
+}  // namespace jacond

@@ -1,0 +1,490 @@
+// Thick-restart Golub–Kahan–Lanczos with certified brackets; the math is in analysis/spectral/gkl.h.
+#include "analysis/spectral/gkl.h"
+
+#include <lapacke.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "analysis/core/lapack.h"
+
+namespace jacond {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kEps = std::numeric_limits<double>::epsilon();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+enum class Which { kLargest, kSmallest };
+
+struct Budget {
+  Clock::time_point start;
+  double max_seconds;
+  Index max_products;
+  Index used = 0;
+  bool exhausted(Index next) const { return used + next > max_products || seconds_since(start) > max_seconds; }
+};
+
+// σ(K) = σ(Kᵀ): the iteration works on the tall (or square) side, rows ≥ cols, so that
+// σ_min = σ_cols and the one-sided Courant–Fischer bound σ_min ≤ θ_min holds.
+OperatorRef tall_side(const OperatorRef& op) {
+  if (op.rows >= op.cols) return op;
+  OperatorRef t;
+  t.rows = op.cols;
+  t.cols = op.rows;
+  t.apply = op.apply_transpose;
+  t.apply_transpose = op.apply;
+  return t;
+}
+
+void check_operator(const OperatorRef& op) {
+  if (op.rows <= 0 || op.cols <= 0) throw std::invalid_argument("gkl: operator has an empty shape");
+  if (!op.apply || !op.apply_transpose) throw std::invalid_argument("gkl: operator needs perform_op and perform_op_transpose");
+}
+
+Vec gaussian_unit(Index n, std::mt19937_64& rng) {
+  std::normal_distribution<double> N(0.0, 1.0);
+  Vec g(n);
+  for (Index i = 0; i < n; ++i) g(i) = N(rng);
+  return g / g.norm();
+}
+
+// Classical Gram–Schmidt, twice (CGS2: orthogonal to working precision), of w against the
+// first j columns of V. Returns the accumulated coefficients Vᵀw.
+Vec orthogonalise(const Mat& V, Index j, Vec& w) {
+  Vec c = Vec::Zero(j);
+  if (j == 0) return c;
+  for (int pass = 0; pass < 2; ++pass) {
+    const Vec h = V.leftCols(j).transpose() * w;
+    w.noalias() -= V.leftCols(j) * h;
+    c += h;
+  }
+  return c;
+}
+
+// A unit vector orthogonal to the first j < rows columns of V (after a breakdown).
+Vec random_orthogonal(const Mat& V, Index j, std::mt19937_64& rng) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    Vec w = gaussian_unit(V.rows(), rng);
+    orthogonalise(V, j, w);
+    const double nw = w.norm();
+    if (nw > 1e-3) return w / nw;
+  }
+  throw std::runtime_error("gkl: cannot extend an orthonormal basis (breakdown)");
+}
+
+struct SmallSvd {
+  Vec s;  // descending
+  Mat U, V;
+};
+
+SmallSvd small_svd(Mat B) {
+  const lapack_int k = static_cast<lapack_int>(B.rows());
+  SmallSvd r;
+  r.s.resize(k);
+  r.U.resize(k, k);
+  r.V.resize(k, k);
+  Mat Vt(k, k);
+  check_lapack("gkl projected matrix: LAPACKE_dgesdd",
+               LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'A', k, k, B.data(), k, r.s.data(), r.U.data(), k, Vt.data(), k));
+  r.V = Vt.transpose();
+  return r;
+}
+
+// Ritz values in the order wanted (largest first or smallest first) with their residuals
+// η_i = β |(U_B)_{k,i}| / √2 + δ (the augmented-matrix residual of header comment, plus the
+// rounding allowance δ).
+struct Ritz {
+  std::vector<double> theta, eta;
+  std::vector<Index> index;  // column of U_B / V_B
+};
+
+struct Bracket {
+  double lo = 0, hi = kInf;
+  std::string bound;
+};
+
+// The bounds of analysis/spectral/gkl.h (Weyl + Courant–Fischer). For the largest end `norm_kv`
+// (‖K ṽ_1‖, or θ_1 while iterating) gives the rigorous lower end; for the smallest end the
+// rigorous upper end. The Weyl end takes the extreme over all kept Ritz values, so a second
+// Ritz value whose interval reaches further out widens the bracket.
+Bracket bracket_of(const Ritz& r, Which which, double norm_kv, double delta) {
+  Bracket b;
+  b.bound = "weyl";
+  if (which == Which::kLargest) {
+    b.lo = std::max(0.0, norm_kv - delta);                    // (CF)
+    b.hi = 0.0;                                               // (W) + (A)
+    for (size_t i = 0; i < r.theta.size(); ++i) b.hi = std::max(b.hi, r.theta[i] + r.eta[i]);
+  } else {
+    b.hi = std::min(r.theta[0] + delta, norm_kv + delta);     // (CF)
+    b.lo = kInf;                                              // (W) + (A)
+    for (size_t i = 0; i < r.theta.size(); ++i) b.lo = std::min(b.lo, r.theta[i] - r.eta[i]);
+    b.lo = std::max(0.0, b.lo);
+  }
+  return b;
+}
+
+bool tight(const Bracket& b, double rel_tol) { return b.lo > 0 && b.hi / b.lo - 1.0 <= rel_tol; }
+
+// y = K x (transpose = false) or y = Kᵀ x, counted against the budget. NaN or inf in y is the
+// operator's failure: thrown here, never passed on to the small SVD as garbage.
+void apply_counted(const OperatorRef& A, bool transpose, const double* x, Vec& y, Budget& budget) {
+  (transpose ? A.apply_transpose : A.apply)(x, y.data());
+  ++budget.used;
+  if (!y.allFinite())
+    throw std::runtime_error(std::string("gkl: the operator returned NaN or inf (") + (transpose ? "K^T q" : "K p") +
+                             "): the matrix or its inputs are not finite");
+}
+
+// Rayleigh quotient and explicit augmented residual of a triplet (two products).
+struct Explicit {
+  double theta = 0, eta = 0, norm_kv = 0;
+};
+
+Explicit explicit_residual(const OperatorRef& A, const Vec& u, const Vec& v, Budget& budget) {
+  Vec Kv(A.rows), Ktu(A.cols);
+  apply_counted(A, false, v.data(), Kv, budget);
+  apply_counted(A, true, u.data(), Ktu, budget);
+  const double nu = u.norm(), nv = v.norm();
+  Explicit e;
+  e.theta = u.dot(Kv) / (nu * nv);
+  const double r1 = (Kv / nv - e.theta * u / nu).squaredNorm();
+  const double r2 = (Ktu / nu - e.theta * v / nv).squaredNorm();
+  e.eta = std::sqrt((r1 + r2) / 2.0);
+  e.norm_kv = Kv.norm() / nv;
+  return e;
+}
+
+constexpr Index kCheckEvery = 4;
+
+// Ritz values in wanted order with residuals (β |(U_B)_{k,i}| / √2 + δ).
+Ritz ritz_of(const SmallSvd& svd, Index kk, double beta_last, Which which, double delta) {
+  Ritz ritz;
+  for (Index i = 0; i < kk; ++i) {
+    const Index idx = which == Which::kLargest ? i : kk - 1 - i;
+    ritz.index.push_back(idx);
+    ritz.theta.push_back(svd.s(idx));
+    ritz.eta.push_back(beta_last * std::abs(svd.U(kk - 1, idx)) / std::sqrt(2.0) + delta);
+  }
+  return ritz;
+}
+
+double rounding_allowance(double sqrtN, double scale_hint, double theta_max) {
+  return 4.0 * sqrtN * kEps * std::max(scale_hint, theta_max);
+}
+
+// p_0: a Gaussian unit vector, or the warm start plus 1e-3 of one (kept off an exactly invariant
+// subspace), normalised.
+Vec start_vector(const Vec& start, Index n, std::mt19937_64& rng) {
+  Vec p0 = gaussian_unit(n, rng);
+  if (start.size() == n && start.allFinite() && start.norm() > 0) p0 = start / start.norm() + 1e-3 * p0;
+  return p0 / p0.norm();
+}
+
+// What the recurrence says after j steps, before any explicit product: the SVD of B_j, the
+// rounding allowance δ, the Ritz triplets in wanted order with η_i = β_j |(U_B)_{j,i}| / √2 + δ,
+// and the bracket of analysis/spectral/gkl.h with θ_1 standing in for ‖K ṽ_1‖.
+struct Estimate {
+  SmallSvd svd;
+  double delta = 0;
+  Ritz ritz;
+  Bracket bracket;
+  bool tight = false;             // κ-width target met
+  bool rounding_limited = false;  // η_1 at the rounding allowance: the bracket cannot shrink further
+  bool below_floor = false;       // smallest end: σ_min_hi under the noise floor max(m, n)·eps·σ_max
+  bool converged() const { return tight || rounding_limited || below_floor; }
+};
+
+// How one sweep of left/right steps ended: B_kk holds the recurrence, β_last = β_kk.
+struct Sweep {
+  Index kk = 0;
+  double beta_last = 0;
+  bool exhausted = false;      // the Krylov space is the whole space (kk = cols)
+  bool out_of_budget = false;  // products or seconds ran out (two products kept for the check)
+};
+
+// One run of the thick-restart GKL of analysis/spectral/gkl.h on a tall operator A (rows ≥
+// cols): start vector, then sweeps of left/right steps with full reorthogonalisation, each
+// followed by the estimate, the stopping test, the explicit check of the wanted triplet, and a
+// thick restart when the run goes on. `scale_hint` is σ_max when known (smallest end), else 0.
+class GklRun {
+ public:
+  GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
+         const Vec& start, Budget& budget);
+  SingularEnd run();
+
+ private:
+  Sweep sweep();
+  void left_step(Index j);
+  double right_step(Index j);
+  bool mid_basis_check_due(Index j) const;
+  Estimate estimate(Index j, double beta_last) const;
+  bool stop_on_estimate(const Estimate& e, const Sweep& sw) const;
+  bool finish(const Estimate& e, const Sweep& sw, SingularEnd& out);
+  void thick_restart(const Estimate& e, Index kk);
+
+  const OperatorRef& A_;
+  const Which which_;
+  const double rel_tol_, scale_hint_;
+  Budget& budget_;
+  const Clock::time_point t0_;
+  const Index m_, n_, k_, keep_, min_steps_;
+  const double sqrtN_;
+  std::mt19937_64 rng_;
+  Mat P_, Q_, B_;           // K P_j = Q_j B_j on the first j columns; P_ has one column more
+  Index nkept_ = 0;         // columns kept by the last thick restart
+  Index steps_ = 0;         // GKL steps taken
+  Index restarts_ = 0;
+  double scale_;            // running estimate of ‖K‖ for the breakdown tests
+  const Index products_at_start_;
+};
+
+GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
+               const Vec& start, Budget& budget)
+    : A_(A), which_(which), rel_tol_(rel_tol), scale_hint_(scale_hint), budget_(budget), t0_(Clock::now()),
+      m_(A.rows), n_(A.cols), k_(std::max<Index>(1, std::min(opt.max_basis, n_))),
+      keep_(std::max<Index>(1, std::min(opt.keep, k_ - 1))), min_steps_(std::min(opt.min_steps, n_)),
+      sqrtN_(std::sqrt(static_cast<double>(std::max(m_, n_)))), rng_(opt.seed + (which == Which::kSmallest ? 1 : 0)),
+      P_(n_, k_ + 1), Q_(m_, k_), B_(Mat::Zero(k_, k_)), scale_(scale_hint), products_at_start_(budget.used) {
+  P_.col(0) = start_vector(start, n_, rng_);
+}
+
+SingularEnd GklRun::run() {
+  for (;;) {
+    const Sweep sw = sweep();
+    const Estimate e = estimate(sw.kk, sw.beta_last);
+    SingularEnd out;
+    if ((stop_on_estimate(e, sw) || sw.out_of_budget) && finish(e, sw, out)) return out;
+    thick_restart(e, sw.kk);
+  }
+}
+
+// Steps j = nkept, nkept + 1, … until the basis is full (k), the Krylov space is exhausted, the
+// budget runs out, or a mid-basis estimate has converged.
+Sweep GklRun::sweep() {
+  Sweep sw;
+  Index j = nkept_;
+  for (; j < k_; ++j) {
+    left_step(j);
+    sw.beta_last = right_step(j);
+    if (j + 1 == n_) {  // the Krylov space is the whole space: β is rounding only
+      sw.exhausted = true;
+      ++j;
+      break;
+    }
+    if (budget_.exhausted(2 + 2)) {  // keep two products for the explicit residual
+      sw.out_of_budget = true;
+      ++j;
+      break;
+    }
+    if (mid_basis_check_due(j + 1) && estimate(j + 1, sw.beta_last).converged()) {
+      ++j;
+      break;
+    }
+  }
+  sw.kk = j;
+  return sw;
+}
+
+// Left step: α_j q_j = K p_j − Σ_{i<j} B(i, j) q_i; sets column j of Q and of B.
+void GklRun::left_step(Index j) {
+  Vec w(m_);
+  apply_counted(A_, false, P_.col(j).data(), w, budget_);
+  const Vec c = orthogonalise(Q_, j, w);
+  B_.col(j).head(j) = c;
+  const double alpha = w.norm();
+  scale_ = std::max({scale_, alpha, j > 0 ? c.cwiseAbs().maxCoeff() : 0.0});
+  if (alpha <= kEps * scale_ || alpha == 0.0) {
+    Q_.col(j) = random_orthogonal(Q_, j, rng_);  // K p_j ∈ span Q_{j−1}: B(j, j) = 0 (to rounding)
+    B_(j, j) = 0.0;
+  } else {
+    Q_.col(j) = w / alpha;
+    B_(j, j) = alpha;
+  }
+  ++steps_;
+}
+
+// Right step: β_j p_{j+1} = Kᵀ q_j − Σ_{i≤j} (…) p_i; sets column j + 1 of P (unless j + 1 = n,
+// where β_j is rounding only and returned as it is). Returns β_j, 0 after a breakdown.
+double GklRun::right_step(Index j) {
+  Vec z(n_);
+  apply_counted(A_, true, Q_.col(j).data(), z, budget_);
+  orthogonalise(P_, j + 1, z);
+  const double beta = z.norm();
+  scale_ = std::max(scale_, beta);
+  if (j + 1 == n_) return beta;
+  if (beta <= kEps * scale_ || beta == 0.0) {
+    P_.col(j + 1) = random_orthogonal(P_, j + 1, rng_);
+    return 0.0;
+  }
+  P_.col(j + 1) = z / beta;
+  return beta;
+}
+
+// Mid-basis convergence check every max(4, j/8) steps (the relations above hold for every j, so
+// the bounds of B_j are as valid as those of a full basis; an O(j³) SVD each).
+bool GklRun::mid_basis_check_due(Index j) const {
+  return j < k_ && (j - nkept_) % std::max<Index>(kCheckEvery, j / 8) == 0 && j >= 2 && steps_ >= min_steps_;
+}
+
+Estimate GklRun::estimate(Index j, double beta_last) const {
+  Estimate e;
+  e.svd = small_svd(B_.topLeftCorner(j, j));
+  e.delta = rounding_allowance(sqrtN_, scale_hint_, e.svd.s(0));
+  e.ritz = ritz_of(e.svd, j, beta_last, which_, e.delta);
+  e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
+  const double floor = static_cast<double>(std::max(m_, n_)) * kEps * std::max(scale_hint_, e.svd.s(0));
+  e.tight = tight(e.bracket, rel_tol_);
+  e.rounding_limited = e.ritz.eta[0] <= 2.0 * e.delta;
+  e.below_floor = which_ == Which::kSmallest && e.bracket.hi < floor;
+  return e;
+}
+
+// The stopping test on the recurrence bounds: tight or rounding-limited after min_steps (guards
+// assumption (A)), the Krylov space exhausted, or σ_min below the noise floor.
+bool GklRun::stop_on_estimate(const Estimate& e, const Sweep& sw) const {
+  return ((e.tight || e.rounding_limited) && steps_ >= min_steps_) || sw.exhausted || e.below_floor;
+}
+
+// Checks the wanted Ritz triplet with two explicit products and, when the run ends here, fills
+// `out` and returns true. False: the recurrence residual was optimistic (lost orthogonality).
+bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
+  const Index idx = e.ritz.index[0];
+  const Vec v = P_.leftCols(sw.kk) * e.svd.V.col(idx);
+  const Vec u = Q_.leftCols(sw.kk) * e.svd.U.col(idx);
+  const Explicit ex = explicit_residual(A_, u, v, budget_);
+  Ritz checked = e.ritz;
+  checked.theta[0] = ex.theta;
+  checked.eta[0] = std::max(e.ritz.eta[0], ex.eta + e.delta);
+  const Bracket b = bracket_of(checked, which_, ex.norm_kv, e.delta);
+  const bool ok = tight(b, rel_tol_) || sw.exhausted || (e.rounding_limited && ex.eta <= 2.0 * e.delta);
+  if (!(ok || e.below_floor || sw.out_of_budget || budget_.exhausted(4))) return false;
+  out.theta = ex.theta;
+  out.lo = b.lo;
+  out.hi = b.hi;
+  out.residual = ex.eta;
+  out.u = u / u.norm();
+  out.v = v / v.norm();
+  out.converged = ok;
+  out.bound = sw.exhausted ? "exhausted" : (!tight(b, rel_tol_) && ok ? "weyl-rounding" : b.bound);
+  out.restarts = restarts_;
+  out.products = budget_.used - products_at_start_;
+  out.seconds = seconds_since(t0_);
+  return true;
+}
+
+// Thick restart: keep the ℓ wanted Ritz triplets, P_ℓ = P V_B[:, sel], Q_ℓ = Q U_B[:, sel],
+// B = diag(θ_sel), and the residual direction p_{k+1} as the next right vector.
+void GklRun::thick_restart(const Estimate& e, Index kk) {
+  const Index l = std::min(keep_, kk - 1);
+  Mat Vsel(kk, l), Usel(kk, l);
+  for (Index i = 0; i < l; ++i) {
+    Vsel.col(i) = e.svd.V.col(e.ritz.index[i]);
+    Usel.col(i) = e.svd.U.col(e.ritz.index[i]);
+  }
+  const Mat Pnew = P_.leftCols(kk) * Vsel;
+  const Mat Qnew = Q_.leftCols(kk) * Usel;
+  const Vec pnext = P_.col(kk);
+  P_.leftCols(l) = Pnew;
+  P_.col(l) = pnext;
+  Q_.leftCols(l) = Qnew;
+  B_.setZero();
+  for (Index i = 0; i < l; ++i) B_(i, i) = e.ritz.theta[i];
+  nkept_ = l;
+  ++restarts_;
+}
+
+SingularEnd run_gkl(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
+                    const Vec& start, Budget& budget) {
+  return GklRun(A, which, opt, rel_tol, scale_hint, start, budget).run();
+}
+
+std::string sci(double x) {
+  std::ostringstream os;
+  os.precision(6);
+  os << x;
+  return os.str();
+}
+
+}  // namespace
+
+SingularEnd gkl_largest(const OperatorRef& op, const GklOptions& opt, double rel_tol, const Vec& start) {
+  check_operator(op);
+  Budget budget{Clock::now(), opt.max_seconds, opt.max_products};
+  return run_gkl(tall_side(op), Which::kLargest, opt, rel_tol, 0.0, start, budget);
+}
+
+SingularEnd gkl_smallest(const OperatorRef& op, const GklOptions& opt, double rel_tol, double sigma_max_hi,
+                         const Vec& start) {
+  check_operator(op);
+  Budget budget{Clock::now(), opt.max_seconds, opt.max_products};
+  return run_gkl(tall_side(op), Which::kSmallest, opt, rel_tol, sigma_max_hi, start, budget);
+}
+
+LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& matrix, const GklOptions& opt,
+                                   const GklWarmStart& warm) {
+  check_operator(op_in);
+  if (!(opt.tolerance > 0) || opt.max_basis < 2 || opt.keep < 1 || opt.max_products < 8 || !(opt.max_seconds > 0))
+    throw std::invalid_argument("condition_lanczos: need tolerance > 0, max_basis >= 2, keep >= 1, max_products >= 8, max_seconds > 0");
+  const auto t0 = Clock::now();
+  const OperatorRef A = tall_side(op_in);
+  Budget budget{t0, opt.max_seconds, opt.max_products};
+
+  LanczosCondition out;
+  // σ_max to a twentieth of the κ tolerance (the top end usually converges fast).
+  out.largest = run_gkl(A, Which::kLargest, opt, opt.tolerance / 20, 0.0, warm.v_max, budget);
+  const double max_ratio = out.largest.lo > 0 ? out.largest.hi / out.largest.lo : kInf;
+  const double min_tol = std::max((1.0 + opt.tolerance) / max_ratio - 1.0, opt.tolerance / 20);
+  out.smallest = run_gkl(A, Which::kSmallest, opt, min_tol, out.largest.hi, warm.v_min, budget);
+  out.warm.v_max = out.largest.v;
+  out.warm.v_min = out.smallest.v;
+
+  ConditionReport& r = out.report;
+  r.matrix = matrix;
+  r.rows = op_in.rows;
+  r.cols = op_in.cols;
+  r.method = "gkl";
+  r.sigma_max = out.largest.theta;
+  r.sigma_min = out.smallest.theta;
+  r.products = budget.used;
+  const double floor = noise_floor(r.rows, r.cols, out.largest.lo);
+  r.kappa_lo = out.smallest.hi > 0 ? out.largest.lo / out.smallest.hi : kInf;
+  r.kappa_hi = out.smallest.lo > 0 ? out.largest.hi / out.smallest.lo : kInf;
+  if (out.smallest.hi < floor) {
+    r.status = Status::kSingular;
+    r.kappa = r.kappa_hi = kInf;
+    r.rank = -1;
+  } else {
+    r.kappa = r.sigma_min > 0 ? r.sigma_max / r.sigma_min : kInf;
+    // Converged = tight, or rounding-limited (bound "weyl-rounding", the best fp64 allows).
+    const bool ok = out.largest.converged && out.smallest.converged;
+    r.status = ok ? Status::kBracket : Status::kNotConverged;
+    r.rank = out.smallest.lo > floor ? std::min(r.rows, r.cols) : -1;
+  }
+  std::ostringstream note;
+  note << "sigma_max in [" << sci(out.largest.lo) << ", " << sci(out.largest.hi) << "] (" << out.largest.bound << ", "
+       << out.largest.restarts << " restarts, " << out.largest.products << " products, " << sci(out.largest.seconds)
+       << " s); sigma_min in [" << sci(out.smallest.lo) << ", " << sci(out.smallest.hi) << "] (" << out.smallest.bound
+       << ", " << out.smallest.restarts << " restarts, " << out.smallest.products << " products); ";
+  if (out.largest.bound == "exhausted" && out.smallest.bound == "exhausted")
+    note << "Krylov space exhausted: bounds hold without assumption";
+  else
+    note << "bounds assume no missed singular value";
+  if (r.status == Status::kNotConverged) note << "; budget ran out: best bracket reached";
+  if (out.smallest.bound == "weyl-rounding" || out.largest.bound == "weyl-rounding")
+    note << "; residuals at the rounding allowance: bracket as tight as fp64 allows";
+  r.note = note.str();
+  r.seconds = seconds_since(t0);
+  return out;
+}
+
+}  // namespace jacond

@@ -1,0 +1,144 @@
+// Extreme singular values of a matrix-free operator with a κ bracket (docs/design.md §4, issue #4).
+//
+// Method: Golub–Kahan–Lanczos bidiagonalisation (GKL) with thick restarts and full
+// reorthogonalisation, in the augmented-restart form of Baglama & Reichel (IRLBA, 2005):
+//   K P_k = Q_k B_k,   Kᵀ Q_k = P_k B_kᵀ + β_k p_{k+1} e_kᵀ,
+// P_k (cols × k) and Q_k (rows × k) orthonormal, B_k = Q_kᵀ K P_k (k × k, upper triangular:
+// bidiagonal plus, after a restart, one row of couplings). Singular triplets of B_k,
+// B_k = U_B Σ V_Bᵀ, give Ritz triplets θ_i, ũ_i = Q_k U_B e_i, ṽ_i = P_k V_B e_i with
+//   K ṽ_i = θ_i ũ_i,   Kᵀ ũ_i = θ_i ṽ_i + β_k (U_B)_{k,i} p_{k+1}.
+// A restart keeps the ℓ wanted Ritz pairs and p_{k+1} and continues the recurrence.
+// B_k's SVD is computed directly (LAPACKE dgesdd), never through B_kᵀB_k, so a Ritz value has
+// absolute error O(eps·σ_max), not the O(eps·σ_max²/σ) of Lanczos on KᵀK (docs/design.md §4).
+// One run per end (gkl.cpp, class GklRun), in these steps:
+//   start     p_1 Gaussian, or the warm start plus 1e-3 of a Gaussian;
+//   sweep     left step α_j q_j = K p_j − Q_{j−1} (…), right step β_j p_{j+1} = Kᵀ q_j − P_j (…),
+//             each reorthogonalised against the whole basis (classical Gram–Schmidt twice); a
+//             breakdown (α or β ≤ eps·‖K‖) continues with a random orthogonal vector;
+//   estimate  SVD of B_j, Ritz triplets and η_i from the recurrence, the brackets below (every
+//             max(4, j/8) steps mid-sweep, and at the end of each sweep);
+//   stop      bracket tight (or at the rounding allowance) after min_steps, Krylov space
+//             exhausted, σ_min under the noise floor, or budget spent;
+//   check     the wanted triplet's θ and η recomputed with two explicit products (the recurrence
+//             residual can be optimistic once orthogonality is lost): the returned brackets use
+//             max(η_recurrence, η_explicit + δ);
+//   restart   keep ℓ wanted Ritz triplets and p_{k+1}: B = diag(θ), and the next left step
+//             fills in the couplings of q_{ℓ+1} to the kept ones.
+// Errors: std::invalid_argument for bad options or an empty operator; std::runtime_error when the
+// operator returns NaN or inf (checked after every product); LapackError (analysis/core/lapack.h)
+// if dgesdd fails on B_k.
+//
+// The augmented matrix H = [0 K; Kᵀ 0] (symmetric, eigenvalues ±σ_j and rows − cols zeros)
+// carries the certificates. For z = [ũ; ṽ] with ‖ũ‖ = ‖ṽ‖ = 1, Rayleigh quotient θ = ũᵀKṽ and
+//   η = ‖H z − θ z‖ / ‖z‖ = ‖[K ṽ − θ ũ; Kᵀ ũ − θ ṽ]‖ / √2,
+// (for a GKL Ritz triplet η = β_k |(U_B)_{k,i}| / √2):
+//   (W)  Weyl / Krylov–Bogoliubov: H has an eigenvalue in [θ − η, θ + η].
+//   (CF) Courant–Fischer: σ_min(K) ≤ ‖K x‖/‖x‖ ≤ σ_max(K) for every x ≠ 0 (rows ≥ cols), and the
+//        Ritz values from K P_k are singular values of K restricted to span P_k, so
+//        σ_min(K) ≤ θ_min and θ_max ≤ σ_max(K).
+// Brackets (θ_i the kept Ritz values, wanted end first, η_i their residuals):
+//   σ_max ∈ [‖K ṽ_1‖ − δ,  max_i (θ_i + η_i)]                  (CF, W)
+//   σ_min ∈ [max(0, min_i (θ_i − η_i)),  min(θ_1, ‖K ṽ_1‖) + δ] (W, CF)
+// Kato–Temple (λ ≥ θ − η²/(μ − θ) given a gap μ to the next eigenvalue, with μ from θ_2 − η_2)
+// would be quadratic in η, but its gap assumption fails silently when two singular values sit
+// closer together than the Krylov space can resolve (a single-vector Krylov space then holds one
+// mixture of them, with one Ritz value between the two): the test SeparatedSpectrum (σ = 1e-6 and
+// 1.5e-6 under a bulk in [0.2, 0.8]) produced a false KT certificate, so KT is not used.
+// δ is a rounding allowance (4·sqrt(max(rows, cols))·eps·σ_max) added to every η. The upper end of σ_min
+// and the lower end of σ_max are rigorous (CF). The other two ends rest on ONE assumption,
+// which no Krylov method can verify without an inertia count (a factorisation of H − μI):
+//   (A) no singular value of K lies beyond the Ritz values found, i.e. the eigenvalue of H that
+//       (W) places near the kept Ritz values include the extreme one. For a 2-mixture of
+//       singular vectors the minimising (maximising) Ritz vector leans to the smaller (larger)
+//       one, and then the Weyl interval reaches it; a singular value with (almost) no
+//       component in the Krylov space can still be missed.
+// (A) is the standard a-posteriori convergence criterion; it can fail when the start vector is
+// (nearly) orthogonal to the extreme singular vector. We start from a Gaussian random vector
+// (or a warm start mixed with one) and keep ℓ Ritz triplets, which makes a miss unlikely but
+// not impossible. Every bracket's `note` says so ("assumes no missed singular value").
+//
+// Status of the report: `bracket` when κ_hi/κ_lo ≤ 1 + tolerance was reached, or when the
+// residuals reached the rounding allowance δ (the bracket cannot shrink further; said in note); `singular` when
+// σ_min_hi < noise floor max(rows, cols)·eps·σ_max_lo (κ ≥ σ_max_lo/σ_min_hi); `not-converged`
+// with the best bracket reached when products or seconds ran out.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "analysis/spectral/condition.h"
+#include "analysis/core/types.h"
+
+namespace jacond {
+
+struct GklOptions {
+  Index max_basis = 96;        // Krylov basis size k before a thick restart (capped at min(rows, cols))
+  Index keep = 32;             // Ritz triplets ℓ kept at a restart (capped at k − 1)
+  Index max_products = 200000; // K and Kᵀ products together, both ends
+  double max_seconds = 120;    // wall-clock budget, both ends
+  double tolerance = 0.01;     // target κ_hi/κ_lo ≤ 1 + tolerance
+  Index min_steps = 24;        // GKL steps per end before a bracket may be accepted (guards (A))
+  uint64_t seed = 20240607;    // Gaussian start vectors
+};
+
+/// One end of the spectrum.
+struct SingularEnd {
+  double theta = 0;          // Ritz value
+  double lo = 0, hi = 0;     // bracket (see the header comment for which ends assume (A))
+  double residual = 0;       // η of the returned triplet, explicit: ‖[Kv − θu; Kᵀu − θv]‖/√2
+  Vec u, v;                  // unit left / right Ritz vectors
+  Index products = 0, restarts = 0;
+  double seconds = 0;
+  bool converged = false;
+  std::string bound;         // "weyl", "weyl-rounding" (η at δ), "exhausted" (Krylov space = whole space)
+};
+
+/// Start vectors for the two ends (right vectors of the operator, length cols, or of its
+/// transpose when rows < cols); empty means a random start. Returned filled so sweeps and
+/// checkpoints can chain calls.
+struct GklWarmStart {
+  Vec v_max, v_min;
+};
+
+struct LanczosCondition {
+  ConditionReport report;    // method "gkl", status bracket | singular | not-converged
+  SingularEnd largest, smallest;
+  GklWarmStart warm;
+};
+
+/// Type-erased operator (the products are O(n²d + nd²), so one indirect call per product is free).
+struct OperatorRef {
+  Index rows = 0, cols = 0;
+  std::function<void(const double*, double*)> apply;            // y = K x
+  std::function<void(const double*, double*)> apply_transpose;  // y = Kᵀ x
+};
+
+template <typename Op>
+OperatorRef make_operator_ref(const Op& op) {
+  OperatorRef r;
+  r.rows = op.rows();
+  r.cols = op.cols();
+  r.apply = [&op](const double* x, double* y) { op.perform_op(x, y); };
+  r.apply_transpose = [&op](const double* x, double* y) { op.perform_op_transpose(x, y); };
+  return r;
+}
+
+/// σ_max alone (bracket to relative width `rel_tol`), for spectral norms.
+SingularEnd gkl_largest(const OperatorRef& op, const GklOptions& opt, double rel_tol, const Vec& start = Vec());
+
+/// σ_min alone, to relative width `rel_tol`, given σ_max_hi for the rounding allowance and the
+/// noise floor (stops early, unconverged, once σ_min_hi is below the floor).
+SingularEnd gkl_smallest(const OperatorRef& op, const GklOptions& opt, double rel_tol, double sigma_max_hi,
+                         const Vec& start = Vec());
+
+/// κ bracket of an operator: σ_max first, then σ_min to the remaining tolerance.
+LanczosCondition condition_lanczos(const OperatorRef& op, const std::string& matrix, const GklOptions& opt = {},
+                                   const GklWarmStart& warm = {});
+
+template <typename Op>
+LanczosCondition condition_lanczos(const Op& op, const std::string& matrix, const GklOptions& opt = {},
+                                   const GklWarmStart& warm = {}) {
+  return condition_lanczos(make_operator_ref(op), matrix, opt, warm);
+}
+
+}  // namespace jacond

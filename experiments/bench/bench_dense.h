@@ -1,0 +1,127 @@
+// `jacond bench dense`: jacond's exact κ(K_sa) against the route a PyTorch user would take,
+// measured in the same run on the same weights and tokens (docs/design.md §8: speed is measured by
+// benchmarks, never by timed tests, and always against the alternative a user has).
+//
+// What is compared. The matrix is K_sa = ∂vec SA(Y)/∂vec Y at Y = X (paper Eq. 10): the Jacobian
+// of BARE multi-head self-attention (qkv and proj Linears with biases, logits scaled by
+// 1/sqrt(d_h)), without LayerNorm and without residual, so that both routes differentiate
+// exactly the same function and nothing but the method differs. Weights come from init_block
+// (timm by default, seed 0; layer 0, hidden 4d), tokens X ~ N(0, 1)^{n×d} (gaussian_tokens).
+// Both are written to DIR/size-N/{weights,tokens}.safetensors in fp64, and the Python side
+// reads those very files.
+//
+//   jacond exact κ      forward + closed-form dense K (attention_jacobian) + condition_fast:
+//                       LU (2/3 N³, BLAS-3) and Lanczos for σ_max and σ_min, N = n·d.
+//   jacond full spectrum forward + dense K + condition_svd (LAPACKE dgesdd, all σ).
+//   torch               experiments/bench/torch_dense_route.py in a subprocess:
+//                       torch.autograd.functional.jacobian(SA, X) (one reverse pass per output
+//                       entry), reshape to (nd, nd), torch.linalg.svdvals, κ = s[0]/s[-1], fp64.
+//
+// Why that Python route: it is the code found in tutorials and forum answers for "condition
+// number of a Jacobian" — the stock autograd helper plus the stock dense singular values, with
+// default arguments, written straight from the model definition (timm's Attention.forward).
+// It needs no knowledge of the closed form, so it is what a researcher would otherwise run.
+// It gets the same thread count (torch.set_num_threads and the OMP/OpenBLAS/MKL variables) and
+// its timings exclude interpreter start-up and file loading (both are recorded apart).
+//
+// κ agreement: both sides compute the singular values of K in fp64 with backward-stable
+// methods, from Jacobians assembled differently (closed form vs autograd), so each σ moves by
+// O(eps·σ_max): σ_max agrees to O(eps) relative, σ_min to O(eps·κ) relative. The check is
+//   |κ_a − κ_b| / κ_b ≤ tol(κ) = max(1e-6, C·eps·κ),  C = 45,
+// i.e. 1e-6 up to κ ≈ 1e8 (C·eps·1e8 ≈ 1e-6) and growing like eps·κ beyond, where no fp64
+// method can do better. When σ_min is under the noise floor max(N)·eps·σ_max (status
+// `singular`), κ is not a number either route can give: both must then call it singular.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/jacobians/block.h"
+#include "analysis/spectral/condition.h"
+
+namespace jacond::cli {
+
+/// `jacond bench dense [options]` (argv[0] = "dense").
+int run_bench_dense(int argc, char** argv);
+
+namespace bench_dense {
+
+constexpr double kEps = std::numeric_limits<double>::epsilon();
+constexpr double kKappaRelTolFloor = 1e-6;  // relative κ agreement while eps·κ is small
+constexpr double kKappaTolFactor = 45.0;    // C in max(1e-6, C·eps·κ): 1e-6 at κ ≈ 1e8
+
+
+struct Shape {
+  Index n = 0, d = 0, heads = 0;
+  Index N() const { return n * d; }
+};
+
+// The standard sizes of the benchmark: N = n·d -> (n, d, heads); every one has d_h = 16.
+const std::map<Index, Shape>& standard_sizes();
+
+/// Parses "1024,3200" into standard shapes; std::invalid_argument names --sizes.
+std::vector<Shape> parse_sizes(const std::string& spec);
+
+// One route's timings and spectrum ends for one size (the best of --repeat runs by total).
+struct RouteResult {
+  std::string route, method;
+  double assembly_s = 0, kappa_s = 0, total_s = 0, total_median_s = 0;
+  double sigma_max = 0, sigma_min = 0, kappa = 0;
+  Status status = Status::kExact;
+  std::string note;
+  bool ran = false;
+};
+
+struct TorchResult {
+  RouteResult route;
+  double wall_s = 0;  // whole subprocess: interpreter start, imports, loading, repeats
+  std::string torch_version;
+  int threads = 0;
+  nlohmann::json raw;
+};
+
+struct Agreement {
+  bool checked = false, pass = true;
+  double rel_diff = std::numeric_limits<double>::quiet_NaN();
+  double tol = std::numeric_limits<double>::quiet_NaN();
+  std::string verdict = "n/a";  // PASS, FAIL, n/a
+  std::string why;
+};
+
+struct SizeResult {
+  Shape shape;
+  double logit_scale = 0;
+  std::string dir;
+  RouteResult exact, full;
+  std::optional<TorchResult> torch;
+  Agreement exact_vs_torch, full_vs_torch, exact_vs_full;
+  bool torch_failed = false;
+  bool pass() const { return !torch_failed && exact_vs_torch.pass && full_vs_torch.pass && exact_vs_full.pass; }
+};
+
+/// jacond in-process: forward + dense K + (condition_fast | condition_svd), the best of `repeat`.
+RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spectrum, int repeat);
+
+/// The Python route (torch_dense_route.py) in a subprocess on DIR/{weights,tokens}.safetensors.
+TorchResult run_torch_route(const std::string& python, const std::string& script, const std::string& dir,
+                            const Shape& s, double logit_scale, int threads, int repeat);
+
+/// κ agreement of two routes (see the header comment).
+Agreement compare(const RouteResult& a, const RouteResult& b);
+
+/// The two stdout tables (times and ratios; the time split).
+void print_tables(const std::vector<SizeResult>& results);
+
+/// DIR/bench_dense.csv and DIR/run.json, both atomic.
+void write_outputs(const std::string& out_dir, int argc, char** argv, const std::vector<SizeResult>& results,
+                   const std::string& init, uint64_t seed, int threads, int repeat, const std::string& python,
+                   const std::string& script, bool skip_python, const std::string& error);
+
+}  // namespace bench_dense
+}  // namespace jacond::cli

@@ -1,0 +1,174 @@
+// `jacond bench dense`: what it prints and writes (tables, CSV, run.json); the measurement is in
+// bench_dense.cpp, the contract in bench_dense.h.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "experiments/bench/bench_dense.h"
+#include "experiments/cli/cli_common.h"
+
+namespace jacond::cli::bench_dense {
+
+namespace {
+
+std::string ratio_str(double num, double den) {
+  if (!(den > 0) || !std::isfinite(num)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fx", num / den);
+  return buf;
+}
+
+std::string kappa_str(const RouteResult& r) {
+  if (!r.ran) return "n/a";
+  if (r.status == Status::kSingular) return "singular";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6e", r.kappa);
+  return buf;
+}
+
+std::string sci(double x, const char* f = "%.2e") {
+  if (std::isnan(x)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string csv_row(const SizeResult& s, const std::string& init, uint64_t seed, int threads, double logit_scale,
+                    int repeat, const RouteResult& r, const Agreement& vs_torch, double torch_total) {
+  std::ostringstream os;
+  os << s.shape.N() << ',' << s.shape.n << ',' << s.shape.d << ',' << s.shape.heads << ",K_sa," << init << ','
+     << seed << ',' << threads << ',' << fmt(logit_scale) << ',' << repeat << ',' << r.route << ',' << r.method << ','
+     << fmt(r.assembly_s) << ',' << fmt(r.kappa_s) << ',' << fmt(r.total_s) << ',' << fmt(r.total_median_s) << ','
+     << (r.route == "torch" ? std::string("1") : std::isnan(torch_total) ? std::string() : fmt(torch_total / r.total_s))
+     << ',' << fmt(r.sigma_max) << ',' << fmt(r.sigma_min) << ',' << fmt(r.kappa) << ',' << to_string(r.status) << ','
+     << (vs_torch.checked ? fmt(vs_torch.rel_diff) : "") << ',' << (vs_torch.checked ? fmt(vs_torch.tol) : "") << ','
+     << vs_torch.verdict << '\n';
+  return os.str();
+}
+
+nlohmann::json route_json(const RouteResult& r) {
+  nlohmann::json j;
+  j["route"] = r.route;
+  j["method"] = r.method;
+  j["assembly_s"] = r.assembly_s;
+  j["kappa_s"] = r.kappa_s;
+  j["total_s"] = r.total_s;
+  j["total_median_s"] = r.total_median_s;
+  j["sigma_max"] = r.sigma_max;
+  j["sigma_min"] = r.sigma_min;
+  j["kappa"] = std::isfinite(r.kappa) ? nlohmann::json(r.kappa) : nlohmann::json(fmt(r.kappa));
+  j["status"] = to_string(r.status);
+  if (!r.note.empty()) j["note"] = r.note;
+  return j;
+}
+
+nlohmann::json agreement_json(const Agreement& g) {
+  nlohmann::json j;
+  j["verdict"] = g.verdict;
+  if (!std::isnan(g.rel_diff)) j["rel_diff"] = g.rel_diff;
+  if (!std::isnan(g.tol)) j["tol"] = g.tol;
+  if (!g.why.empty()) j["why"] = g.why;
+  return j;
+}
+
+}  // namespace
+
+void print_tables(const std::vector<SizeResult>& results) {
+  std::printf("\n%6s %4s %3s %5s | %12s %12s %10s | %11s %10s | %14s %14s %9s %9s %6s\n", "N", "n", "d", "heads",
+              "jacond-exact", "jacond-full", "torch", "torch/exact", "torch/full", "kappa jacond", "kappa torch",
+              "rel diff", "tol", "agree");
+  for (const auto& r : results) {
+    const bool t = r.torch.has_value();
+    const double torch_s = t ? r.torch->route.total_s : std::nan("");
+    // Relative κ difference: the larger of jacond-exact and jacond-full vs torch (or exact vs
+    // full when the torch route was skipped); the tolerance is the same for both comparisons.
+    const Agreement& g = t ? r.exact_vs_torch : r.exact_vs_full;
+    double rel = g.rel_diff;
+    if (t && !std::isnan(r.full_vs_torch.rel_diff)) rel = std::max(rel, r.full_vs_torch.rel_diff);
+    std::printf("%6lld %4lld %3lld %5lld | %11.3fs %11.3fs %10s | %11s %10s | %14s %14s %9s %9s %6s\n",
+                static_cast<long long>(r.shape.N()), static_cast<long long>(r.shape.n),
+                static_cast<long long>(r.shape.d), static_cast<long long>(r.shape.heads), r.exact.total_s,
+                r.full.total_s, t ? (sci(torch_s, "%.3f") + "s").c_str() : r.torch_failed ? "FAILED" : "skipped",
+                ratio_str(torch_s, r.exact.total_s).c_str(), ratio_str(torch_s, r.full.total_s).c_str(),
+                kappa_str(r.exact).c_str(), t ? kappa_str(r.torch->route).c_str() : "n/a", sci(rel).c_str(),
+                sci(g.tol).c_str(), r.pass() ? "PASS" : "FAIL");
+  }
+  std::printf("\nsplit (seconds): assembly = forward + dense K (jacond) | autograd jacobian (torch); "
+              "kappa = LU+Lanczos | dgesdd | svdvals\n");
+  std::printf("%6s | %10s %12s | %10s %12s | %12s %12s %10s\n", "N", "jc assembly", "jc LU+Lanczos", "jc assembly",
+              "jc gesdd", "torch jacob.", "torch svdvals", "torch wall");
+  for (const auto& r : results) {
+    const bool t = r.torch.has_value();
+    std::printf("%6lld | %11.3f %13.3f | %11.3f %12.3f | %12s %13s %10s\n", static_cast<long long>(r.shape.N()),
+                r.exact.assembly_s, r.exact.kappa_s, r.full.assembly_s, r.full.kappa_s,
+                t ? sci(r.torch->route.assembly_s, "%.3f").c_str() : "-",
+                t ? sci(r.torch->route.kappa_s, "%.3f").c_str() : "-",
+                t ? sci(r.torch->wall_s, "%.3f").c_str() : "-");
+  }
+}
+
+void write_outputs(const std::string& out_dir, int argc, char** argv, const std::vector<SizeResult>& results,
+                   const std::string& init, uint64_t seed, int threads, int repeat, const std::string& python,
+                   const std::string& script, bool skip_python, const std::string& error) {
+  std::string csv =
+      "N,n,d,heads,matrix,init,seed,threads,logit_scale,repeat,route,method,assembly_s,kappa_s,total_s,"
+      "total_median_s,torch_over_this,sigma_max,sigma_min,kappa,status,kappa_rel_diff_vs_torch,kappa_tol,"
+      "agree_with_torch\n";
+  nlohmann::json sizes = nlohmann::json::array();
+  std::string torch_version;
+  for (const auto& s : results) {
+    const double lscale = s.logit_scale;
+    const double torch_total = s.torch ? s.torch->route.total_s : std::nan("");
+    csv += csv_row(s, init, seed, threads, lscale, repeat, s.exact, s.exact_vs_torch, torch_total);
+    csv += csv_row(s, init, seed, threads, lscale, repeat, s.full, s.full_vs_torch, torch_total);
+    nlohmann::json j;
+    j["N"] = s.shape.N();
+    j["n"] = s.shape.n;
+    j["d"] = s.shape.d;
+    j["heads"] = s.shape.heads;
+    j["logit_scale"] = lscale;
+    j["dir"] = s.dir;
+    j["jacond_exact"] = route_json(s.exact);
+    j["jacond_full"] = route_json(s.full);
+    j["exact_vs_full"] = agreement_json(s.exact_vs_full);
+    if (s.torch) {
+      csv += csv_row(s, init, seed, threads, lscale, repeat, s.torch->route, Agreement{}, torch_total);
+      j["torch"] = route_json(s.torch->route);
+      j["torch"]["wall_s"] = s.torch->wall_s;
+      j["torch"]["script_output"] = s.torch->raw;
+      j["exact_vs_torch"] = agreement_json(s.exact_vs_torch);
+      j["full_vs_torch"] = agreement_json(s.full_vs_torch);
+      torch_version = s.torch->torch_version;
+    }
+    j["pass"] = s.pass();
+    sizes.push_back(j);
+  }
+  write_file_atomic(out_dir + "/bench_dense.csv", csv);
+
+  nlohmann::json run = run_metadata(argc, argv);
+  run["benchmark"] = "dense";
+  run["matrix"] = "K_sa = d vec SA(X) / d vec X, bare multi-head self-attention (no LayerNorm, no residual), Eq. 10";
+  run["init"] = init;
+  run["seed"] = seed;
+  run["layer"] = 0;
+  run["hidden"] = "4d";
+  run["tokens"] = "gaussian_tokens(n, d, seed): N(0, 1) entries";
+  run["repeat"] = repeat;
+  run["timing"] = "best of repeat by total; median in total_median_s";
+  run["routes"] = {{"jacond-exact-kappa", "attention_forward + attention_jacobian + condition_fast (LU + Lanczos)"},
+                   {"jacond-full-spectrum", "attention_forward + attention_jacobian + condition_svd (LAPACKE dgesdd)"},
+                   {"torch", skip_python ? "skipped (--skip-python)"
+                                         : "torch.autograd.functional.jacobian + torch.linalg.svdvals (" + script +
+                                               ")"}};
+  run["python"] = python;
+  if (!torch_version.empty()) run["torch_version"] = torch_version;
+  run["kappa_tolerance"] = "rel diff <= max(1e-6, 45*eps*kappa); both routes must agree on status singular";
+  run["sizes"] = sizes;
+  bool pass = error.empty();
+  for (const auto& s : results) pass = pass && s.pass();
+  run["pass"] = pass;
+  if (!error.empty()) run["error"] = error;
+  write_file_atomic(out_dir + "/run.json", run.dump(2) + "\n");
+}
+
+}  // namespace jacond::cli::bench_dense

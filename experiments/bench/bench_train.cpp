@@ -1,0 +1,208 @@
+// `jacond bench train`: training throughput of jacond's LibTorch ViT against the same model in
+// Python PyTorch (experiments/bench/torch_train_route.py), same threads, same run; the SOAP/AdamW
+// step-time ratio; and the overhead of conditioning tracking at a given --track-every.
+//
+//   images/s     batch · steps / time of `steps` full training steps (forward, cross-entropy,
+//                backward, optimizer step) after `warmup` untimed steps, fp32, random images
+//                [batch, 1, 28, 28] (throughput does not depend on pixel values).
+//   SOAP/AdamW   ratio of mean full-step times, and of optimizer.step() times alone; SOAP's
+//                timed window includes its eigenbasis refreshes (every precondition_frequency).
+//   tracking     one track_conditioning call (one probe image, the trainer's default route `auto`
+//                with its per-matrix Lanczos budget) divided by the training time it is spread
+//                over, track_every · AdamW step time: once with every matrix and once with
+//                --track-matrices (default: the trainer's default set), so the saving of asking
+//                for fewer matrices is measured, not assumed.
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "analysis/report/report_csv.h"
+#include "analysis/core/threads.h"
+#include "experiments/cli/cli_common.h"
+#include "experiments/cli/commands.h"
+#include "experiments/bench/python_route.h"
+#include "models/track/conditioning.h"
+#include "models/train/trainer.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct StepTiming {
+  double step_s = 0, optimizer_s = 0;
+  double images_per_s(int64_t batch) const { return batch / step_s; }
+};
+
+StepTiming time_training(const models::TrainConfig& cfg, int64_t warmup, int64_t steps) {
+  models::VisionTransformer model(cfg.model);
+  model->train();
+  auto opt = models::make_optimizer(model, cfg);
+  auto gen = at::detail::createCPUGenerator(1);
+  const auto x = torch::randn({cfg.batch, 1, 28, 28}, gen);
+  const auto y = torch::randint(0, 10, {cfg.batch}, gen);
+  StepTiming t;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    const auto t0 = Clock::now();
+    opt->zero_grad();
+    auto loss = torch::cross_entropy_loss(model->forward(x), y);
+    loss.backward();
+    const auto t1 = Clock::now();
+    opt->step();
+    (void)loss.item<double>();
+    if (s >= warmup) {
+      t.optimizer_s += since(t1);
+      t.step_s += since(t0);
+    }
+  }
+  t.step_s /= steps;
+  t.optimizer_s /= steps;
+  return t;
+}
+
+// One track_conditioning call as `jacond train` makes it (route, budget), with `matrices`.
+struct TrackTiming {
+  std::string matrices;
+  bool ran = false;
+  size_t reports = 0;
+  double seconds = NAN;
+};
+
+TrackTiming time_tracking(const models::TrainConfig& cfg, const std::string& matrices) {
+  TrackTiming t;
+  t.matrices = matrices;
+  if (cfg.track_every <= 0) return t;
+  models::VisionTransformer model(cfg.model);
+  models::TrackOptions track;
+  track.block.route = parse_kappa_route(cfg.track_method);
+  track.block.lanczos.max_seconds = cfg.track_seconds;
+  track.matrices = models::parse_matrix_list(matrices);
+  const auto probe = torch::randn({1, 1, 28, 28}, at::detail::createCPUGenerator(2));
+  const auto t0 = Clock::now();
+  t.reports = models::track_conditioning(model, probe, track).size();
+  t.seconds = since(t0);
+  t.ran = true;
+  return t;
+}
+
+}  // namespace
+
+int run_bench_train(int argc, char** argv) {
+  models::TrainConfig cfg;
+  int64_t warmup = 3, steps = 20;
+  std::string out_dir = "results/bench-train", python = "/usr/bin/python3",
+              script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/torch_train_route.py";
+  bool skip_python = false;
+  po::options_description desc("jacond bench train: ViT training throughput vs Python PyTorch, SOAP/AdamW, tracking overhead");
+  desc.add_options()("help,h", "this help")
+      ("dim", po::value(&cfg.model.dim)->default_value(192), "embedding dimension")
+      ("depth", po::value(&cfg.model.depth)->default_value(6), "blocks")
+      ("heads", po::value(&cfg.model.heads)->default_value(3), "heads")
+      ("patch", po::value(&cfg.model.patch)->default_value(4), "patch size")
+      ("batch", po::value(&cfg.batch)->default_value(128), "batch size")
+      ("steps", po::value(&steps)->default_value(steps), "timed steps per route")
+      ("warmup", po::value(&warmup)->default_value(warmup), "untimed steps first (SOAP's statistics-only step is one)")
+      ("threads", po::value(&cfg.threads)->default_value(1), "torch + BLAS threads, both routes")
+      ("track-every", po::value(&cfg.track_every)->default_value(cfg.track_every), "tracking period the overhead is spread over")
+      ("track-matrices", po::value(&cfg.track_matrices)->default_value(cfg.track_matrices),
+       "the set timed against all matrices (comma list; the trainer's default)")
+      ("track-method", po::value(&cfg.track_method)->default_value(cfg.track_method), "auto | dense | svd | lanczos")
+      ("out", po::value(&out_dir)->default_value(out_dir), "writes DIR/bench_train.csv and run.json")
+      ("python", po::value(&python)->default_value(python), "Python with torch")
+      ("script", po::value(&script)->default_value(script), "the PyTorch route script")
+      ("skip-python", po::bool_switch(&skip_python), "time jacond only");
+  if (!parse_options(argc, argv, desc)) return 0;
+  check_usage([&] {
+    if (steps < 1 || warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
+    if (cfg.track_every < 0) throw std::invalid_argument("--track-every must be >= 0 (0: skip the tracking measurement)");
+    if (cfg.threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    parse_flag("--track-matrices", [&] { return models::parse_matrix_list(cfg.track_matrices); });
+    parse_flag("--track-method", [&] { return parse_kappa_route(cfg.track_method); });
+    cfg.model.validate();
+  });
+  torch::set_num_threads(static_cast<int>(cfg.threads));
+  set_threads(static_cast<int>(cfg.threads));
+  ensure_directory(out_dir);
+
+  std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
+            << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens() << ") batch=" << cfg.batch
+            << " threads=" << cfg.threads << ", " << steps << " timed steps after " << warmup << "\n";
+  models::TrainConfig adamw = cfg, soap = cfg;
+  adamw.optimizer = "adamw";
+  soap.optimizer = "soap";
+  adamw.finalize();
+  soap.finalize();
+  const StepTiming ta = time_training(adamw, warmup, steps);
+  std::cout << "jacond AdamW: " << std::fixed << std::setprecision(1) << ta.images_per_s(cfg.batch) << " img/s\n";
+  const StepTiming ts = time_training(soap, warmup, steps);
+  std::cout << "jacond SOAP:  " << ts.images_per_s(cfg.batch) << " img/s\n";
+
+  // Tracking: one call on one probe image, every matrix and then the chosen set.
+  const TrackTiming track_all = time_tracking(cfg, "all");
+  const TrackTiming track_set = time_tracking(cfg, cfg.track_matrices);
+
+  double py_ips = NAN, py_step = NAN;
+  std::string torch_version = "not run";
+  if (!skip_python) {
+    nlohmann::json j = run_python_json(
+        {python, script, "--dim", std::to_string(cfg.model.dim), "--depth", std::to_string(cfg.model.depth), "--heads",
+         std::to_string(cfg.model.heads), "--patch", std::to_string(cfg.model.patch), "--batch", std::to_string(cfg.batch),
+         "--steps", std::to_string(steps), "--warmup", std::to_string(warmup), "--threads", std::to_string(cfg.threads)},
+        static_cast<int>(cfg.threads), out_dir, "torch train route (" + python + " " + script + ")",
+        {"images_per_s", "step_s", "torch_version"});
+    py_ips = j["images_per_s"].get<double>();
+    py_step = j["step_s"].get<double>();
+    torch_version = j["torch_version"].get<std::string>();
+    std::cout << "PyTorch AdamW: " << py_ips << " img/s (torch " << torch_version << ")\n";
+  }
+
+  std::cout << std::setprecision(3) << "\n"
+            << "jacond AdamW / PyTorch AdamW images/s: "
+            << (skip_python ? std::string("n/a (--skip-python)") : std::to_string(ta.images_per_s(cfg.batch) / py_ips) + "x")
+            << "  (target >= 1.2)\n"
+            << "SOAP / AdamW full-step time:          " << ts.step_s / ta.step_s << "   (target <= 1.5)\n"
+            << "SOAP / AdamW optimizer.step() time:   " << ts.optimizer_s / ta.optimizer_s << "\n"
+            << std::defaultfloat;
+  for (const TrackTiming* t : {&track_all, &track_set})
+    if (t->ran)
+      std::cout << std::setprecision(3) << "tracking (" << t->matrices << "): " << t->reports << " reports in "
+                << t->seconds << " s per call = " << 100 * t->seconds / (cfg.track_every * ta.step_s) << "% of "
+                << cfg.track_every << " AdamW steps\n" << std::defaultfloat;
+  if (track_all.ran)
+    std::cout << std::setprecision(3) << "tracking " << track_set.matrices << " / all matrices: "
+              << track_set.seconds / track_all.seconds << "x the time\n" << std::defaultfloat;
+
+  std::ostringstream csv;
+  csv << "route,optimizer,threads,batch,images_per_s,step_s,optimizer_step_s\n";
+  auto row = [&](const std::string& route, const std::string& opt, double ips, double step, double opt_s) {
+    csv << route << "," << opt << "," << cfg.threads << "," << cfg.batch << "," << format_number(ips) << ","
+        << format_number(step) << "," << format_number(opt_s) << "\n";
+  };
+  row("jacond", "adamw", ta.images_per_s(cfg.batch), ta.step_s, ta.optimizer_s);
+  row("jacond", "soap", ts.images_per_s(cfg.batch), ts.step_s, ts.optimizer_s);
+  if (!skip_python) row("pytorch", "adamw", py_ips, py_step, NAN);
+  write_file_atomic(out_dir + "/bench_train.csv", csv.str());
+  nlohmann::json meta = run_metadata(argc, argv);
+  meta["model"] = cfg.model.to_json();
+  meta["ratios"] = {{"jacond_over_pytorch_images_per_s", ta.images_per_s(cfg.batch) / py_ips},
+                    {"soap_over_adamw_step", ts.step_s / ta.step_s},
+                    {"soap_over_adamw_optimizer", ts.optimizer_s / ta.optimizer_s},
+                    {"tracking_overhead_all", track_all.seconds / (cfg.track_every * ta.step_s)},
+                    {"tracking_overhead", track_set.seconds / (cfg.track_every * ta.step_s)}};
+  meta["tracking"] = {{"track_every", cfg.track_every},
+                      {"all", {{"seconds", track_all.seconds}, {"reports", track_all.reports}}},
+                      {"chosen", {{"matrices", track_set.matrices}, {"seconds", track_set.seconds},
+                                  {"reports", track_set.reports}}}};
+  meta["torch_version"] = torch_version;
+  write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
+  std::cout << "wrote " << out_dir << "/bench_train.csv and run.json\n";
+  return 0;
+}
+
+}  // namespace jacond::cli

@@ -1,0 +1,32 @@
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "experiments/claims/verify.h"
+
+namespace jacond::cli {
+
+std::string num(double x, int precision) {
+  std::ostringstream os;
+  os.precision(precision);
+  os << x;
+  return os.str();
+}
+
+bool Verifier::check(const std::string& name, bool pass, const std::string& detail) {
+  std::cout << (pass ? "  [PASS] " : "  [FAIL] ") << name << ": " << detail << "\n";
+  if (!pass) ++failures_;
+  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", pass}, {"detail", detail}});
+  return pass;
+}
+
+void Verifier::note(const std::string& text) {
+  std::cout << "  " << text << "\n";
+  notes_.push_back(text);
+}
+
+nlohmann::json Verifier::to_json() const {
+  return {{"claim", claim_}, {"passed", failures_ == 0}, {"checks", checks_}, {"notes", notes_}};
+}
+
+}  // namespace jacond::cli

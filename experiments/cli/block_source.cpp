@@ -1,0 +1,110 @@
+#include "experiments/cli/block_source.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <sstream>
+#include <utility>
+#include <stdexcept>
+
+#include "experiments/cli/cli_common.h"
+#include "models/track/bridge.h"
+#include "models/init/init.h"
+#include "models/io/safetensors.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+
+void BlockSource::add_options(po::options_description& desc) {
+  desc.add_options()
+      ("init", po::value(&init)->default_value(init), "initialization: timm | ours | mimetic (docs/design.md §3)")
+      ("alpha", number_value(&alpha), "`ours`: Q/K init W^Q W^Kᵀ = alpha Z + beta I (Eq. 11)")
+      ("beta", number_value(&beta), "`ours`: identity weight beta")
+      ("c", number_value(&c), "`ours`: V/O scale, W^V W^O = c² U Vᵀ")
+      ("mlp-init", po::value(&mlp_init)->default_value(mlp_init), "MLP init: default (dks for ours, else timm) | timm | dks")
+      ("seed", po::value(&seed)->default_value(seed), "seed of the weights and of the Gaussian tokens")
+      ("n", po::value(&n)->default_value(n), "tokens (init mode)")
+      ("d", po::value(&d)->default_value(d), "embedding dimension (init mode)")
+      ("heads", po::value(&heads)->default_value(heads), "attention heads")
+      ("mlp-ratio", po::value(&mlp_ratio)->default_value(mlp_ratio), "MLP hidden width / d (init mode)")
+      ("weights", po::value(&weights), "timm-named safetensors file (instead of --init)")
+      ("layer", po::value(&layer)->default_value(layer), "block index in --weights (blocks.{layer}.*)")
+      ("tokens", po::value(&tokens), "safetensors file with tensor `tokens` [n, d] or [m, n, d]")
+      ("sample", po::value(&sample)->default_value(sample), "sample index when tokens are [m, n, d]")
+      ("logit-scale", number_value(&logit_scale), "logit scale s; 0 = 1/sqrt(d_h)");
+}
+
+void BlockSource::validate() const {
+  if (!(logit_scale >= 0) || !std::isfinite(logit_scale))
+    throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(logit_scale));
+  if (heads < 1) throw std::invalid_argument("--heads must be >= 1, got " + std::to_string(heads));
+  if (from_files()) {
+    if (tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");
+    if (layer < 0) throw std::invalid_argument("--layer must be >= 0, got " + std::to_string(layer));
+    if (sample < 0) throw std::invalid_argument("--sample must be >= 0, got " + std::to_string(sample));
+    return;
+  }
+  if (!tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
+  if (n < 2) throw std::invalid_argument("--n must be at least 2, got " + std::to_string(n));
+  if (d < 1 || mlp_ratio < 1) throw std::invalid_argument("--d and --mlp-ratio must be >= 1");
+  if (d % heads != 0)
+    throw std::invalid_argument("--d " + std::to_string(d) + " is not divisible by --heads " + std::to_string(heads));
+  models::parse_init_scheme(init);  // throws naming the value
+  if (mlp_init != "default") models::parse_mlp_init(mlp_init);
+  for (const auto& [flag, v] : {std::pair{"--alpha", alpha}, {"--beta", beta}, {"--c", c}})
+    if (!std::isfinite(v)) throw std::invalid_argument(std::string(flag) + " must be finite");
+}
+
+BlockWeights init_weights(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,
+                          uint64_t seed, int64_t d, int64_t heads, int64_t hidden, double logit_scale) {
+  if (d <= 0 || heads <= 0 || hidden <= 0) throw std::invalid_argument("--d, --heads and --mlp-ratio must be positive");
+  if (d % heads != 0) throw std::invalid_argument("--d " + std::to_string(d) + " is not divisible by --heads " + std::to_string(heads));
+  models::InitConfig cfg;
+  cfg.scheme = models::parse_init_scheme(init);
+  cfg.alpha = alpha;
+  cfg.beta = beta;
+  cfg.c = c;
+  cfg.mlp = mlp_init == "default" ? models::default_mlp_init(cfg.scheme) : models::parse_mlp_init(mlp_init);
+  cfg.seed = seed;
+  models::TensorMap tensors;
+  models::init_block(tensors, 0, d, heads, hidden, cfg);
+  return models::block_from_timm(tensors, 0, heads, logit_scale);
+}
+
+LoadedBlock load_block(const BlockSource& src) {
+  LoadedBlock out;
+  if (!src.from_files()) {
+    if (!src.tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
+    if (src.n < 2) throw std::invalid_argument("--n must be at least 2");
+    out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.heads,
+                               src.mlp_ratio * src.d, src.logit_scale);
+    out.tokens = gaussian_tokens(src.n, src.d, src.seed ^ 0x5eedULL);
+    return out;
+  }
+  if (src.tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");
+  const models::TensorMap w = models::load_safetensors(src.weights);
+  out.weights = models::block_from_timm(w, src.layer, src.heads, src.logit_scale);
+  const models::TensorMap t = models::load_safetensors(src.tokens);
+  const auto it = t.find("tokens");
+  if (it == t.end()) throw std::invalid_argument(src.tokens + ": no tensor named `tokens`");
+  at::Tensor tok = it->second;
+  if (tok.dim() == 3) {
+    if (src.sample < 0 || src.sample >= tok.size(0))
+      throw std::invalid_argument(src.tokens + ": --sample " + std::to_string(src.sample) + " out of range [0, " +
+                                  std::to_string(tok.size(0)) + ")");
+    tok = tok[src.sample];
+  }
+  if (tok.dim() != 2) throw std::invalid_argument(src.tokens + ": `tokens` must be [n, d] or [m, n, d], got " + std::to_string(tok.dim()) + "-D");
+  if (tok.size(1) != out.weights.d) {
+    std::ostringstream os;
+    os << src.tokens << ": tokens have d=" << tok.size(1) << " but " << src.weights << " block " << src.layer << " has d=" << out.weights.d;
+    throw std::invalid_argument(os.str());
+  }
+  if (tok.size(0) < 2) throw std::invalid_argument(src.tokens + ": need at least 2 tokens");
+  out.tokens = models::to_eigen(tok);
+  if (!out.tokens.allFinite()) throw std::invalid_argument(src.tokens + ": `tokens` contains NaN or inf");
+  return out;
+}
+
+}  // namespace jacond::cli

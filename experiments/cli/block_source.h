@@ -1,0 +1,45 @@
+// Where a block comes from on the command line: an initialization (docs/design.md §3) with Gaussian
+// tokens, or timm-named safetensors weights plus a tokens file. Shared by block/verify/sweep.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <string>
+
+#include "analysis/jacobians/block.h"
+
+namespace jacond::cli {
+
+struct BlockSource {
+  // from an init
+  std::string init = "timm";
+  double alpha = 2.0, beta = 0.6, c = 3.0;
+  std::string mlp_init = "default";  // default | timm | dks
+  uint64_t seed = 0;
+  int64_t n = 16, d = 32, heads = 2, mlp_ratio = 4;
+  // from files
+  std::string weights, tokens;
+  int64_t layer = 0;
+  int64_t sample = 0;  // which sample of a [m, n, d] tokens tensor
+  // both
+  double logit_scale = 0.0;  // 0 = 1/sqrt(d_h)
+
+  bool from_files() const { return !weights.empty(); }
+  void add_options(boost::program_options::options_description& desc);
+  /// The flags' own consistency (sizes, names, which flags go together); throws
+  /// std::invalid_argument naming the flag. Run it under check_usage (exit 2).
+  void validate() const;
+};
+
+struct LoadedBlock {
+  BlockWeights weights;
+  Mat tokens;
+};
+
+/// Builds the block and tokens; throws with a one-line message naming the bad input.
+LoadedBlock load_block(const BlockSource& src);
+
+/// Weights of the `ours`/`timm`/`mimetic` init for a given (α, β, c, seed) without tokens.
+BlockWeights init_weights(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,
+                          uint64_t seed, int64_t d, int64_t heads, int64_t hidden, double logit_scale);
+
+}  // namespace jacond::cli

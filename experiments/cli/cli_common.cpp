@@ -1,0 +1,165 @@
+#include "experiments/cli/cli_common.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "analysis/core/threads.h"
+#include "models/io/checkpoint.h"
+
+namespace jacond::cli {
+
+namespace fs = std::filesystem;
+
+bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
+                   const boost::program_options::positional_options_description* positional,
+                   boost::program_options::variables_map* vm_out) {
+  namespace po = boost::program_options;
+  po::command_line_parser parser(argc, argv);
+  parser.options(desc);
+  const po::positional_options_description none;  // no positional arguments: any is an error
+  parser.positional(positional ? *positional : none);
+  po::variables_map vm;
+  try {
+    po::store(parser.run(), vm);
+    if (vm.count("help")) {
+      std::cout << desc << "\n";
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::too_many_positional_options_error&) {
+    throw UsageError("unexpected argument (see --help)");
+  } catch (const po::error& e) {
+    // Boost's messages name the flag with its dashes: "unrecognised option '--bogus'",
+    // "the argument ('x') for option '--n' is invalid", "the option '--matrix' is required ...".
+    throw UsageError(e.what());
+  }
+  if (vm_out) *vm_out = vm;
+  return true;
+}
+
+boost::program_options::typed_value<double>* number_value(double* x) {
+  return boost::program_options::value(x)->default_value(*x, format_number(*x));
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  models::write_text_atomic(path, contents);  // temporary file, fsync, rename
+}
+
+void ensure_directory(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw std::runtime_error("cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
+}
+
+std::string fmt(double x) { return format_number(x); }
+
+void ResultsTable::add(const std::vector<std::string>& knob_values, const ConditionReport& r) {
+  if (knob_values.size() != knobs_.size()) throw std::logic_error("ResultsTable: knob count mismatch");
+  std::string row;
+  for (const auto& v : knob_values) row += csv_escape(v) + ",";
+  rows_.push_back(row + report_csv_fields(r));
+}
+
+std::string ResultsTable::to_csv() const {
+  std::string out;
+  for (const auto& k : knobs_) out += k + ",";
+  out += report_csv_header() + "\n";
+  for (const auto& r : rows_) out += r + "\n";
+  return out;
+}
+
+namespace {
+std::string git_revision() {
+  std::string cmd = std::string("git -C '") + JACOND_SOURCE_DIR + "' rev-parse --short HEAD 2>/dev/null";
+  std::array<char, 128> buf{};
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+}  // namespace
+
+nlohmann::json run_metadata(int argc, char** argv) {
+  nlohmann::json j;
+  std::vector<std::string> args(argv, argv + argc);
+  args.insert(args.begin(), "jacond");
+  j["command"] = args;
+  j["jacond_version"] = "0.1.0";
+  j["git_revision"] = git_revision();
+  j["eigen_version"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+                       std::to_string(EIGEN_MINOR_VERSION);
+  j["threads"] = get_threads();
+  j["dtype"] = "fp64";
+  return j;
+}
+
+std::vector<double> parse_range(const std::string& spec, const std::string& flag) {
+  auto number = [&](const std::string& s) {
+    size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != s.size() || s.empty() || !std::isfinite(v))
+      throw std::invalid_argument("--" + flag + ": '" + spec + "' is not a number or A0:A1:STEP range");
+    return v;
+  };
+  std::vector<std::string> parts;
+  std::stringstream ss(spec);
+  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
+  if (parts.size() == 1) return {number(parts[0])};
+  if (parts.size() != 3) throw std::invalid_argument("--" + flag + ": expected A0:A1:STEP, got '" + spec + "'");
+  const double a0 = number(parts[0]), a1 = number(parts[1]), step = number(parts[2]);
+  if (step <= 0 || a1 < a0) throw std::invalid_argument("--" + flag + ": need A0 <= A1 and STEP > 0 in '" + spec + "'");
+  std::vector<double> v;
+  for (long k = 0;; ++k) {
+    const double x = a0 + k * step;
+    if (x > a1 + step * 1e-6) break;
+    v.push_back(x);
+    if (v.size() > 100000) throw std::invalid_argument("--" + flag + ": range '" + spec + "' has too many points");
+  }
+  return v;
+}
+
+Mat gaussian_tokens(Index n, Index d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> N(0.0, 1.0);
+  Mat X(n, d);
+  for (Index j = 0; j < d; ++j)
+    for (Index i = 0; i < n; ++i) X(i, j) = N(rng);
+  return X;
+}
+
+void print_reports(const std::vector<ConditionReport>& reports) {
+  std::printf("%-10s %-16s %-4s %-11s %-20s %-9s %12s %12s %12s %8s\n", "matrix", "space", "head", "shape",
+              "method", "status", "sigma_max", "sigma_min", "kappa", "rank");
+  for (const auto& r : reports) {
+    const std::string shape = std::to_string(r.rows) + "x" + std::to_string(r.cols);
+    const std::string head = r.head < 0 ? "all" : std::to_string(r.head);
+    char kappa[32];
+    if (r.status == Status::kSingular)
+      std::snprintf(kappa, sizeof kappa, ">=%.3e", r.kappa_lo);
+    else
+      std::snprintf(kappa, sizeof kappa, "%.4e", r.kappa);
+    std::printf("%-10s %-16s %-4s %-11s %-20s %-9s %12.4e %12.4e %12s %8lld\n", r.matrix.c_str(), r.space.c_str(),
+                head.c_str(), shape.c_str(), r.method.c_str(), to_string(r.status).c_str(), r.sigma_max,
+                r.sigma_min, kappa, static_cast<long long>(r.rank));
+  }
+}
+
+}  // namespace jacond::cli

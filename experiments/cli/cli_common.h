@@ -1,0 +1,101 @@
+// Shared plumbing of the `jacond` subcommands: tidy CSV + run.json output (atomic), ranges,
+// tokens, and the one-line error convention.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "analysis/jacobians/block.h"
+#include "analysis/spectral/condition.h"
+#include "analysis/report/report_csv.h"
+
+namespace jacond::cli {
+
+/// A usage error: an unknown flag, a bad flag value, a missing or unexpected argument. main()
+/// prints it as one line naming the flag and exits 2; any other exception (bad input data, a
+/// failed computation) exits 1 (experiments/cli/commands.h).
+class UsageError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// Runs `check`, the validation of a subcommand's flags (ranges, names parsed with
+/// parse_skip_mode, parse_kappa_route, ...): a std::invalid_argument it throws becomes a
+/// UsageError with the same message. Reading files belongs outside, so bad data stays exit 1.
+template <typename Check>
+void check_usage(Check&& check) {
+  try {
+    check();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+/// Runs `parse` (e.g. [&] { return parse_skip_mode(skip); }) and puts the flag in front of the
+/// message of a std::invalid_argument it throws: "--skip: unknown skip mode 'x' (...)".
+template <typename Parse>
+auto parse_flag(const std::string& flag, Parse&& parse) -> decltype(parse()) {
+  try {
+    return parse();
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(flag + ": " + e.what());
+  }
+}
+
+/// A double option whose --help default is written as a person writes it ("0.6", not
+/// "0.59999999999999998"): the shortest decimal that reads back to the same double.
+boost::program_options::typed_value<double>* number_value(double* x);
+
+/// Parses a subcommand's options into the variables bound in `desc`. Returns false when
+/// --help was given (the help is printed to stdout); a bad flag, a bad value, a missing or an
+/// unexpected argument throws UsageError with one line naming the flag.
+bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
+                   const boost::program_options::positional_options_description* positional = nullptr,
+                   boost::program_options::variables_map* vm_out = nullptr);
+
+/// Writes `contents` to `path` through a temporary file in the same directory and a rename,
+/// so a reader never sees half a file. Throws std::runtime_error naming the path.
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+/// Creates the directory (and parents). Throws naming it on failure.
+void ensure_directory(const std::string& dir);
+
+/// A tidy results table: one row per measurement. Columns are the knobs (same for every row,
+/// given once) followed by the report fields of analysis/spectral/condition.h.
+class ResultsTable {
+ public:
+  explicit ResultsTable(std::vector<std::string> knob_names) : knobs_(std::move(knob_names)) {}
+  void add(const std::vector<std::string>& knob_values, const ConditionReport& r);
+  std::string to_csv() const;
+  size_t size() const { return rows_.size(); }
+
+ private:
+  std::vector<std::string> knobs_;
+  std::vector<std::string> rows_;
+};
+
+// CSV header/fields of the report: analysis/report/report_csv.h (report_csv_header, report_csv_fields).
+
+/// Number formatting for CSV/JSON: shortest round-trip, "inf"/"nan" spelled out.
+std::string fmt(double x);
+
+/// run.json: the command line, versions, git revision, threads and any extra fields.
+nlohmann::json run_metadata(int argc, char** argv);
+
+/// Parses "A0:A1:STEP" (inclusive of A1 within STEP/1e6) or a single value "A".
+std::vector<double> parse_range(const std::string& spec, const std::string& flag);
+
+/// Gaussian tokens X ∈ R^{n×d}, entries N(0, 1), from a seed (std::mt19937_64).
+Mat gaussian_tokens(Index n, Index d, uint64_t seed);
+
+/// Prints a fixed-width table of reports to stdout.
+void print_reports(const std::vector<ConditionReport>& reports);
+
+}  // namespace jacond::cli

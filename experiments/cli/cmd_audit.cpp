@@ -1,0 +1,169 @@
+// `jacond audit CKPT...`: per-layer conditioning of checkpoints (models/track/conditioning.h).
+//
+// A CKPT is a checkpoint directory written by `jacond train` (step-XXXXXXX/ with meta.json), a
+// run directory (all its checkpoints, in step order), or a timm-named ViT .safetensors file
+// (config from its "config" metadata when jacond wrote it, otherwise inferred from the shapes
+// plus --heads/--skip/--norm). With data, the probe batch is the one training uses: the first
+// --probe-size Fashion-MNIST test images (default: the checkpoint's own probe size).
+// --data-free needs weights only: κ(W^V W^O), per head κ(W^V_h W^O_h) and κ(W^Q_h W^K_hᵀ) over
+// their rank-d_h range, and every weight matrix's σ_max / κ.
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <optional>
+#include <iostream>
+
+#include "analysis/core/threads.h"
+#include "experiments/cli/cli_common.h"
+#include "experiments/cli/commands.h"
+#include "models/io/checkpoint.h"
+#include "models/track/conditioning.h"
+#include "models/data/fashion_mnist.h"
+#include "models/io/safetensors.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct AuditTarget {
+  std::string path;
+  int64_t step = -1;
+  models::ViTConfig cfg;
+  models::TensorMap state;
+  int64_t probe_size = 1;
+};
+
+std::vector<std::string> expand(const std::string& path) {
+  if (fs::is_directory(path) && !fs::exists(fs::path(path) / "meta.json")) {
+    std::vector<std::string> out;
+    for (const auto& e : models::list_checkpoints(path)) out.push_back(e.dir);
+    if (out.empty()) throw std::runtime_error(path + ": neither a checkpoint nor a run directory with step-*/ checkpoints");
+    return out;
+  }
+  if (!fs::exists(path)) throw std::runtime_error(path + ": no such file or directory");
+  return {path};
+}
+
+AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_cfg) {
+  AuditTarget t;
+  t.path = path;
+  if (fs::is_directory(path)) {
+    models::Checkpoint c = models::read_checkpoint(path);
+    t.step = c.meta["step"].get<int64_t>();
+    t.cfg = models::ViTConfig::from_json(c.meta["model"]);
+    t.state = std::move(c.model);
+    if (c.meta.contains("train")) t.probe_size = c.meta["train"].value("probe_size", int64_t{1});
+    return t;
+  }
+  std::map<std::string, std::string> meta;
+  t.state = models::load_safetensors(path, &meta);
+  if (meta.count("config")) {
+    try {
+      t.cfg = models::ViTConfig::from_json(nlohmann::json::parse(meta["config"]));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(path + ": malformed 'config' metadata: " + e.what());
+    }
+  } else {
+    t.cfg = models::infer_config(t.state, flags_cfg);
+  }
+  if (meta.count("step")) t.step = std::stoll(meta["step"]);
+  return t;
+}
+
+}  // namespace
+
+int run_audit(int argc, char** argv) {
+  std::vector<std::string> paths;
+  bool data_free = false;
+  int64_t probe_size = 0, threads = 2;
+  double lanczos_seconds = 30;
+  std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre";
+  int64_t heads = 0;
+  po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
+  desc.add_options()("help,h", "this help")
+      ("ckpt", po::value(&paths)->composing(), "checkpoint dirs, run dirs or .safetensors files (positional)")
+      ("data-free", po::bool_switch(&data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
+      ("probe-size", po::value(&probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
+      ("data-dir", po::value(&data_dir)->default_value(data_dir), "Fashion-MNIST files for the probe batch")
+      ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | lanczos")
+      ("lanczos-seconds", number_value(&lanczos_seconds), "lanczos: seconds per matrix")
+      ("matrices", po::value(&matrices)->default_value(matrices), "comma list of matrix names or all")
+      ("heads", po::value(&heads)->default_value(0), "heads, for .safetensors files without jacond config")
+      ("skip", po::value(&skip)->default_value(skip), "skip mode, for .safetensors files without jacond config")
+      ("norm", po::value(&norm)->default_value(norm), "pre | post, for .safetensors files without jacond config")
+      ("threads", po::value(&threads)->default_value(threads), "BLAS/torch threads")
+      ("out", po::value(&out_dir), "write DIR/audit.csv and DIR/run.json");
+  po::positional_options_description pos;
+  pos.add("ckpt", -1);
+  if (!parse_options(argc, argv, desc, &pos)) return 0;
+  models::ViTConfig flags_cfg;
+  models::TrackOptions opts;
+  check_usage([&] {
+    if (paths.empty()) throw std::invalid_argument("give at least one checkpoint (jacond audit CKPT...)");
+    if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    if (probe_size < 0) throw std::invalid_argument("--probe-size must be >= 0");
+    if (heads < 0) throw std::invalid_argument("--heads must be >= 0 (0: from the checkpoint)");
+    if (!(lanczos_seconds > 0)) throw std::invalid_argument("--lanczos-seconds must be positive");
+    flags_cfg.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
+    flags_cfg.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
+    opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(method); });
+    opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(matrices); });
+  });
+  torch::set_num_threads(static_cast<int>(threads));
+  set_threads(static_cast<int>(threads));
+  opts.block.lanczos.max_seconds = lanczos_seconds;
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
+  opts.warm = &warm;
+
+  std::vector<std::string> all;
+  for (const auto& p : paths)
+    for (auto& e : expand(p)) all.push_back(e);
+
+  std::optional<models::FashionMnistSplit> test;
+  std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
+  size_t rows = 0;
+  for (const auto& path : all) {
+    if (heads > 0) flags_cfg.heads = heads;
+    AuditTarget t = load_target(path, flags_cfg);
+    if (heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
+      std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
+    std::vector<models::LayerReport> reports;
+    if (data_free) {
+      reports = models::data_free_conditioning(t.state, t.cfg);
+    } else {
+      if (t.cfg.in_chans != 1 || t.cfg.image_size != 28)
+        throw std::runtime_error(path + ": model takes [" + std::to_string(t.cfg.in_chans) + ", " +
+                                 std::to_string(t.cfg.image_size) + ", " + std::to_string(t.cfg.image_size) +
+                                 "] images, the Fashion-MNIST probe is [1, 28, 28]: use --data-free");
+      if (!test) test = models::load_fashion_mnist(data_dir, "test");
+      const int64_t m = probe_size > 0 ? probe_size : t.probe_size;
+      const torch::Tensor probe = models::normalize_images(test->images.narrow(0, 0, m));
+      reports = models::state_conditioning(t.state, t.cfg, probe, opts);
+    }
+    std::cout << "== " << path << " (step " << t.step << ", d=" << t.cfg.dim << " depth=" << t.cfg.depth
+              << " heads=" << t.cfg.heads << " skip=" << models::to_string(t.cfg.skip)
+              << " init=" << models::to_string(t.cfg.init.scheme) << (data_free ? ", data-free" : "") << ")\n";
+    for (int64_t l = 0; l < t.cfg.depth; ++l) {
+      std::vector<ConditionReport> layer;
+      for (const auto& r : reports)
+        if (r.layer == l && r.probe <= 0) layer.push_back(r.report);
+      std::cout << "-- layer " << l << "\n";
+      print_reports(layer);
+    }
+    for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n", ++rows;
+  }
+  if (!out_dir.empty()) {
+    ensure_directory(out_dir);
+    write_file_atomic(out_dir + "/audit.csv", csv);
+    nlohmann::json meta = run_metadata(argc, argv);
+    meta["rows"] = rows;
+    meta["checkpoints"] = all;
+    write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
+    std::cout << "wrote " << out_dir << "/audit.csv (" << rows << " rows) and run.json\n";
+  }
+  return 0;
+}
+
+}  // namespace jacond::cli

@@ -1,0 +1,108 @@
+// `jacond train`: trains a ViT on Fashion-MNIST with conditioning tracked (models/train/trainer.h).
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <map>
+#include <type_traits>
+
+#include "experiments/cli/cli_common.h"
+#include "experiments/cli/commands.h"
+#include "models/train/trainer.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+
+namespace {
+
+// The options of one TrainConfig field (models/train/train_config.h): typed as the field,
+// its default shown as written (number_value) unless the optimizer chooses it.
+template <typename T>
+po::typed_value<T>* field_value(const models::TrainField& f, T& field) {
+  if (f.shown == models::TrainField::Default::kOptimizerChosen) return po::value(&field);
+  if constexpr (std::is_same_v<T, double>) return number_value(&field);
+  else return po::value(&field)->default_value(field);
+}
+
+}  // namespace
+
+int run_train(int argc, char** argv) {
+  models::TrainConfig c;
+  models::ViTConfig& m = c.model;
+  std::string skip = "full", norm = "pre", init = "timm", mlp_init = "default", resume;
+  double alpha = 2.0, beta = 0.6, cc = 3.0;
+  // The model's flags (ViTConfig, with the init scheme's knobs): fixed by the checkpoint when resuming.
+  po::options_description model("model");
+  model.add_options()
+      ("dim", po::value(&m.dim)->default_value(m.dim), "embedding dimension d")
+      ("depth", po::value(&m.depth)->default_value(m.depth), "number of blocks L")
+      ("heads", po::value(&m.heads)->default_value(m.heads), "attention heads")
+      ("patch", po::value(&m.patch)->default_value(m.patch), "patch size (divides 28)")
+      ("mlp-ratio", number_value(&m.mlp_ratio), "MLP hidden width / d")
+      ("skip", po::value(&skip)->default_value(skip), "full | none | sab | ffn | rezero")
+      ("norm", po::value(&norm)->default_value(norm), "LayerNorm placement: pre | post")
+      ("drop-path", number_value(&m.drop_path), "stochastic depth rate (residual branches only)")
+      ("init", po::value(&init)->default_value(init), "block init: timm | ours | mimetic (docs/design.md §3)")
+      ("alpha", number_value(&alpha), "`ours`: α of T = αZ + βI (Q/K)")
+      ("beta", number_value(&beta), "`ours`: β")
+      ("c", number_value(&cc), "`ours`: scale c of W^V, W^O")
+      ("mlp-init", po::value(&mlp_init)->default_value(mlp_init), "default | timm | dks");
+  // Everything else: one option per row of the TrainConfig field table.
+  std::map<std::string, po::options_description> groups;
+  for (const char* g : {"optimizer", "data", "run", "tracking"})
+    groups.emplace(g, po::options_description(std::string(g) == "tracking" ? "conditioning tracking" : g));
+  models::for_each_train_field(c, [&](const models::TrainField& f, auto& field) {
+    groups.at(f.group).add_options()(f.flag, field_value(f, field), f.help);
+  });
+  groups.at("run").add_options()("resume", po::value(&resume), "continue from a checkpoint dir or the newest in a run dir");
+  po::options_description desc("jacond train: a ViT on Fashion-MNIST, checkpoints and conditioning.csv");
+  desc.add_options()("help,h", "this help");
+  desc.add(model);
+  for (const char* g : {"optimizer", "data", "run", "tracking"}) desc.add(groups.at(g));
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return 0;
+  auto typed = [&](const std::string& flag) { return vm.count(flag) && !vm[flag].defaulted(); };
+
+  // Flag values are checked here, before any file is read or written: a bad one exits 2.
+  check_usage([&] {
+    m.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
+    m.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
+    m.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(init); }), c.seed);
+    m.init.alpha = alpha;
+    m.init.beta = beta;
+    m.init.c = cc;
+    if (mlp_init != "default") m.init.mlp = parse_flag("--mlp-init", [&] { return models::parse_mlp_init(mlp_init); });
+    if (!resume.empty()) {
+      for (const auto& o : model.options())
+        if (typed(o->long_name()))
+          throw UsageError("--" + o->long_name() + " cannot change when resuming (the checkpoint fixes the model)");
+      if (typed("seed")) throw UsageError("--seed cannot change when resuming (the checkpoint fixes the seed)");
+    }
+    if (resume.empty()) {
+      models::TrainConfig checked = c;  // finalize() fills in the optimizer's defaults; c stays as typed
+      checked.finalize();
+    }
+  });
+
+  models::TrainResult r;
+  if (resume.empty()) {
+    r = models::train(c, nullptr, std::cout);
+  } else {
+    // The checkpoint's own config is data (a bad one exits 1); the flags typed with --resume
+    // override it (a bad value exits 2).
+    const models::Checkpoint checkpoint = models::read_checkpoint(models::resolve_resume_checkpoint(resume));
+    models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
+    const nlohmann::json typed_values = c.to_json();
+    nlohmann::json overrides = nlohmann::json::object();
+    models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
+      if (f.saved && typed(f.flag)) overrides[f.key] = typed_values.at(f.key);
+    });
+    models::TrainConfig resumed;
+    check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
+    r = models::train(resumed, &checkpoint, std::cout);
+  }
+  std::cout << "done: " << r.steps << " steps, last loss " << r.last_loss << ", test acc " << r.test_acc
+            << ", checkpoint " << r.last_checkpoint << "\n";
+  return 0;
+}
+
+}  // namespace jacond::cli

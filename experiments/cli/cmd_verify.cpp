@@ -1,0 +1,66 @@
+// `jacond verify prop1|prop2|moments|lemma1|eq6|eq89|all`.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "analysis/core/threads.h"
+#include "experiments/cli/cli_common.h"
+#include "experiments/cli/commands.h"
+#include "experiments/claims/verify.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+
+int run_verify(int argc, char** argv) {
+  VerifyOptions opt;
+  std::string which, out_dir;
+  po::options_description desc("jacond verify <prop1|prop2|moments|lemma1|eq6|eq89|all>: the papers' claims, numerically");
+  desc.add_options()("help,h", "this help")
+      ("claim", po::value(&which), "prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all")
+      ("seeds", po::value(&opt.seeds)->default_value(opt.seeds), "Monte Carlo size (each claim scales it)")
+      ("seed", po::value(&opt.seed)->default_value(opt.seed), "base seed")
+      ("threads", po::value(&opt.threads)->default_value(opt.threads), "BLAS/Eigen threads")
+      ("out", po::value(&out_dir), "write DIR/verify.json (and the CSV of claims that have one)");
+  po::positional_options_description pos;
+  pos.add("claim", 1);
+  if (!parse_options(argc, argv, desc, &pos)) return 0;
+  const std::string claim_list = "prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all";
+  const std::vector<std::string> claim_names = {"prop1", "prop2", "moments", "lemma1", "eq6", "eq89", "all"};
+  check_usage([&] {
+    if (which.empty()) throw std::invalid_argument("which claim? " + claim_list);
+    if (std::find(claim_names.begin(), claim_names.end(), which) == claim_names.end())
+      throw std::invalid_argument("unknown claim '" + which + "' (" + claim_list + ")");
+    if (opt.seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
+    if (opt.threads < 1) throw std::invalid_argument("--threads must be >= 1");
+  });
+  set_threads(opt.threads);
+  opt.out_dir = out_dir;
+
+  using Fn = bool (*)(const VerifyOptions&, Verifier&);
+  const std::vector<std::pair<std::string, Fn>> claims = {
+      {"prop1", verify_prop1}, {"moments", verify_moments}, {"lemma1", verify_lemma1}, {"prop2", verify_prop2},
+      {"eq6", verify_eq6}, {"eq89", verify_eq89}};
+  nlohmann::json results = nlohmann::json::array();
+  bool ok = true, matched = false;
+  for (const auto& [name, fn] : claims) {
+    if (which != "all" && which != name) continue;
+    matched = true;
+    Verifier v(name);
+    ok = fn(opt, v) && ok;
+    results.push_back(v.to_json());
+    std::cout << (v.all_passed() ? "PASS " : "FAIL ") << name << "\n\n";
+  }
+  if (!matched) throw std::logic_error("claim '" + which + "' validated but not run");
+  if (!out_dir.empty()) {
+    ensure_directory(out_dir);
+    nlohmann::json j = run_metadata(argc, argv);
+    j["claims"] = results;
+    j["passed"] = ok;
+    write_file_atomic(out_dir + "/verify.json", j.dump(2) + "\n");
+  }
+  std::cout << (ok ? "verify: all checks passed\n" : "verify: SOME CHECKS FAILED\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace jacond::cli

@@ -1,0 +1,18 @@
+// Entry points of the `jacond` subcommands (argv[0] is the subcommand name).
+// Each returns the process exit code: 0 success, 1 failure of a check or bad input data, 2 usage
+// (an unknown flag, a bad flag value, a missing or unexpected argument: UsageError in
+// cli_common.h), 3 a matrix-free bracket that did not converge within its budget (`jacond
+// block`: the best brackets are still written).
+#pragma once
+
+namespace jacond::cli {
+int run_block(int argc, char** argv);
+int run_verify(int argc, char** argv);
+int run_sweep(int argc, char** argv);
+int run_bench(int argc, char** argv);
+int run_spectrum(int argc, char** argv);
+int run_train(int argc, char** argv);
+int run_audit(int argc, char** argv);
+/// `jacond bench train` (experiments/bench/bench_train.cpp), dispatched by run_bench.
+int run_bench_train(int argc, char** argv);
+}  // namespace jacond::cli

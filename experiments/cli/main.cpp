@@ -1,0 +1,48 @@
+// The `jacond` command: dispatches to one subcommand per source file (cmd_*.cpp).
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "experiments/cli/cli_common.h"
+#include "experiments/cli/commands.h"
+
+namespace {
+void print_usage(std::ostream& os) {
+  os << "usage: jacond <command> [options]\n\n"
+        "commands:\n"
+        "  block    condition numbers of one ViT block's Jacobians (from an init or safetensors)\n"
+        "  verify   check the papers' propositions numerically: prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all\n"
+        "  sweep    grid over alpha/beta/c of the `ours` init -> tidy CSV\n"
+        "  train    train a ViT (any skip mode / init, AdamW or SOAP) on Fashion-MNIST, tracking conditioning\n"
+        "  audit    per-layer conditioning of checkpoints (with a probe batch, or --data-free)\n"
+        "  bench    benchmarks against the PyTorch route: dense\n"
+        "  spectrum singular values of one block's Jacobian (dense list or SLQ density) -> CSV\n\n"
+        "`jacond <command> --help` for the options of each.\n";
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    print_usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "block") return jacond::cli::run_block(argc - 1, argv + 1);
+    if (cmd == "verify") return jacond::cli::run_verify(argc - 1, argv + 1);
+    if (cmd == "sweep") return jacond::cli::run_sweep(argc - 1, argv + 1);
+    if (cmd == "bench") return jacond::cli::run_bench(argc - 1, argv + 1);
+    if (cmd == "spectrum") return jacond::cli::run_spectrum(argc - 1, argv + 1);
+    if (cmd == "train") return jacond::cli::run_train(argc - 1, argv + 1);
+    if (cmd == "audit") return jacond::cli::run_audit(argc - 1, argv + 1);
+  } catch (const jacond::cli::UsageError& e) {
+    std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | bench; see jacond --help)\n";
+  return 2;
+}

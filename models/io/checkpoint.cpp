@@ -1,0 +1,238 @@
+#include "models/io/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+#include "models/io/error_text.h"
+#include "models/io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace jacond::models {
+
+namespace {
+
+bool parse_step_name(const std::string& name, int64_t* step) {
+  static const std::regex re("step-([0-9]{7,})");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return false;
+  *step = std::stoll(m[1].str());
+  return true;
+}
+
+/// The first line of a LibTorch error, sanitized: torch quotes names read from the archive
+/// (record names of a corrupt zip), so it is file-derived text. Its own words run longer than
+/// a name, hence the larger cap.
+std::string torch_error_text(const c10::Error& e) {
+  std::string s = e.what_without_backtrace();
+  const auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return printable(s, 4 * kErrorTextMax);
+}
+
+/// Best-effort cleanup whose failure must not replace the error being reported (or fail a
+/// checkpoint that is already safely in place): the failure is logged on one line, not lost.
+void remove_all_logged(const fs::path& p, const char* why) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (ec)
+    std::cerr << "jacond: warning: cannot remove " << p.string() << " (" << why << "): " << ec.message()
+              << "\n";
+}
+
+void remove_file_logged(const std::string& p, const char* why) {
+  if (std::remove(p.c_str()) != 0 && errno != ENOENT)
+    std::cerr << "jacond: warning: cannot remove " << p << " (" << why << "): " << std::strerror(errno) << "\n";
+}
+
+/// Removes a checkpoint's temporary directory unless it was renamed into place.
+class TempDirGuard {
+ public:
+  explicit TempDirGuard(fs::path dir) : dir_(std::move(dir)) {}
+  ~TempDirGuard() {
+    if (!committed_) remove_all_logged(dir_, "temporary directory of a failed checkpoint write");
+  }
+  TempDirGuard(const TempDirGuard&) = delete;
+  TempDirGuard& operator=(const TempDirGuard&) = delete;
+  void commit() { committed_ = true; }
+
+ private:
+  fs::path dir_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+std::string checkpoint_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%07lld", static_cast<long long>(step));
+  return buf;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw std::runtime_error(path + ": cannot open for fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int fsync_errno = errno;
+  if (::close(fd) != 0 && rc == 0) throw std::runtime_error(path + ": close after fsync failed: " + std::strerror(errno));
+  if (rc != 0) throw std::runtime_error(path + ": fsync failed: " + std::strerror(fsync_errno));
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw std::runtime_error(tmp + ": cannot create");
+    out << text;
+    out.flush();
+    out.close();
+    if (!out) {
+      const std::string why = std::strerror(errno);
+      remove_file_logged(tmp, "temporary file of a failed write");
+      throw std::runtime_error(tmp + ": write failed: " + why);
+    }
+  }
+  try {
+    fsync_path(tmp);
+  } catch (const std::runtime_error&) {
+    remove_file_logged(tmp, "temporary file of a failed write");
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    remove_file_logged(tmp, "temporary file of a failed write");
+    throw std::runtime_error(path + ": rename failed: " + why);
+  }
+}
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  // A missing run directory has no checkpoints; one that cannot be read is an error, not "none".
+  if (!fs::is_directory(run_dir, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      throw std::runtime_error(run_dir + ": cannot inspect: " + ec.message());
+    return out;
+  }
+  fs::directory_iterator it(run_dir, ec);
+  if (ec) throw std::runtime_error(run_dir + ": cannot list: " + ec.message());
+  for (const auto& e : it) {
+    int64_t step;
+    if (!e.is_directory() || !parse_step_name(e.path().filename().string(), &step)) continue;
+    const fs::path d = e.path();
+    if (fs::exists(d / "meta.json") && fs::exists(d / "model.safetensors") && fs::exists(d / "optimizer.pt"))
+      out.push_back({step, d.string()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+std::string write_checkpoint(const std::string& run_dir, int64_t step, const TensorMap& model_state,
+                             const std::function<void(torch::serialize::OutputArchive&)>& save_optimizer,
+                             nlohmann::json meta) {
+  const std::string name = checkpoint_name(step);
+  const fs::path final_dir = fs::path(run_dir) / name;
+  const fs::path tmp_dir = fs::path(run_dir) / (".tmp-" + name + "." + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw std::runtime_error(run_dir + ": cannot create the run directory: " + ec.message());
+  // A leftover of an earlier process with the same pid: stale by construction.
+  fs::remove_all(tmp_dir, ec);
+  if (ec) throw std::runtime_error(tmp_dir.string() + ": cannot remove a stale temporary directory: " + ec.message());
+  if (!fs::create_directory(tmp_dir, ec))
+    throw std::runtime_error(tmp_dir.string() + ": cannot create: " + (ec ? ec.message() : "exists"));
+  TempDirGuard guard(tmp_dir);  // removes it on any failure below, logging if that fails
+  try {
+    meta["format"] = kCheckpointFormat;
+    meta["step"] = step;
+    std::map<std::string, std::string> st_meta{{"format", kCheckpointFormat}, {"step", std::to_string(step)}};
+    if (meta.contains("model")) st_meta["config"] = meta["model"].dump();
+    save_safetensors((tmp_dir / "model.safetensors").string(), model_state, st_meta);
+
+    torch::serialize::OutputArchive archive;
+    save_optimizer(archive);
+    const std::string opt_path = (tmp_dir / "optimizer.pt").string();
+    archive.save_to(opt_path);
+    fsync_path(opt_path);
+  } catch (const c10::Error& e) {
+    // LibTorch's errors carry a multi-line backtrace: one line naming the checkpoint instead.
+    throw std::runtime_error(final_dir.string() + ": checkpoint write failed: " + torch_error_text(e));
+  }
+  write_text_atomic((tmp_dir / "meta.json").string(), meta.dump(2) + "\n");
+  fsync_path(tmp_dir.string());
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a stale checkpoint of the same step
+  fs::rename(tmp_dir, final_dir);
+  guard.commit();
+  fsync_path(run_dir);
+  return final_dir.string();
+}
+
+void prune_checkpoints(const std::string& run_dir, int64_t keep) {
+  if (keep <= 0) return;
+  auto all = list_checkpoints(run_dir);
+  const int64_t excess = static_cast<int64_t>(all.size()) - keep;
+  // Retention runs after the new checkpoint is in place: failing to delete an old one must not
+  // fail training, but it is reported.
+  for (int64_t i = 0; i < excess; ++i) remove_all_logged(all[i].dir, "checkpoint beyond --keep");
+}
+
+void clean_partial_checkpoints(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return;
+  fs::directory_iterator it(run_dir, ec);
+  if (ec) {
+    std::cerr << "jacond: warning: cannot list " << run_dir << " to clean partial checkpoints: " << ec.message()
+              << "\n";
+    return;
+  }
+  for (const auto& e : it)
+    if (e.path().filename().string().rfind(".tmp-step-", 0) == 0)
+      remove_all_logged(e.path(), "partial checkpoint of an interrupted write");
+}
+
+Checkpoint read_checkpoint(const std::string& dir) {
+  Checkpoint c;
+  c.dir = dir;
+  const std::string meta_path = dir + "/meta.json";
+  std::ifstream in(meta_path, std::ios::binary);
+  if (!in) throw std::runtime_error(meta_path + ": missing (not a jacond checkpoint directory)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw std::runtime_error(meta_path + ": read failed");
+  c.meta = parse_checkpoint_meta(text.str(), meta_path);
+  c.model = load_safetensors(dir + "/model.safetensors");
+  if (!fs::exists(dir + "/optimizer.pt")) throw std::runtime_error(dir + "/optimizer.pt: missing");
+  return c;
+}
+
+void read_optimizer_state(const std::string& dir,
+                          const std::function<void(torch::serialize::InputArchive&)>& load_optimizer) {
+  const std::string path = dir + "/optimizer.pt";
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    load_optimizer(archive);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(path + ": unreadable optimizer state: " + torch_error_text(e));
+  }
+}
+
+std::string resolve_resume_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "meta.json")) return path;
+  auto all = list_checkpoints(path);
+  if (all.empty()) throw std::runtime_error(path + ": no complete checkpoint (step-XXXXXXX/) to resume from");
+  return all.back().dir;
+}
+
+}  // namespace jacond::models

@@ -1,0 +1,77 @@
+// Crash-safe training checkpoints.
+//
+//   RUN/step-0000100/model.safetensors   model state, timm names, fp32 (metadata: "config" JSON)
+//   RUN/step-0000100/optimizer.pt        optimizer state (torch::serialize archive)
+//   RUN/step-0000100/meta.json           step, epoch, config, RNG states, metrics
+//
+// A checkpoint is written into RUN/.tmp-step-0000100.<pid>/, every file is fsync'ed, and the
+// directory is renamed onto RUN/step-0000100 (then RUN is fsync'ed). rename(2) of a directory is
+// atomic, so killing the writer at any moment leaves either no step-0000100 or a complete one;
+// leftovers .tmp-* are removed by clean_partial_checkpoints. Retention (keep K) deletes the
+// oldest complete checkpoints only after the new one is in place.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "models/io/checkpoint_meta.h"  // kCheckpointFormat, parse_checkpoint_meta
+#include "models/io/tensor_map.h"
+
+namespace jacond::models {
+
+
+/// "step-0000100".
+std::string checkpoint_name(int64_t step);
+
+/// Complete checkpoints of a run directory (step-* directories with all three files), by step.
+struct CheckpointEntry {
+  int64_t step;
+  std::string dir;
+};
+std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir);
+
+/// Writes a checkpoint atomically (see the header comment) and returns its directory.
+/// `save_optimizer` fills the optimizer archive. meta gets "format" and "step" added.
+std::string write_checkpoint(const std::string& run_dir, int64_t step, const TensorMap& model_state,
+                             const std::function<void(torch::serialize::OutputArchive&)>& save_optimizer,
+                             nlohmann::json meta);
+
+/// Removes all but the newest `keep` complete checkpoints (keep <= 0 keeps all). A checkpoint
+/// that cannot be removed is reported on stderr (one line) and left in place.
+void prune_checkpoints(const std::string& run_dir, int64_t keep);
+
+/// Removes .tmp-* leftovers of interrupted writes; a failure is reported on stderr (one line).
+void clean_partial_checkpoints(const std::string& run_dir);
+
+/// A checkpoint read back: its meta.json and model state (tensors as stored).
+struct Checkpoint {
+  std::string dir;
+  nlohmann::json meta;
+  TensorMap model;
+};
+
+/// Reads and validates a checkpoint directory: meta.json parses and has format/step/model
+/// config, model.safetensors is a valid file, optimizer.pt exists. Throws one line naming the
+/// file and the problem.
+Checkpoint read_checkpoint(const std::string& dir);
+
+/// Loads `dir`/optimizer.pt into `load_optimizer`; torch's errors become one line naming the file.
+void read_optimizer_state(const std::string& dir,
+                          const std::function<void(torch::serialize::InputArchive&)>& load_optimizer);
+
+/// The checkpoint to resume from: `path` itself when it is a checkpoint directory, otherwise the
+/// newest complete checkpoint under the run directory `path`. Throws when there is none.
+std::string resolve_resume_checkpoint(const std::string& path);
+
+/// fsync of a file or directory; throws naming the path.
+void fsync_path(const std::string& path);
+
+/// Writes text to path via a temporary file, fsync and rename.
+void write_text_atomic(const std::string& path, const std::string& text);
+
+}  // namespace jacond::models

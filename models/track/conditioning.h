@@ -1,0 +1,68 @@
+// Conditioning of a LibTorch ViT, layer by layer: the bridge from a model (or a checkpoint) to
+// the analysis reports of analysis/report/block_report.h.
+//
+// With data: the probe images go through the model's real forward pass (eval mode); the tokens
+// entering block ℓ, X_ℓ ∈ R^{n×d} for each probe image, and block ℓ's weights (fp32 → fp64
+// through models/track/bridge.h) give the reports of `jacond block`: K_sa, B_sa, E_sa, K_sab, K_mlp,
+// K_ffn (and their LayerNorm-complement restrictions when the sub-block has no residual), the
+// softmax Jacobian and attention map per head. ReZero blocks are analysed as full-residual blocks
+// with α folded into W^O, b_O, W_2, b_2 (models/track/bridge.h: analysis_block). Post-norm blocks have
+// no LayerNorm before the branches, so only the attention-level matrices at the attention's
+// input X_ℓ are reported (K_sa, B_sa, E_sa, attention per head).
+//
+// Data-free (weights only), per layer:
+//   W_VO          W^V W^O                      d×d
+//   W_VO_h        W^V_h W^O_h   per head       d×d of rank d_h: κ over its range σ_1/σ_{d_h}
+//   W_QK_h        W^Q_h W^K_hᵀ  per head       same (the bilinear form of the attention logits)
+//   W_Q, W_K, W_V, W_O, W_1, W_2               each weight matrix (σ_max = spectral norm)
+// Rank-d_h matrices carry space = "rank-<d_h>".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "analysis/report/block_report.h"
+#include "analysis/spectral/condition.h"
+#include "models/vit/vit.h"
+
+namespace jacond::models {
+
+struct LayerReport {
+  int64_t probe = -1;  // probe image index; -1 for data-free reports
+  int64_t layer = 0;
+  jacond::ConditionReport report;
+};
+
+struct TrackOptions {
+  jacond::BlockReportOptions block;  // route (method), per-head and sub-block switches
+  /// Keep only these matrix names (empty: all). Matching is on ConditionReport::matrix.
+  std::vector<std::string> matrices;
+  /// Lanczos warm starts per (layer, probe), carried across calls (training steps, checkpoints
+  /// in step order) when set; block.warm is ignored then.
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>>* warm = nullptr;
+};
+
+/// Reports of every layer for every probe image ([m, C, H, W], already normalised).
+std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torch::Tensor& probe_images,
+                                            const TrackOptions& options);
+
+/// The same from a state (e.g. a checkpoint) without a live model.
+std::vector<LayerReport> state_conditioning(const TensorMap& state, const ViTConfig& cfg,
+                                            const torch::Tensor& probe_images, const TrackOptions& options);
+
+/// Weights-only reports of every layer (see the header comment).
+std::vector<LayerReport> data_free_conditioning(const TensorMap& state, const ViTConfig& cfg);
+
+/// Parses "K_sa,K_sab,softmax" into names, checking each is a known matrix; "" or "all" -> {}.
+std::vector<std::string> parse_matrix_list(const std::string& spec);
+
+/// CSV header/rows of conditioning.csv: step, probe, layer, then the report fields.
+std::string conditioning_csv_header();
+std::string conditioning_csv_row(int64_t step, const LayerReport& r);
+
+}  // namespace jacond::models

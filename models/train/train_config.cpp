@@ -1,0 +1,96 @@
+#include "models/train/train_config.h"
+
+#include <stdexcept>
+
+#include "analysis/report/block_report.h"
+#include "models/track/conditioning.h"
+
+namespace jacond::models {
+
+std::string train_flag(const std::string& key) {
+  std::string flag;
+  for_each_train_field(static_cast<const TrainConfig&>(TrainConfig{}), [&](const TrainField& f, const auto&) {
+    if (key == f.key) flag = std::string("--") + f.flag;
+  });
+  if (flag.empty()) throw std::logic_error("train_flag: no TrainConfig field '" + key + "'");
+  return flag;
+}
+
+namespace {
+// Throws "--<flag of key> <what>" unless ok.
+void require(bool ok, const char* key, const std::string& what) {
+  if (!ok) throw std::invalid_argument(train_flag(key) + " " + what);
+}
+}  // namespace
+
+void TrainConfig::finalize() {
+  model.validate();
+  const bool soap = optimizer == "soap";
+  require(soap || optimizer == "adamw", "optimizer", "must be soap or adamw, got '" + optimizer + "'");
+  if (lr < 0) lr = soap ? 3e-3 : 1e-3;
+  if (beta1 < 0) beta1 = soap ? 0.95 : 0.9;
+  if (beta2 < 0) beta2 = soap ? 0.95 : 0.999;
+  if (eps < 0) eps = 1e-8;
+  if (weight_decay < 0) weight_decay = soap ? 0.01 : 0.05;
+  require(lr > 0, "lr", "must be positive");
+  require(beta1 < 1, "beta1", "must be in [0, 1)");
+  require(beta2 < 1, "beta2", "must be in [0, 1)");
+  require(eps > 0, "eps", "must be positive");
+  require(shampoo_beta < 1, "shampoo_beta", "must be < 1 (negative: β₂)");
+  require(min_lr >= 0 && min_lr <= lr, "min_lr", "must be in [0, lr]");
+  require(precondition_frequency >= 1, "precondition_frequency", "must be >= 1");
+  require(max_precond_dim >= 1, "max_precond_dim", "must be >= 1");
+  require(warmup_steps >= 0, "warmup_steps", "must be >= 0");
+  require(batch >= 1, "batch", "must be >= 1");
+  require(steps >= 0, "steps", "must be >= 0");
+  require(epochs >= 0, "epochs", "must be >= 0");
+  require(steps > 0 || epochs > 0, "steps", "or --epochs must be > 0");
+  require(data_limit >= 0, "data_limit", "must be >= 0");
+  require(test_limit >= 0, "test_limit", "must be >= 0");
+  require(crop_pad >= 0, "crop_pad", "must be >= 0");
+  require(threads >= 1, "threads", "must be >= 1");
+  require(device == "cpu" || device == "cuda", "device", "must be cpu or cuda, got '" + device + "'");
+  require(log_every >= 1, "log_every", "must be >= 1");
+  require(print_every >= 1, "print_every", "must be >= 1");
+  require(eval_every >= 0, "eval_every", "must be >= 0");
+  require(checkpoint_every >= 0, "checkpoint_every", "must be >= 0");
+  require(keep >= 0, "keep", "must be >= 0");
+  require(stop_at >= 0, "stop_at", "must be >= 0");
+  require(track_every >= 0, "track_every", "must be >= 0");
+  require(probe_size >= 1, "probe_size", "must be >= 1");
+  require(track_seconds > 0, "track_seconds", "must be positive");
+  // The name parsers' messages list the valid names; prefix the flag.
+  auto named = [](const char* key, auto&& parse) {
+    try {
+      parse();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(train_flag(key) + ": " + e.what());
+    }
+  };
+  named("track_method", [&] { parse_kappa_route(track_method); });
+  named("track_matrices", [&] { parse_matrix_list(track_matrices); });
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j{{"model", model.to_json()}};
+  for_each_train_field(*this, [&](const TrainField& f, const auto& value) {
+    if (f.saved) j[f.key] = value;
+  });
+  return j;
+}
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+  TrainConfig c;
+  try {
+    if (j.contains("model")) c.model = ViTConfig::from_json(j.at("model"));
+    for_each_train_field(c, [&](const TrainField& f, auto& value) {
+      if (f.saved && j.contains(f.key)) value = j.at(f.key).get<std::decay_t<decltype(value)>>();
+    });
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("train config: ") + e.what());
+  }
+  c.finalize();
+  return c;
+}
+
+}  // namespace jacond::models

@@ -1,0 +1,484 @@
+#include "models/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "analysis/report/report_csv.h"
+#include "analysis/core/threads.h"
+#include "models/io/checkpoint.h"
+#include "models/track/conditioning.h"
+#include "models/data/fashion_mnist.h"
+#include "models/optim/soap.h"
+
+namespace fs = std::filesystem;
+
+namespace jacond::models {
+
+double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_lr) {
+  if (warmup > 0 && t <= warmup) return lr * static_cast<double>(t) / static_cast<double>(warmup);
+  const double span = static_cast<double>(std::max<int64_t>(T - warmup, 1));
+  const double progress = std::min(1.0, static_cast<double>(t - warmup) / span);
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers behind one interface
+
+namespace {
+
+// Weight decay on matrices only (timm): not on biases, LayerNorm, pos_embed, cls_token, ReZero α.
+bool decays(const std::string& name, const torch::Tensor& p) {
+  return p.dim() >= 2 && name != "pos_embed" && name != "cls_token";
+}
+
+class AdamWOptimizer : public TrainOptimizer {
+ public:
+  AdamWOptimizer(VisionTransformer& model, const TrainConfig& c) {
+    std::vector<torch::Tensor> with, without;
+    for (const auto& p : model->named_parameters()) (decays(p.key(), p.value()) ? with : without).push_back(p.value());
+    auto opts = [&](double wd) {
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(wd));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(with, opts(c.weight_decay));
+    groups.emplace_back(without, opts(0.0));
+    opt_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.lr));
+  }
+  void zero_grad() override { opt_->zero_grad(); }
+  void step() override { opt_->step(); }
+  void set_lr(double lr) override {
+    for (auto& g : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  }
+  void save(torch::serialize::OutputArchive& a) const override { opt_->save(a); }
+  void load(torch::serialize::InputArchive& a) override { opt_->load(a); }
+
+ private:
+  std::unique_ptr<torch::optim::AdamW> opt_;
+};
+
+class SoapOptimizer : public TrainOptimizer {
+ public:
+  SoapOptimizer(VisionTransformer& model, const TrainConfig& c) {
+    std::vector<torch::Tensor> params;
+    std::vector<bool> decay;
+    for (const auto& p : model->named_parameters()) {
+      params.push_back(p.value());
+      decay.push_back(decays(p.key(), p.value()));
+    }
+    SoapOptions o;
+    o.lr = c.lr;
+    o.beta1 = c.beta1;
+    o.beta2 = c.beta2;
+    o.shampoo_beta = c.shampoo_beta;
+    o.eps = c.eps;
+    o.weight_decay = c.weight_decay;
+    o.precondition_frequency = c.precondition_frequency;
+    o.max_precond_dim = c.max_precond_dim;
+    opt_ = std::make_unique<Soap>(params, o, decay);
+  }
+  void zero_grad() override { opt_->zero_grad(); }
+  void step() override { opt_->step(); }
+  void set_lr(double lr) override { opt_->set_lr(lr); }
+  void save(torch::serialize::OutputArchive& a) const override { opt_->save(a); }
+  void load(torch::serialize::InputArchive& a) override { opt_->load(a); }
+
+ private:
+  std::unique_ptr<Soap> opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& c) {
+  if (c.optimizer == "soap") return std::make_unique<SoapOptimizer>(model, c);
+  return std::make_unique<AdamWOptimizer>(model, c);
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Logs
+
+// A log line whose step cannot be read: cut short by a kill while it was written.
+struct CutLine : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Keeps the header (if any) and the lines whose step (parsed by `step_of`, which throws CutLine
+// for a line it cannot read) is <= last_step; rewrites the file atomically. Returns how many
+// cut lines were dropped, for the caller to log.
+int64_t truncate_log(const std::string& path, bool has_header, int64_t last_step,
+                     const std::function<int64_t(const std::string&)>& step_of) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::string line, kept;
+  int64_t dropped = 0;
+  bool first = true;
+  while (std::getline(in, line)) {
+    if (first && has_header) {
+      kept += line + "\n";
+      first = false;
+      continue;
+    }
+    first = false;
+    if (line.empty()) continue;
+    try {
+      if (step_of(line) <= last_step) kept += line + "\n";
+    } catch (const CutLine&) {
+      ++dropped;
+    }
+  }
+  in.close();
+  write_text_atomic(path, kept);
+  return dropped;
+}
+
+int64_t csv_step(const std::string& line) {
+  try {
+    size_t used = 0;
+    const int64_t s = std::stoll(line, &used);
+    if (used < line.size() && line[used] == ',') return s;
+  } catch (const std::logic_error&) {  // std::stoll: invalid_argument, out_of_range
+  }
+  throw CutLine("not a CSV row starting with a step");
+}
+
+int64_t jsonl_step(const std::string& line) {
+  try {
+    return nlohmann::json::parse(line).at("step").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    throw CutLine("not a JSON object with a step");
+  }
+}
+
+// A line-appending log that flushes every line (a kill loses at most the line being written).
+class AppendLog {
+ public:
+  AppendLog(const std::string& path, const std::string& header) : out_(path, std::ios::app) {
+    if (!out_) throw std::runtime_error(path + ": cannot open for appending");
+    if (!header.empty() && fs::file_size(path) == 0) line(header);
+  }
+  void line(const std::string& s) {
+    out_ << s << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  std::ostringstream os;
+  if (s >= 3600) os << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s % 3600) / 60 << "m";
+  else if (s >= 60) os << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
+  else os << s << "s";
+  return os.str();
+}
+
+struct EvalResult {
+  double loss = 0, acc = 0;
+};
+
+EvalResult evaluate(VisionTransformer& model, const FashionMnistSplit& split, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  double loss_sum = 0;
+  int64_t correct = 0;
+  const int64_t N = split.size(), chunk = 500;
+  for (int64_t b = 0; b < N; b += chunk) {
+    const int64_t len = std::min(chunk, N - b);
+    auto x = normalize_images(split.images.narrow(0, b, len)).to(device);
+    auto y = split.labels.narrow(0, b, len).to(device);
+    auto logits = model->forward(x);
+    loss_sum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+  }
+  model->train();
+  return {loss_sum / static_cast<double>(N), static_cast<double>(correct) / static_cast<double>(N)};
+}
+
+std::string generator_state(const std::mt19937_64& g) {
+  std::ostringstream os;
+  os << g;
+  return os.str();
+}
+
+void restore_generator(std::mt19937_64& g, const std::string& text) {
+  std::istringstream is(text);
+  is >> g;
+  if (!is) throw std::runtime_error("checkpoint meta.json: malformed augmentation generator state");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The loop
+
+namespace {
+
+// Threads before any torch or BLAS work (LibTorch here defaults to 1 thread); then the device.
+torch::Device select_device(const TrainConfig& cfg) {
+  torch::set_num_threads(static_cast<int>(cfg.threads));
+  jacond::set_threads(static_cast<int>(cfg.threads));
+  if (cfg.device == "cuda" && !torch::cuda::is_available())
+    throw std::runtime_error("--device cuda: this LibTorch build has no CUDA device available");
+  return torch::Device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
+}
+
+// The run directory, created and cleared of partial checkpoints; a fresh run refuses one that
+// already holds checkpoints.
+std::string prepare_run_dir(const TrainConfig& cfg, bool resuming) {
+  const std::string& run = cfg.out_dir;
+  fs::create_directories(run);
+  if (!resuming && !list_checkpoints(run).empty())
+    throw std::runtime_error(run + ": already holds checkpoints; resume with --resume " + run + " or choose another --out");
+  clean_partial_checkpoints(run);
+  return run;
+}
+
+// One training run: configuration, data, model, optimizer, logs and tracking; run() is the loop.
+class TrainingRun {
+ public:
+  TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log);
+  TrainResult run();
+
+ private:
+  void check_schedule(const Checkpoint* resume) const;
+  // Loads the checkpoint's state and cuts the logs back to its step, or starts empty logs.
+  void restore_or_start(const Checkpoint* resume);
+  // One optimizer step on the batch of `step` at learning rate `lr`: {loss, accuracy}.
+  std::pair<double, double> train_step(int64_t step, double lr);
+  void log_step(int64_t step, int64_t epoch, double loss, double acc, double lr, double dt);
+  void evaluate_now(int64_t step, int64_t epoch);
+  void track_now(int64_t step);
+  void save(int64_t step, double loss);
+
+  const TrainConfig cfg_;
+  std::ostream& log_;
+  const torch::Device device_;
+  const std::string run_;
+  const FashionMnistSplit train_split_, test_split_;
+  const int64_t steps_per_epoch_;  // drops the last partial batch
+  const int64_t total_;
+  int64_t start_step_ = 0;
+  VisionTransformer model_;
+  std::unique_ptr<TrainOptimizer> optimizer_;
+  std::mt19937_64 aug_gen_;
+  std::unique_ptr<AppendLog> train_log_, eval_log_, cond_log_;
+  // Tracking: a fixed probe batch; Lanczos vectors carried from one tracking step to the next.
+  torch::Tensor probe_;
+  TrackOptions track_;
+  std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm_;
+  // Progress.
+  std::vector<int64_t> perm_;  // this epoch's order
+  int64_t perm_epoch_ = -1;
+  double epoch_loss_ = 0, epoch_correct_ = 0, grad_norm_ = 0, train_seconds_ = 0;
+  int64_t epoch_seen_ = 0, images_done_ = 0;
+  EvalResult last_eval_{NAN, NAN};
+  std::string last_ckpt_;
+  const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
+};
+
+TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log)
+    : cfg_(cfg),
+      log_(log),
+      device_(select_device(cfg_)),
+      run_(prepare_run_dir(cfg_, resume != nullptr)),
+      train_split_(load_fashion_mnist(cfg_.data_dir, "train", cfg_.data_limit)),
+      test_split_(load_fashion_mnist(cfg_.data_dir, "test", cfg_.test_limit)),
+      steps_per_epoch_(train_split_.size() / cfg_.batch),
+      total_(cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * steps_per_epoch_),
+      start_step_(resume ? resume->meta.at("step").get<int64_t>() : 0),
+      model_(cfg_.model),
+      aug_gen_(layer_seed(cfg_.seed, -2)) {
+  check_schedule(resume);
+  model_->to(device_);
+  optimizer_ = make_optimizer(model_, cfg_);
+  restore_or_start(resume);
+  write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
+  train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
+  eval_log_ = std::make_unique<AppendLog>(run_ + "/eval.csv", "step,epoch,test_loss,test_acc,train_loss,train_acc");
+  cond_log_ = std::make_unique<AppendLog>(run_ + "/conditioning.csv", conditioning_csv_header());
+  probe_ = normalize_images(test_split_.images.narrow(0, 0, cfg_.probe_size)).to(device_);
+  track_.block.route = parse_kappa_route(cfg_.track_method);
+  track_.block.lanczos.max_seconds = cfg_.track_seconds;
+  track_.warm = &warm_;
+  track_.matrices = parse_matrix_list(cfg_.track_matrices);
+}
+
+void TrainingRun::check_schedule(const Checkpoint* resume) const {
+  const int64_t N = train_split_.size();
+  if (N < cfg_.batch)
+    throw std::invalid_argument("--batch " + std::to_string(cfg_.batch) + " exceeds the " + std::to_string(N) +
+                                " training images");
+  if (start_step_ >= total_)
+    throw std::runtime_error(resume->dir + ": already at step " + std::to_string(start_step_) + " of " +
+                             std::to_string(total_));
+  if (cfg_.probe_size > test_split_.size()) throw std::invalid_argument("--probe-size exceeds the test images");
+}
+
+void TrainingRun::restore_or_start(const Checkpoint* resume) {
+  if (!resume) {
+    for (const char* f : {"train_log.jsonl", "eval.csv", "conditioning.csv"}) write_text_atomic(run_ + "/" + f, "");
+    return;
+  }
+  model_->load_state(resume->model);
+  read_optimizer_state(resume->dir, [&](torch::serialize::InputArchive& a) { optimizer_->load(a); });
+  restore_generator(aug_gen_, resume->meta.at("rng").at("augment").get<std::string>());
+  auto cut_back = [&](const char* file, bool header, const auto& step_of) {
+    const int64_t dropped = truncate_log(run_ + "/" + file, header, start_step_, step_of);
+    if (dropped > 0) log_ << "resume: dropped " << dropped << " unreadable line(s) of " << file << " (cut by the kill)\n";
+  };
+  cut_back("train_log.jsonl", false, jsonl_step);
+  cut_back("eval.csv", true, csv_step);
+  cut_back("conditioning.csv", true, csv_step);
+  log_ << "resuming " << resume->dir << " at step " << start_step_ << " of " << total_ << "\n";
+}
+
+std::pair<double, double> TrainingRun::train_step(int64_t step, double lr) {
+  const int64_t epoch = (step - 1) / steps_per_epoch_, in_epoch = (step - 1) % steps_per_epoch_;
+  if (epoch != perm_epoch_) {
+    perm_ = epoch_permutation(train_split_.size(), cfg_.seed, epoch);
+    perm_epoch_ = epoch;
+  }
+  auto index = torch::from_blob(perm_.data() + in_epoch * cfg_.batch, {cfg_.batch}, torch::kLong);
+  auto images = normalize_images(train_split_.images.index_select(0, index));
+  if (cfg_.augment) images = augment(images, cfg_.crop_pad, cfg_.flip, aug_gen_);
+  auto labels = train_split_.labels.index_select(0, index).to(device_);
+  images = images.to(device_);
+
+  torch::manual_seed(layer_seed(cfg_.seed, step));
+  optimizer_->set_lr(lr);
+  optimizer_->zero_grad();
+  auto logits = model_->forward(images);
+  auto loss = torch::cross_entropy_loss(logits, labels);
+  loss.backward();
+  grad_norm_ = torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_grad > 0 ? cfg_.clip_grad : INFINITY);
+  optimizer_->step();
+  const double loss_value = loss.item<double>();
+  if (!std::isfinite(loss_value))
+    throw std::runtime_error("loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +
+                             " (diverged; lower --lr)");
+  return {loss_value, logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>()};
+}
+
+void TrainingRun::log_step(int64_t step, int64_t epoch, double loss, double acc, double lr, double dt) {
+  if (step % cfg_.log_every == 0 || step == total_) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
+    train_log_->line(nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", loss}, {"acc", acc}, {"lr", lr},
+                                    {"grad_norm", grad_norm_}, {"images_per_s", cfg_.batch / dt}, {"elapsed_s", elapsed}}
+                         .dump());
+  }
+  if (step % cfg_.print_every == 0 || step == total_) {
+    const double ips = images_done_ / train_seconds_;
+    const double eta = (total_ - step) * cfg_.batch / ips;
+    log_ << "step " << step << "/" << total_ << " | epoch " << epoch << " | loss " << std::fixed << std::setprecision(4)
+         << loss << " | acc " << std::setprecision(3) << acc << " | lr " << std::scientific << std::setprecision(2) << lr
+         << " | " << std::fixed << std::setprecision(0) << ips << " img/s | ETA " << format_duration(eta) << std::endl
+         << std::defaultfloat;
+  }
+}
+
+void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
+  last_eval_ = evaluate(model_, test_split_, device_);
+  std::ostringstream row;
+  row << step << "," << epoch << "," << format_number(last_eval_.loss) << "," << format_number(last_eval_.acc) << ","
+      << format_number(epoch_loss_ / epoch_seen_) << "," << format_number(epoch_correct_ / epoch_seen_);
+  eval_log_->line(row.str());
+  log_ << "[eval] step " << step << ": test loss " << std::fixed << std::setprecision(4) << last_eval_.loss
+       << ", test acc " << std::setprecision(4) << last_eval_.acc << " (" << test_split_.size() << " images)" << std::endl
+       << std::defaultfloat;
+}
+
+void TrainingRun::track_now(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto reports = track_conditioning(model_, probe_, track_);
+  for (const auto& r : reports) cond_log_->line(conditioning_csv_row(step, r));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_ << "[track] step " << step << ": " << reports.size() << " reports over " << cfg_.model.depth << " layers in "
+       << std::fixed << std::setprecision(1) << secs << " s" << std::endl
+       << std::defaultfloat;
+}
+
+void TrainingRun::save(int64_t step, double loss) {
+  nlohmann::json meta{{"epoch", (step - 1) / steps_per_epoch_},
+                      {"model", cfg_.model.to_json()},
+                      {"train", cfg_.to_json()},
+                      {"rng", {{"augment", generator_state(aug_gen_)},
+                               {"torch", "manual_seed(layer_seed(seed, step)) before each step"},
+                               {"data_order", "epoch_permutation(N, seed, epoch)"}}},
+                      {"metrics", {{"loss", loss}, {"test_loss", last_eval_.loss}, {"test_acc", last_eval_.acc}}}};
+  if (std::isnan(last_eval_.loss)) meta["metrics"]["test_loss"] = nullptr, meta["metrics"]["test_acc"] = nullptr;
+  last_ckpt_ = write_checkpoint(run_, step, model_->state(),
+                                [&](torch::serialize::OutputArchive& a) { optimizer_->save(a); }, meta);
+  prune_checkpoints(run_, cfg_.keep);
+}
+
+TrainResult TrainingRun::run() {
+  if (cfg_.track_every > 0 && start_step_ == 0) track_now(0);
+  model_->train();
+  TrainResult result;
+  double loss = NAN;
+  for (int64_t step = start_step_ + 1; step <= total_; ++step) {
+    const int64_t epoch = (step - 1) / steps_per_epoch_, in_epoch = (step - 1) % steps_per_epoch_;
+    if (in_epoch == 0) epoch_loss_ = epoch_correct_ = 0, epoch_seen_ = 0;
+    const double lr = scheduled_lr(step, total_, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto [step_loss, acc] = train_step(step, lr);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loss = step_loss;
+    train_seconds_ += dt;
+    images_done_ += cfg_.batch;
+    epoch_loss_ += loss * cfg_.batch;
+    epoch_correct_ += acc * cfg_.batch;
+    epoch_seen_ += cfg_.batch;
+    log_step(step, epoch, loss, acc, lr, dt);
+
+    const bool epoch_end = in_epoch == steps_per_epoch_ - 1;
+    if ((cfg_.eval_every > 0 ? step % cfg_.eval_every == 0 : epoch_end) || step == total_) evaluate_now(step, epoch);
+    if (cfg_.track_every > 0 && (step % cfg_.track_every == 0 || step == total_)) track_now(step);
+    const bool stop = cfg_.stop_at > 0 && step == cfg_.stop_at;
+    if ((cfg_.checkpoint_every > 0 && step % cfg_.checkpoint_every == 0) || step == total_ || stop) save(step, loss);
+    result.steps = step;
+    if (stop) {
+      log_ << "stopping at step " << step << " of " << total_ << " (--stop-at); continue with --resume " << run_ << "\n";
+      break;
+    }
+  }
+  result.last_loss = loss;
+  result.test_loss = last_eval_.loss;
+  result.test_acc = last_eval_.acc;
+  result.last_checkpoint = last_ckpt_;
+  return result;
+}
+
+}  // namespace
+
+TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& overrides, int64_t stop_at) {
+  if (!checkpoint.meta.contains("train")) throw std::runtime_error(checkpoint.dir + "/meta.json: no 'train' config");
+  nlohmann::json merged = checkpoint.meta["train"];
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) merged[it.key()] = it.value();
+  // The run continues where its checkpoint lives, unless told otherwise.
+  if (!overrides.contains("out_dir")) merged["out_dir"] = fs::path(checkpoint.dir).parent_path().string();
+  TrainConfig cfg = TrainConfig::from_json(merged);
+  cfg.stop_at = stop_at;
+  cfg.finalize();
+  return cfg;
+}
+
+TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log) {
+  TrainConfig finalized = cfg;
+  finalized.finalize();  // idempotent: a finalized config is unchanged
+  TrainingRun run(finalized, resume, log);
+  return run.run();
+}
+
+}  // namespace jacond::models

@@ -1,0 +1,72 @@
+// The training loop of `jacond train`: a ViT (models/vit/vit.h) on Fashion-MNIST
+// (models/data/fashion_mnist.h) with AdamW (LibTorch) or SOAP (models/optim/soap.h), a linear-warmup +
+// cosine learning rate, gradient clipping, per-epoch evaluation, crash-safe checkpoints
+// (models/io/checkpoint.h) and conditioning tracked on a fixed probe batch (models/track/conditioning.h).
+//
+// Run directory (--out):
+//   config.json          the full TrainConfig (models/train/train_config.h)
+//   train_log.jsonl      one JSON object per logged step: step, epoch, loss, acc, lr, grad_norm,
+//                        images_per_s, elapsed_s
+//   eval.csv             step,epoch,test_loss,test_acc,train_loss,train_acc
+//   conditioning.csv     step,probe,layer + the report columns (analysis/report/report_csv.h)
+//   step-XXXXXXX/        checkpoints
+//
+// Determinism (the resume contract): everything random is a function of the seed and the
+// position in the run: the epoch's permutation is epoch_permutation(N, seed, epoch); the
+// augmentation generator is one std::mt19937_64 whose state is saved in meta.json; torch's global
+// generator (drop path) is re-seeded with layer_seed(seed, step) before every step. With the same
+// threads, a run resumed from step S repeats the uninterrupted run's losses exactly; the logs
+// are cut back to step S on resume, so they read as one run.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "models/io/checkpoint.h"
+#include "models/train/train_config.h"
+#include "models/vit/vit.h"
+
+namespace jacond::models {
+
+/// lr at step t (1-based) of T: linear warmup to lr over `warmup` steps, then cosine to min_lr.
+double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_lr);
+
+/// AdamW (LibTorch) or SOAP behind one interface, with timm's weight-decay rule (matrices only;
+/// not biases, LayerNorms, pos_embed, cls_token, ReZero α).
+class TrainOptimizer {
+ public:
+  virtual ~TrainOptimizer() = default;
+  virtual void zero_grad() = 0;
+  virtual void step() = 0;
+  virtual void set_lr(double lr) = 0;
+  virtual void save(torch::serialize::OutputArchive& a) const = 0;
+  virtual void load(torch::serialize::InputArchive& a) = 0;
+};
+
+/// The optimizer of `cfg` (finalized) over the model's parameters.
+std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& cfg);
+
+/// What a run reached.
+struct TrainResult {
+  int64_t steps = 0;
+  double last_loss = 0, test_loss = 0, test_acc = 0;
+  std::string last_checkpoint;
+};
+
+/// The configuration of a resumed run: the checkpoint's config (meta.json "train") with
+/// `overrides` (config.json keys -> values, e.g. the flags typed with --resume) applied, in the
+/// checkpoint's run directory unless out_dir is overridden, with `stop_at` (run control, never
+/// saved). Finalized; a bad value throws std::invalid_argument naming its flag.
+TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& overrides, int64_t stop_at);
+
+/// Trains with `cfg` (finalized; for a resumed run, resumed_config of the checkpoint) from
+/// scratch (resume null) or from the checkpoint `resume` (read_checkpoint of
+/// resolve_resume_checkpoint). Progress lines go to `log`.
+TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log);
+
+}  // namespace jacond::models

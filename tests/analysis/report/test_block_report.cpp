@@ -1,0 +1,121 @@
+// block_reports computes only the matrices asked for (BlockReportOptions::matrices), and what it
+// computes for a subset is what it computes for that matrix in the full set.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+#include "analysis/report/block_report.h"
+#include "analysis/report/report_csv.h"
+#include "support/random_block.h"
+
+namespace jacond {
+namespace {
+
+std::set<std::string> matrices_of(const std::vector<ConditionReport>& reports) {
+  std::set<std::string> out;
+  for (const auto& r : reports) out.insert(r.matrix);
+  return out;
+}
+
+// The report of (matrix, space, head) or nullptr.
+const ConditionReport* find(const std::vector<ConditionReport>& reports, const ConditionReport& want) {
+  for (const auto& r : reports)
+    if (r.matrix == want.matrix && r.space == want.space && r.head == want.head) return &r;
+  return nullptr;
+}
+
+TEST(BlockReportSelection, SubsetRowsEqualTheFullCallsRowsN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  BlockReportOptions all;
+  all.route = KappaRoute::kFast;
+  const auto full = block_reports(w, X, SkipMode::kNone, all);
+  EXPECT_EQ(matrices_of(full), std::set<std::string>(block_matrix_names().begin(), block_matrix_names().end()));
+  for (const std::vector<std::string>& subset :
+       {std::vector<std::string>{"softmax"}, {"K_sab", "K_ffn", "softmax"}, {"E_sa"}, {"attention", "K_mlp"}}) {
+    BlockReportOptions opt = all;
+    opt.matrices = subset;
+    const auto part = block_reports(w, X, SkipMode::kNone, opt);
+    SCOPED_TRACE(::testing::PrintToString(subset));
+    EXPECT_EQ(matrices_of(part), std::set<std::string>(subset.begin(), subset.end()));
+    size_t expected_rows = 0;
+    for (const auto& r : full)
+      if (std::find(subset.begin(), subset.end(), r.matrix) != subset.end()) ++expected_rows;
+    EXPECT_EQ(part.size(), expected_rows);  // every space and head of each asked-for matrix
+    for (const auto& r : part) {
+      const ConditionReport* f = find(full, r);
+      ASSERT_NE(f, nullptr) << r.matrix << " " << r.space;
+      EXPECT_EQ(r.sigma_max, f->sigma_max) << r.matrix << " " << r.space << " head " << r.head;
+      EXPECT_EQ(r.sigma_min, f->sigma_min) << r.matrix << " " << r.space << " head " << r.head;
+    }
+  }
+}
+
+// Matrix-free route: every solved operator leaves a warm start under "matrix/space"; a matrix that
+// was not asked for leaves none, so it was never applied, let alone solved.
+TEST(BlockReportSelection, UnrequestedMatricesAreNeverSolvedLanczosN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 9);
+  const Mat X = test::random_tokens(6, 8, 10);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kLanczos;
+  opt.lanczos.max_products = 2000;
+  opt.matrices = {"K_sab", "softmax"};
+  std::map<std::string, GklWarmStart> warm;
+  opt.warm = &warm;
+  const auto reports = block_reports(w, X, SkipMode::kNone, opt);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : warm) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"K_sab/full", "K_sab/ln-complement"}));
+  EXPECT_EQ(matrices_of(reports), (std::set<std::string>{"K_sab", "softmax"}));
+}
+
+TEST(BlockReportSelection, ParsesListsAndRejectsUnknownNames) {
+  EXPECT_TRUE(parse_matrix_names("all", block_matrix_names()).empty());
+  EXPECT_TRUE(parse_matrix_names("", block_matrix_names()).empty());
+  EXPECT_EQ(parse_matrix_names("K_sab,softmax,K_sab", block_matrix_names()),
+            (std::vector<std::string>{"K_sab", "softmax"}));
+  try {
+    parse_matrix_names("K_sab,K_bogus", block_matrix_names());
+    FAIL() << "K_bogus accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown matrix 'K_bogus'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("K_ffn"), std::string::npos) << "lists the valid names: " << e.what();
+  }
+  BlockReportOptions opt;
+  opt.matrices = {"K_nope"};
+  EXPECT_THROW(block_reports(test::random_block(4, 1, 16, 1), test::random_tokens(3, 4, 2), SkipMode::kFull, opt),
+               std::invalid_argument);
+}
+
+// CSV and --help numbers: the shortest text that reads back to the same double.
+TEST(FormatNumber, ShortestRoundTrip) {
+  EXPECT_EQ(format_number(0.6), "0.6");
+  EXPECT_EQ(format_number(3e-3), "0.003");
+  EXPECT_EQ(format_number(120), "120");
+  EXPECT_EQ(format_number(0.1 + 0.2), "0.30000000000000004");  // needs all 17 digits
+  EXPECT_EQ(format_number(std::numeric_limits<double>::infinity()), "inf");
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> U(-30, 30);
+  for (int i = 0; i < 10000; ++i) {
+    const double x = std::pow(10.0, U(rng)) * (i % 2 ? 1 : -1);
+    ASSERT_EQ(std::strtod(format_number(x).c_str(), nullptr), x) << format_number(x) << " (seed 42, draw " << i << ")";
+  }
+}
+
+TEST(AutoRoute, OneThresholdForEveryCaller) {
+  EXPECT_TRUE(auto_prefers_dense(kAutoDenseMaxSide, kAutoDenseMaxSide));
+  EXPECT_FALSE(auto_prefers_dense(kAutoDenseMaxSide + 1, 10));
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kAuto;
+  EXPECT_EQ(resolve_route(opt, 64, kAutoDenseMaxSide / 64), KappaRoute::kFast);
+  EXPECT_EQ(resolve_route(opt, 64, kAutoDenseMaxSide / 64 + 1), KappaRoute::kLanczos);
+}
+
+}  // namespace
+}  // namespace jacond

@@ -1,0 +1,185 @@
+// Condition numbers: LAPACKE SVD against matrices with known singular values, the fast
+// LU/QR + Lanczos route against the SVD, block-diagonal spectra, the singular status, and what
+// becomes of LAPACK's failure codes (analysis/core/lapack.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+
+#include "analysis/core/lapack.h"
+#include "analysis/spectral/condition.h"
+#include "support/random_block.h"
+#include "support/tolerances.h"
+
+namespace jacond {
+
+// Failure messages print the status by name (gtest finds PrintTo by argument-dependent lookup).
+void PrintTo(Status s, std::ostream* os) { *os << to_string(s); }
+
+namespace {
+
+// U diag(s) Vᵀ with Haar-random orthogonal U, V: singular values known exactly by construction.
+Mat with_singular_values(const Vec& s, Index rows, Index cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(rows, rows, 1.0, rng)).householderQ();
+  const Mat V = Eigen::HouseholderQR<Mat>(test::gaussian(cols, cols, 1.0, rng)).householderQ();
+  Mat S = Mat::Zero(rows, cols);
+  for (Index i = 0; i < s.size(); ++i) S(i, i) = s(i);
+  return U * S * V.transpose();
+}
+
+Vec geometric(Index n, double kappa) {
+  Vec s(n);
+  for (Index i = 0; i < n; ++i) s(i) = std::pow(kappa, -static_cast<double>(i) / (n - 1));
+  return s;
+}
+
+TEST(SingularValues, RecoverAConstructedSpectrum) {
+  SCOPED_TRACE("seed=1");
+  const Vec s = geometric(60, 1e6);
+  const Vec got = singular_values(with_singular_values(s, 60, 60, 1));
+  EXPECT_LT((got - s).cwiseAbs().maxCoeff() / s(0), 1e-13);
+}
+
+TEST(ConditionSvd, ExactAndRankOnAWellConditionedMatrix) {
+  SCOPED_TRACE("seed=2");
+  const ConditionReport r = condition_svd(with_singular_values(geometric(50, 1e3), 50, 50, 2), "M");
+  EXPECT_EQ(r.status, Status::kExact);
+  EXPECT_EQ(r.method, "dense-svd");
+  EXPECT_EQ(r.rank, 50);
+  EXPECT_NEAR(r.kappa / 1e3, 1.0, 1e-10);
+  EXPECT_EQ(r.kappa_lo, r.kappa);
+  EXPECT_EQ(r.kappa_hi, r.kappa);
+}
+
+TEST(ConditionSvd, RankDeficientIsSingularWithALowerBoundOnly) {
+  SCOPED_TRACE("seed=3");
+  Vec s = geometric(40, 10);
+  s.tail(3).setZero();
+  const ConditionReport r = condition_svd(with_singular_values(s, 40, 40, 3), "M");
+  EXPECT_EQ(r.status, Status::kSingular);
+  EXPECT_EQ(r.rank, 37);
+  EXPECT_TRUE(std::isinf(r.kappa));
+  // κ ≥ σ_max / tol with tol = 40·eps·σ_max: the claimed lower bound is 1/(40 eps) ≈ 1.1e14.
+  EXPECT_NEAR(r.kappa_lo * 40 * std::numeric_limits<double>::epsilon(), 1.0, 1e-12);
+}
+
+struct FastCase {
+  Index rows, cols;
+  double kappa;
+};
+
+class FastVsSvd : public testing::TestWithParam<FastCase> {};
+
+TEST_P(FastVsSvd, AgreeOnSigmaMaxSigmaMinAndKappa) {
+  const FastCase c = GetParam();
+  SCOPED_TRACE(std::to_string(c.rows) + "x" + std::to_string(c.cols) + " kappa=" + std::to_string(c.kappa) +
+               " seed=" + std::to_string(11 + c.rows));
+  const Mat A = with_singular_values(geometric(std::min(c.rows, c.cols), c.kappa), c.rows, c.cols, 11 + c.rows);
+  const ConditionReport svd = condition_svd(A, "A");
+  const ConditionReport fast = condition_fast(A, "A");
+  EXPECT_EQ(fast.status, Status::kExact) << fast.note;
+  EXPECT_NE(fast.method, "dense-svd");
+  EXPECT_NEAR(fast.sigma_max / svd.sigma_max, 1.0, test::kFastVsSvd);
+  // Both routes find σ_min with absolute error O(eps·σ_max) (backward stability + Weyl), i.e.
+  // relative error O(eps·κ): at κ = 1e8 no fp64 method can promise 1e-9, and the result then
+  // depends on BLAS threading. The allowance is the first-order bound with constant 4.
+  const double min_tol = std::max(test::kFastVsSvd, 4 * std::numeric_limits<double>::epsilon() * c.kappa);
+  EXPECT_NEAR(fast.sigma_min / svd.sigma_min, 1.0, min_tol);
+  EXPECT_NEAR(fast.kappa / c.kappa, 1.0, std::max(1e-9, min_tol));
+  EXPECT_GT(fast.products, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FastVsSvd,
+                         testing::Values(FastCase{120, 120, 10}, FastCase{200, 200, 1e4}, FastCase{150, 150, 1e8},
+                                         FastCase{300, 120, 1e3}, FastCase{90, 160, 1e5}));
+
+TEST(ConditionFast, ClusteredExtremesStillAgree) {
+  // Many equal top and bottom singular values (as B_sa under the `ours` init).
+  SCOPED_TRACE("seed=5");
+  Vec s = Vec::Constant(150, 2.0);
+  s.tail(50).setConstant(1e-3);
+  const Mat A = with_singular_values(s, 150, 150, 5);
+  const ConditionReport fast = condition_fast(A, "A");
+  EXPECT_NEAR(fast.kappa / 2000.0, 1.0, 1e-9);
+}
+
+TEST(ConditionFast, SingularMatrixIsReportedSingular) {
+  SCOPED_TRACE("seed=9");
+  Vec s = geometric(100, 10);
+  s(99) = 0.0;
+  const ConditionReport fast = condition_fast(with_singular_values(s, 100, 100, 9), "A");
+  EXPECT_EQ(fast.status, Status::kSingular) << fast.note;
+  EXPECT_TRUE(std::isinf(fast.kappa));
+}
+
+// dgetrf's info > 0 (an exactly zero pivot U(60, 60)) is the numerical answer "exactly singular",
+// not a failure: status `singular` from the SVD fallback, with the exact rank.
+TEST(ConditionFast, ExactlyZeroPivotIsStatusSingularNotAnError) {
+  Mat A = Mat::Identity(60, 60);
+  A(59, 59) = 0.0;
+  const ConditionReport r = condition_fast(A, "A");
+  EXPECT_EQ(r.status, Status::kSingular);
+  EXPECT_EQ(r.rank, 59);
+  EXPECT_EQ(r.sigma_min, 0.0);
+  EXPECT_NE(r.note.find("exactly singular pivot"), std::string::npos) << r.note;
+}
+
+// σ_min = 1e-200: (AᵀA)⁻¹ x overflows in the first solves. That is "numerically singular" (SVD
+// fallback, status `singular`), in the LU (square) and the QR (tall) route alike. Before the
+// solves' info was checked, the overflowed vector's NaNs were refused by LAPACKE (info = −8) and
+// the unsolved input came back as the "solution"; now the overflow is caught where it happens.
+TEST(ConditionFast, OverflowingInverseFallsBackToTheSvd) {
+  Mat D = Mat::Identity(60, 60);
+  D(59, 59) = 1e-200;
+  Mat T = Mat::Zero(80, 60);
+  T.topRows(60) = D;
+  for (const Mat* A : {&D, &T}) {
+    const ConditionReport r = condition_fast(*A, "A");
+    SCOPED_TRACE(format_report(r) + " | " + r.note);
+    EXPECT_EQ(r.status, Status::kSingular);
+    EXPECT_EQ(r.method, "dense-svd");
+    EXPECT_DOUBLE_EQ(r.sigma_min, 1e-200);
+    EXPECT_EQ(r.rank, 59);
+  }
+}
+
+TEST(CheckLapack, NonzeroInfoThrowsNamingTheRoutineAndTheValue) {
+  EXPECT_NO_THROW(check_lapack("LAPACKE_dgetrs", 0));
+  try {
+    check_lapack("LAPACKE_dgetrs", -3);
+    ADD_FAILURE() << "info = -3 accepted";
+  } catch (const LapackError& e) {
+    EXPECT_STREQ(e.what(), "LAPACKE_dgetrs failed: info = -3");
+    EXPECT_EQ(e.routine(), "LAPACKE_dgetrs");
+    EXPECT_EQ(e.info(), -3);
+  }
+  // A positive info is a failure too, unless the caller handles it as an outcome (dgetrf above).
+  EXPECT_THROW(check_lapack("LAPACKE_dgesdd", 2), LapackError);
+  EXPECT_THROW(check_lapack("LAPACKE_dgesdd", 2), std::runtime_error);
+}
+
+TEST(ConditionBlockdiag, EqualsTheSvdOfTheAssembledMatrix) {
+  SCOPED_TRACE("seed=3");
+  std::mt19937_64 rng(3);
+  std::vector<Mat> blocks = {test::gaussian(5, 5, 1.0, rng), test::gaussian(5, 5, 0.1, rng), test::gaussian(5, 5, 3.0, rng)};
+  Mat D = Mat::Zero(15, 15);
+  for (int k = 0; k < 3; ++k) D.block(5 * k, 5 * k, 5, 5) = blocks[k];
+  const ConditionReport a = condition_blockdiag(blocks, "D");
+  const ConditionReport b = condition_svd(D, "D");
+  EXPECT_NEAR(a.kappa / b.kappa, 1.0, 1e-12);
+  EXPECT_EQ(a.rank, b.rank);
+}
+
+TEST(ConditionInputs, NaNIsRejected) {
+  Mat A = Mat::Identity(60, 60);
+  A(3, 4) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(condition_fast(A, "A"), std::invalid_argument);
+  EXPECT_THROW(condition_svd(A, "A"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace jacond

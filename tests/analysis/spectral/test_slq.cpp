@@ -1,0 +1,123 @@
+// Stochastic Lanczos quadrature (analysis/spectral/slq.h). Oracles: for a diagonal G = KᵀK and Rademacher
+// probes, zᵀ G^j z = tr G^j exactly (z_i² = 1), and m-point Gauss quadrature is exact for
+// polynomials of degree ≤ 2m − 1, so every probe must reproduce the moments (1/N) Σ σ_i^{2j}
+// for j ≤ 2m − 1 to rounding; with m = N steps the nodes are the eigenvalues themselves, each with
+// weight z_i²/N = 1/N (Rademacher z, diagonal G), and a G with k distinct eigenvalues stops after k
+// steps with exactly those nodes and weights (mass of eigenvalue λ = #{i: G_ii = λ}/N).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "analysis/spectral/slq.h"
+
+namespace jacond {
+namespace {
+
+struct DenseOp {
+  using Scalar = double;
+  const Mat& A;
+  Index rows() const { return A.rows(); }
+  Index cols() const { return A.cols(); }
+  void perform_op(const double* x, double* y) const { Eigen::Map<Vec>(y, A.rows()) = A * Eigen::Map<const Vec>(x, A.cols()); }
+  void perform_op_transpose(const double* x, double* y) const {
+    Eigen::Map<Vec>(y, A.cols()) = A.transpose() * Eigen::Map<const Vec>(x, A.rows());
+  }
+};
+
+double moment(const SlqResult& r, int j, int probe) {
+  double s = 0;
+  for (const SlqNode& n : r.nodes)
+    if (n.probe == probe) s += n.weight * r.probes * std::pow(n.theta, j);
+  return s;
+}
+
+TEST(Slq, DiagonalMomentsAreExactPerProbe_N40_m6) {
+  SCOPED_TRACE("probe seed=7");
+  const Index N = 40;
+  Vec sigma(N);
+  for (Index i = 0; i < N; ++i) sigma(i) = std::pow(10.0, -1.0 + 2.0 * i / (N - 1));  // 0.1 … 10
+  const Mat K = sigma.asDiagonal();
+  const SlqResult r = slq(DenseOp{K}, 3, 6, 7);
+  ASSERT_EQ(r.N, N);
+  for (int p = 0; p < 3; ++p)
+    for (int j = 0; j <= 11; ++j) {
+      const double want = sigma.array().pow(2 * j).mean();
+      EXPECT_NEAR(moment(r, j, p), want, 1e-9 * want) << "moment j=" << j << " probe " << p;
+    }
+  // Moment 12 is beyond 2m − 1 = 11: Gauss quadrature is NOT exact there (the test can fail).
+  EXPECT_GT(std::abs(moment(r, 12, 0) - sigma.array().pow(24).mean()), 1e-7 * sigma.array().pow(24).mean());
+}
+
+TEST(Slq, FullLengthLanczosRecoversTheSpectrum_N12) {
+  SCOPED_TRACE("probe seed=3");
+  const Index N = 12;
+  Vec sigma = Vec::LinSpaced(N, 1.0, 12.0);
+  const Mat K = sigma.asDiagonal();
+  const SlqResult r = slq(DenseOp{K}, 1, static_cast<int>(N), 3);
+  // The nodes are σ_1..σ_12 themselves, each with weight 1/12.
+  ASSERT_EQ(r.nodes.size(), static_cast<size_t>(N));
+  std::vector<SlqNode> nodes = r.nodes;
+  std::sort(nodes.begin(), nodes.end(), [](const SlqNode& a, const SlqNode& b) { return a.sigma < b.sigma; });
+  for (Index i = 0; i < N; ++i) {
+    EXPECT_NEAR(nodes[i].sigma, sigma(i), 1e-10 * sigma(i)) << "node " << i;
+    EXPECT_NEAR(nodes[i].weight, 1.0 / N, 1e-10) << "node " << i;
+  }
+  EXPECT_NEAR(r.sigma_max_ritz, 12.0, 1e-10);
+}
+
+TEST(Slq, WideMatrixUsesTheSmallGramAndDensityIntegratesToOne) {
+  Mat K = Mat::Zero(5, 30);
+  for (Index i = 0; i < 5; ++i) K(i, 3 * i) = i + 1.0;
+  SCOPED_TRACE("probe seed=1");
+  const SlqResult r = slq(DenseOp{K}, 4, 5, 1);
+  EXPECT_FALSE(r.gram_is_ktk);
+  EXPECT_EQ(r.N, 5);
+  // KKᵀ = diag(1, 4, 9, 16, 25): every probe's 5 nodes are σ = 1..5 with weight 1/5 each (1/20 over 4 probes).
+  ASSERT_EQ(r.nodes.size(), 20u);
+  for (const SlqNode& n : r.nodes) {
+    EXPECT_NEAR(n.sigma, std::round(n.sigma), 1e-10) << "node " << n.sigma;
+    EXPECT_NEAR(n.weight, 1.0 / 20, 1e-10) << "node " << n.sigma;
+  }
+  const std::vector<DensityPoint> rho = slq_density(r, 400, 0.02);
+  double integral = 0;
+  for (size_t g = 1; g < rho.size(); ++g)
+    integral += 0.5 * (rho[g].density + rho[g - 1].density) * (rho[g].log10_sigma - rho[g - 1].log10_sigma);
+  EXPECT_NEAR(integral, 1.0, 1e-3);
+  EXPECT_THROW(slq_density(r, 1, 0.02), std::invalid_argument);
+  EXPECT_THROW(slq_density(r, 10, 0.0), std::invalid_argument);
+}
+
+TEST(Slq, ExactNullspaceGoesBelowTheFloor) {
+  SCOPED_TRACE("probe seed=5");
+  Mat K = Mat::Zero(10, 10);
+  for (Index i = 0; i < 6; ++i) K(i, i) = 1.0;  // 4 exact zeros
+  const SlqResult r = slq(DenseOp{K}, 8, 10, 5);
+  // G = diag(1 ×6, 0 ×4) has two distinct eigenvalues: every Rademacher probe gives the nodes 0
+  // and 1 with weights exactly 4/10 and 6/10 (header comment), so the mass at zero is 0.4.
+  EXPECT_NEAR(r.mass_below_floor, 0.4, 1e-12);
+  for (const SlqNode& n : r.nodes) {
+    EXPECT_GE(n.sigma, r.sigma_floor);
+    if (!n.below_floor) {
+      EXPECT_NEAR(n.sigma, 1.0, 1e-12);
+    }
+  }
+}
+
+TEST(Slq, NonFiniteOperatorIsAnError) {
+  Mat K = Mat::Identity(8, 8);
+  K(2, 5) = std::numeric_limits<double>::quiet_NaN();
+  try {
+    slq(DenseOp{K}, 2, 4, 1);
+    ADD_FAILURE() << "a NaN operator gave a density";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN or inf"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace jacond

@@ -1,0 +1,453 @@
+// End-to-end tests of the `jacond` command (docs/design.md §7): the binary (compile definition
+// JACOND_BINARY) is run through the shell with stdout and stderr captured to files, and its
+// exit status, its tidy CSV / run.json outputs and its one-line error convention are checked.
+// One of them (BlockFromFilesAgreesWithLibrary) compares the CLI's κ(K_sa) with the library
+// computed in-process on the same weights and tokens: the CLI must agree with the library.
+//
+// Each test gets its own temporary directory (pid + counter), removed afterwards, so the tests
+// can run in parallel under ctest.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/jacobians/block.h"
+#include "analysis/spectral/condition.h"
+#include "analysis/jacobians/jacobians.h"
+#include "support/cli_harness.h"
+#include "models/track/bridge.h"
+#include "models/init/init.h"
+#include "models/io/safetensors.h"
+#include "support/random_block.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace jacond::test::cli;
+
+namespace {
+
+class CliTest : public CliFixture {
+ protected:
+  /// Block 0 of an `ours` init (d, heads, hidden 4d), optionally without one key, saved as
+  /// safetensors. Returns the tensors written.
+  jacond::models::TensorMap write_weights(const std::string& file, int64_t d, int64_t heads,
+                                        const std::string& drop_key = "") {
+    jacond::models::TensorMap t;
+    jacond::models::init_block(t, 0, d, heads, 4 * d,
+                               jacond::models::InitConfig::for_scheme(jacond::models::InitScheme::kOurs, 3));
+    if (!drop_key.empty()) {
+      EXPECT_EQ(t.erase(drop_key), 1u) << "no key " << drop_key << " to drop";
+    }
+    jacond::models::save_safetensors(file, t);
+    return t;
+  }
+
+  /// `tokens` [n, d] fp64 in a safetensors file.
+  void write_tokens(const std::string& file, const jacond::Mat& X) {
+    jacond::models::TensorMap t;
+    t["tokens"] = jacond::models::to_torch(X);
+    jacond::models::save_safetensors(file, t);
+  }
+
+  /// A failing run with a one-line error and no results.csv in out_dir.
+  void expect_one_line_failure(const std::vector<std::string>& args, const std::vector<std::string>& needles,
+                               const std::string& out_dir) {
+    expect_one_line_error(args, needles, (fs::path(out_dir) / "results.csv").string());
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// jacond block
+
+TEST_F(CliTest, BlockFromInitWritesTidyResults_n8_d16_h2) {
+  const std::string out = path("out");
+  const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+
+  ASSERT_TRUE(fs::exists(out + "/results.csv")) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  EXPECT_TRUE(contains(csv.raw_header, "matrix,")) << csv.raw_header;
+  for (const char* col : {"matrix", "space", "head", "method", "status", "sigma_max", "sigma_min", "kappa", "rank",
+                          "init", "alpha", "beta", "c", "seed", "n", "d", "heads", "logit_scale"})
+    EXPECT_TRUE(csv.has_column(col)) << "missing column " << col << " in header: " << csv.raw_header;
+
+  for (const char* m : {"K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn", "softmax", "attention"})
+    EXPECT_FALSE(csv.where("matrix", m).empty()) << "no row for " << m;
+  // Per-head matrices for both heads.
+  for (const char* m : {"softmax", "attention"})
+    for (const char* h : {"0", "1"}) {
+      bool found = false;
+      for (const auto* row : csv.where("matrix", m)) found = found || row->at("head") == h;
+      EXPECT_TRUE(found) << "no " << m << " row for head " << h;
+    }
+
+  for (const auto& row : csv.rows) {
+    const std::string what = row.at("matrix") + "/" + row.at("space") + "/head " + row.at("head");
+    EXPECT_EQ(kStatuses.count(row.at("status")), 1u) << what << ": status '" << row.at("status") << "'";
+    EXPECT_EQ(row.at("init"), "ours") << what;
+    EXPECT_EQ(row.at("n"), "8") << what;
+    EXPECT_EQ(row.at("d"), "16") << what;
+    EXPECT_EQ(row.at("heads"), "2") << what;
+    EXPECT_EQ(to_double(row.at("alpha")), 2.0) << what;  // the paper's ViT-B default
+    // logit_scale is recorded as the effective s = 1/sqrt(d_h) = 1/sqrt(8).
+    EXPECT_NEAR(to_double(row.at("logit_scale")), 1.0 / std::sqrt(8.0), 1e-15) << what;
+    const double smax = to_double(row.at("sigma_max")), smin = to_double(row.at("sigma_min"));
+    EXPECT_GE(smax, smin) << what;
+    if (row.at("status") == "exact") {
+      EXPECT_GT(smin, 0) << what;
+      EXPECT_NEAR(to_double(row.at("kappa")), smax / smin, 1e-12 * smax / smin) << what;
+    }
+  }
+
+  ASSERT_TRUE(fs::exists(out + "/run.json"));
+  json meta;
+  ASSERT_NO_THROW(meta = json::parse(slurp(out + "/run.json"))) << slurp(out + "/run.json");
+  ASSERT_TRUE(meta.contains("command")) << meta.dump(2);
+  ASSERT_TRUE(meta.contains("git_revision")) << meta.dump(2);
+  EXPECT_TRUE(meta["git_revision"].is_string() && !meta["git_revision"].get<std::string>().empty()) << meta.dump(2);
+  EXPECT_TRUE(contains(meta["command"].dump(), "block")) << meta.dump(2);
+  ASSERT_TRUE(meta.contains("rows")) << meta.dump(2);
+  EXPECT_EQ(meta["rows"].get<size_t>(), csv.rows.size());
+}
+
+TEST_F(CliTest, BlockSkipNoneIsSingularWithExactLnComplement_n8_d16_h2) {
+  const std::string out = path("none");
+  const RunResult r =
+      run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  std::map<std::string, std::string> status;  // "matrix/space" -> status
+  for (const auto& row : csv.rows)
+    if (row.at("head") == "all") status[row.at("matrix") + "/" + row.at("space")] = row.at("status");
+  // Without the residual the pre-LN sub-blocks inherit LayerNorm's structural nullspace.
+  EXPECT_EQ(status["K_sab/full"], "singular") << r.out;
+  EXPECT_EQ(status["K_sab/ln-complement"], "exact") << r.out;
+  EXPECT_EQ(status["K_ffn/full"], "singular") << r.out;
+  EXPECT_EQ(status["K_ffn/ln-complement"], "exact") << r.out;
+  for (const auto& row : csv.rows) EXPECT_EQ(row.at("skip"), "none");
+}
+
+TEST_F(CliTest, BlockSkipFullIsExact_n8_d16_h2) {
+  const std::string out = path("full");
+  const RunResult r =
+      run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "full", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  int ksab = 0;
+  for (const auto& row : csv.rows) {
+    if (row.at("matrix") != "K_sab" && row.at("matrix") != "K_ffn") continue;
+    // With the residual there is no structural nullspace and no restricted row.
+    EXPECT_EQ(row.at("space"), "full") << row.at("matrix");
+    EXPECT_EQ(row.at("status"), "exact") << row.at("matrix");
+    ksab += row.at("matrix") == "K_sab";
+  }
+  EXPECT_EQ(ksab, 1);
+}
+
+TEST_F(CliTest, BlockFromFilesAgreesWithLibrary_n8_d16_h2) {
+  const int64_t n = 8, d = 16, heads = 2;
+  const std::string wfile = path("w.safetensors"), tfile = path("t.safetensors"), out = path("files");
+  write_weights(wfile, d, heads);
+  const jacond::Mat X = jacond::test::random_tokens(n, d, 11);
+  write_tokens(tfile, X);
+
+  const RunResult r = run({"block", "--weights", wfile, "--layer", "0", "--tokens", tfile, "--heads", "2", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  std::string cli_kappa;
+  for (const auto& row : csv.rows)
+    if (row.at("matrix") == "K_sa" && row.at("space") == "full" && row.at("head") == "all") cli_kappa = row.at("kappa");
+  ASSERT_FALSE(cli_kappa.empty()) << "no K_sa row\n" << slurp(out + "/results.csv");
+  for (const auto& row : csv.rows) {
+    EXPECT_EQ(row.at("n"), "8");
+    EXPECT_EQ(row.at("d"), "16");
+    EXPECT_EQ(row.at("layer"), "0");
+  }
+
+  // The same computation in-process: weights read back from the file, K_sa at LN1(tokens).
+  const jacond::BlockWeights w = jacond::models::block_from_timm(jacond::models::load_safetensors(wfile), 0, heads);
+  const jacond::Mat Y = jacond::layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps).y;
+  const jacond::Mat K = jacond::attention_jacobian(w, jacond::attention_forward(w, Y));
+  const jacond::ConditionReport lib = jacond::condition_svd(K, "K_sa");
+  ASSERT_EQ(lib.status, jacond::Status::kExact);
+  const double got = to_double(cli_kappa);
+  EXPECT_NEAR(got, lib.kappa, 1e-9 * lib.kappa) << "CLI kappa(K_sa) = " << cli_kappa << ", library = " << lib.kappa;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: one-line error, nonzero exit, nothing written.
+
+class CliBadInputTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    wfile = path("w.safetensors");
+    tfile = path("t.safetensors");
+    out = path("out");
+    write_weights(wfile, 16, 2);
+    write_tokens(tfile, jacond::test::random_tokens(8, 16, 5));
+  }
+  std::vector<std::string> from_files(const std::string& weights, const std::string& tokens) const {
+    return {"block", "--weights", weights, "--layer", "0", "--tokens", tokens, "--heads", "2", "--out", out};
+  }
+  std::string wfile, tfile, out;
+};
+
+TEST_F(CliBadInputTest, TruncatedWeightsFile) {
+  const std::string cut = path("cut.safetensors");
+  fs::copy_file(wfile, cut);
+  const auto size = fs::file_size(cut);
+  fs::resize_file(cut, size - 37);  // into the data buffer
+  expect_one_line_failure(from_files(cut, tfile), {"cut.safetensors"}, out);
+
+  const std::string stub = path("stub.safetensors");
+  fs::copy_file(wfile, stub);
+  fs::resize_file(stub, 5);  // not even the 8-byte header length
+  expect_one_line_failure(from_files(stub, tfile), {"stub.safetensors"}, out);
+}
+
+TEST_F(CliBadInputTest, TokensWithNaN) {
+  jacond::Mat X = jacond::test::random_tokens(8, 16, 5);
+  X(3, 7) = std::numeric_limits<double>::quiet_NaN();
+  const std::string bad = path("nan.safetensors");
+  write_tokens(bad, X);
+  expect_one_line_failure(from_files(wfile, bad), {"nan"}, out);
+}
+
+TEST_F(CliBadInputTest, TokensWithWrongD) {
+  const std::string bad = path("d12.safetensors");
+  write_tokens(bad, jacond::test::random_tokens(8, 12, 5));
+  expect_one_line_failure(from_files(wfile, bad), {"12", "16"}, out);
+}
+
+TEST_F(CliBadInputTest, WeightsMissingAKey) {
+  const std::string bad = path("nobias.safetensors");
+  write_weights(bad, 16, 2, "blocks.0.attn.proj.bias");
+  expect_one_line_failure(from_files(bad, tfile), {"blocks.0.attn.proj.bias"}, out);
+}
+
+TEST_F(CliBadInputTest, UnknownSkipMode) {
+  expect_one_line_failure({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "bogus",
+                           "--out", out},
+                          {"bogus"}, out);
+}
+
+TEST_F(CliBadInputTest, HeadsNotDividingD) {
+  expect_one_line_failure({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "3", "--out", out},
+                          {"heads", "3", "16"}, out);
+}
+
+TEST_F(CliBadInputTest, UnknownFlag) {
+  expect_one_line_failure({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--frobnicate",
+                           "--out", out},
+                          {"frobnicate"}, out);
+}
+
+TEST_F(CliBadInputTest, UnknownCommand) {
+  const RunResult r = run({"transmogrify", "--out", out});
+  ASSERT_TRUE(r.exited) << "crashed\n" << r.describe();
+  EXPECT_NE(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, "transmogrify")) << r.describe();
+  EXPECT_FALSE(fs::exists(fs::path(out) / "results.csv"));
+  const std::vector<std::string> lines = nonempty_lines(r.err);
+  EXPECT_EQ(lines.size(), 1u) << "expected a one-line error\n" << r.describe();
+}
+
+// ---------------------------------------------------------------------------------------------
+// jacond verify
+
+TEST_F(CliTest, VerifyProp1Passes_50seeds) {
+  const RunResult r = run({"verify", "prop1", "--seeds", "50"});
+  ASSERT_TRUE(r.exited) << r.describe();
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "PASS")) << r.describe();
+  EXPECT_FALSE(contains(r.out, "FAIL")) << r.describe();
+}
+
+TEST_F(CliTest, VerifyMomentsMentionsEq17_30seeds) {
+  const RunResult r = run({"verify", "moments", "--seeds", "30"});
+  ASSERT_TRUE(r.exited) << r.describe();
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "Eq.17")) << r.describe();
+}
+
+// ---------------------------------------------------------------------------------------------
+// jacond sweep
+
+TEST_F(CliTest, SweepWritesOneRowPerGridPointAndMatrix_2x2x1x1_n6_d8_h2) {
+  const std::string out = path("sweep");
+  const RunResult r = run({"sweep", "--alpha", "0:1:1", "--beta", "0:0.5:0.5", "--c", "3", "--seeds", "1", "--n", "6",
+                           "--d", "8", "--heads", "2", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  ASSERT_TRUE(fs::exists(out + "/sweep.csv")) << r.describe();
+  const Csv csv = read_csv(out + "/sweep.csv");
+  for (const char* col : {"matrix", "space", "status", "kappa", "init", "alpha", "beta", "c", "seed", "n", "d", "heads"})
+    EXPECT_TRUE(csv.has_column(col)) << "missing column " << col << ": " << csv.raw_header;
+
+  // One full-space row per grid point (alpha, beta) and matrix.
+  const std::set<std::string> matrices = {"K_sa", "K_sab", "B_sa", "E_sa"};
+  std::map<std::string, int> count;  // "alpha/beta/matrix" over space = full
+  size_t full_rows = 0;
+  for (const auto& row : csv.rows) {
+    EXPECT_EQ(matrices.count(row.at("matrix")), 1u) << "unexpected matrix " << row.at("matrix");
+    EXPECT_EQ(kStatuses.count(row.at("status")), 1u) << row.at("status");
+    EXPECT_EQ(row.at("c"), "3");
+    EXPECT_EQ(row.at("seed"), "0");
+    if (row.at("space") != "full") {
+      // The only extra rows allowed: K_sab restricted to the LayerNorm complement (skip none).
+      EXPECT_EQ(row.at("matrix") + "/" + row.at("space"), "K_sab/ln-complement");
+      continue;
+    }
+    ++full_rows;
+    ++count[std::to_string(to_double(row.at("alpha"))) + "/" + std::to_string(to_double(row.at("beta"))) + "/" +
+            row.at("matrix")];
+  }
+  EXPECT_EQ(full_rows, 2u * 2u * 1u * 1u * 4u) << slurp(out + "/sweep.csv");
+  for (double a : {0.0, 1.0})
+    for (double b : {0.0, 0.5})
+      for (const auto& m : matrices)
+        EXPECT_EQ((count[std::to_string(a) + "/" + std::to_string(b) + "/" + m]), 1)
+            << "alpha=" << a << " beta=" << b << " matrix=" << m;
+  EXPECT_TRUE(fs::exists(out + "/run.json"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Help
+
+TEST_F(CliTest, TopLevelHelp) {
+  const RunResult r = run({"--help"});
+  ASSERT_TRUE(r.exited) << r.describe();
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "block")) << r.describe();
+}
+
+TEST_F(CliTest, BlockHelpListsInit) {
+  const RunResult r = run({"block", "--help"});
+  ASSERT_TRUE(r.exited) << r.describe();
+  EXPECT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "--init")) << r.describe();
+  EXPECT_TRUE(contains(r.out, "--matrices")) << r.describe();
+}
+
+// Defaults are printed as a person writes them: --beta 0.6, not 0.59999999999999998.
+TEST_F(CliTest, HelpPrintsDefaultsAsWritten) {
+  for (const std::vector<std::string>& cmd :
+       {std::vector<std::string>{"block", "--help"}, {"spectrum", "--help"}, {"sweep", "--help"}, {"audit", "--help"},
+        {"bench", "lanczos", "--help"}, {"train", "--help"}}) {
+    const RunResult r = run(cmd);
+    SCOPED_TRACE(cmd[0] + " " + cmd[1]);
+    ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+    for (const char* long_form : {"99999999", "00000000"}) EXPECT_FALSE(contains(r.out, long_form)) << r.out;
+  }
+  const RunResult block = run({"block", "--help"});
+  EXPECT_TRUE(contains(block.out, "--beta arg (=0.6)")) << block.out;
+  EXPECT_TRUE(contains(block.out, "--method arg (=auto)")) << block.out;
+  const RunResult train = run({"train", "--help"});
+  EXPECT_TRUE(contains(train.out, "--beta arg (=0.6)")) << train.out;
+  EXPECT_TRUE(contains(train.out, "--clip-grad arg (=1)")) << train.out;
+  EXPECT_TRUE(contains(train.out, "--track-matrices arg (=K_sab,K_ffn,softmax)")) << train.out;
+  // Chosen by the optimizer: no default printed, the help says which.
+  EXPECT_TRUE(contains(train.out, "--lr arg ")) << train.out;
+  EXPECT_FALSE(contains(train.out, "--lr arg (=")) << train.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit codes (experiments/cli/commands.h): 0 ok, 1 bad input data or a failed check, 2 usage.
+// Each failing case prints exactly one stderr line that names what is wrong.
+
+struct ExitCase {
+  std::vector<std::string> args;
+  int code;
+  std::string needle;  // a substring of the one-line message (case-insensitive)
+};
+
+TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
+  const std::string missing = path("no-such-file.safetensors");
+  const std::string garbage = path("garbage.safetensors");
+  {
+    std::ofstream(garbage) << "this is not a safetensors file";
+  }
+  const std::vector<ExitCase> cases = {
+      // usage: unknown flag, bad value, missing or unexpected argument, inconsistent flags
+      {{"block", "--frobnicate"}, 2, "--frobnicate"},
+      {{"block", "--n", "abc"}, 2, "--n"},
+      {{"block", "--n", "0"}, 2, "--n"},
+      {{"block", "--skip", "sideways"}, 2, "--skip"},
+      {{"block", "--matrices", "K_sa,K_bogus"}, 2, "K_bogus"},
+      {{"block", "--method", "magic"}, 2, "--method"},
+      {{"block", "--d", "32", "--heads", "3"}, 2, "--heads"},
+      {{"block", "stray-argument"}, 2, "unexpected argument"},
+      {{"block", "--weights", wfile}, 2, "--tokens"},
+      {{"spectrum"}, 2, "--matrix"},
+      {{"spectrum", "--matrices", "K_nope"}, 2, "K_nope"},
+      {{"sweep", "--alpha", "3:1:1"}, 2, "--alpha"},
+      {{"sweep", "--seeds", "0"}, 2, "--seeds"},
+      {{"verify"}, 2, "which claim"},
+      {{"verify", "prop9"}, 2, "prop9"},
+      {{"audit"}, 2, "checkpoint"},
+      {{"audit", out, "--matrices", "W_nope"}, 2, "W_nope"},
+      {{"bench"}, 2, "benchmark"},
+      {{"bench", "sprint"}, 2, "sprint"},
+      {{"bench", "dense", "--sizes", "7"}, 2, "--sizes"},
+      {{"bench", "lanczos", "--inits", "zeros"}, 2, "zeros"},
+      {{"bench", "train", "--steps", "0"}, 2, "--steps"},
+      {{"train", "--frobnicate"}, 2, "--frobnicate"},
+      {{"train", "--lr", "fast"}, 2, "--lr"},
+      {{"train", "--warmup-steps", "-1"}, 2, "--warmup-steps"},
+      {{"train", "--heads", "5"}, 2, "--heads"},
+      {{"train", "--skip", "sometimes"}, 2, "--skip"},
+      {{"train", "--optimizer", "sgd"}, 2, "--optimizer"},
+      {{"train", "--track-matrices", "K_nope"}, 2, "K_nope"},
+      {{"transmogrify"}, 2, "transmogrify"},
+      // bad input data
+      {{"block", "--weights", missing, "--tokens", tfile, "--heads", "2"}, 1, "no-such-file.safetensors"},
+      {{"block", "--weights", garbage, "--tokens", tfile, "--heads", "2"}, 1, "garbage.safetensors"},
+      {{"audit", missing}, 1, "no-such-file.safetensors"},
+      {{"train", "--resume", path("no-run-here")}, 1, "no-run-here"},
+  };
+  for (const ExitCase& c : cases) {
+    std::string line;
+    for (const auto& a : c.args) line += a + " ";
+    SCOPED_TRACE("jacond " + line);
+    const RunResult r = run(c.args);
+    ASSERT_TRUE(r.exited) << "crashed\n" << r.describe();
+    EXPECT_EQ(r.code, c.code) << r.describe();
+    EXPECT_EQ(nonempty_lines(r.err).size(), 1u) << "expected a one-line error\n" << r.describe();
+    EXPECT_TRUE(contains(lower(r.err), lower(c.needle))) << "error does not mention '" << c.needle << "'\n" << r.describe();
+  }
+  for (const std::vector<std::string>& help : {std::vector<std::string>{"--help"}, {"block", "--help"}, {"bench", "--help"}}) {
+    const RunResult r = run(help);
+    EXPECT_TRUE(r.exited && r.code == 0) << r.describe();
+  }
+}
+
+// --matrices computes only the asked-for matrices (every space and head of each).
+TEST_F(CliTest, BlockMatricesSelectsRows_n8_d16_h2) {
+  const std::string out = path("sel");
+  const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none",
+                           "--matrices", "K_sab,softmax", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  std::multiset<std::string> rows;
+  for (const auto& row : csv.rows) rows.insert(row.at("matrix") + "/" + row.at("space"));
+  // K_sab over the full space and the LN complement; softmax full and on 1⟂ for each of 2 heads.
+  EXPECT_EQ(rows, (std::multiset<std::string>{"K_sab/full", "K_sab/ln-complement", "softmax/full", "softmax/full",
+                                              "softmax/ones-complement", "softmax/ones-complement"}));
+}
+
+TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
+  const std::string out = path("spec");
+  const RunResult r = run({"spectrum", "--init", "timm", "--n", "6", "--d", "8", "--heads", "2", "--matrices",
+                           "K_sa,K_ffn", "--method", "dense", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  for (const char* m : {"K_sa", "K_ffn"}) {
+    const Csv csv = read_csv(fs::path(out) / m / "spectrum.csv");
+    EXPECT_EQ(csv.rows.size(), 48u) << m;  // nd = 48 singular values
+    EXPECT_TRUE(fs::exists(fs::path(out) / m / "run.json")) << m;
+  }
+  for (const char* m : {"B_sa", "E_sa", "K_sab", "K_mlp", "J_l", "Jhat_l"}) EXPECT_FALSE(fs::exists(fs::path(out) / m)) << m;
+}
+
+}  // namespace

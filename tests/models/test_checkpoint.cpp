@@ -1,0 +1,160 @@
+// Checkpoints (models/io/checkpoint.h): round trip, newest-complete selection, retention, cleanup
+// of interrupted writes, and one-line errors for malformed checkpoint files.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "models/io/checkpoint.h"
+#include "models/vit/vit.h"
+
+namespace jacond {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_ = (fs::temp_directory_path() / ("jacond_ckpt_" + std::to_string(::getpid()))).string();
+    fs::remove_all(run_);
+  }
+  void TearDown() override { fs::remove_all(run_); }
+  std::string write(int64_t step) {
+    models::TensorMap state{{"w", torch::full({2, 3}, static_cast<float>(step))}};
+    auto saver = [&](torch::serialize::OutputArchive& a) { a.write("moment", torch::full({4}, 0.5 * step)); };
+    return models::write_checkpoint(run_, step, state, saver, {{"model", {{"dim", 8}}}, {"note", "x"}});
+  }
+  std::string error_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::string run_;
+};
+
+TEST_F(Checkpoints, RoundTrip) {
+  const std::string dir = write(120);
+  EXPECT_EQ(fs::path(dir).filename(), "step-0000120");
+  const models::Checkpoint c = models::read_checkpoint(dir);
+  EXPECT_EQ(c.meta["step"], 120);
+  EXPECT_EQ(c.meta["format"], models::kCheckpointFormat);
+  EXPECT_EQ(c.meta["note"], "x");
+  EXPECT_TRUE(torch::equal(c.model.at("w"), torch::full({2, 3}, 120.0f)));
+  torch::Tensor moment;
+  models::read_optimizer_state(dir, [&](torch::serialize::InputArchive& a) { a.read("moment", moment); });
+  EXPECT_TRUE(torch::equal(moment, torch::full({4}, 60.0)));
+}
+
+TEST_F(Checkpoints, NewestCompleteRetentionAndPartialCleanup) {
+  for (int64_t s : {10, 30, 20}) write(s);
+  // An interrupted write: a .tmp directory and a step directory without its files.
+  fs::create_directories(fs::path(run_) / ".tmp-step-0000040.999");
+  fs::create_directories(fs::path(run_) / "step-0000050");
+  const auto all = models::list_checkpoints(run_);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.back().step, 30);
+  EXPECT_EQ(models::resolve_resume_checkpoint(run_), all.back().dir);
+  models::prune_checkpoints(run_, 2);
+  const auto kept = models::list_checkpoints(run_);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept.front().step, 20);
+  models::clean_partial_checkpoints(run_);
+  EXPECT_FALSE(fs::exists(fs::path(run_) / ".tmp-step-0000040.999"));
+}
+
+TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {
+  const std::string dir = write(5);
+  {
+    std::ofstream(dir + "/meta.json") << "{\"format\": \"jacond-checkpoint/1\", \"step\": ";
+  }
+  std::string msg = error_of([&] { models::read_checkpoint(dir); });
+  EXPECT_EQ(msg.rfind(dir + "/meta.json: malformed JSON", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+
+  const std::string dir2 = write(6);
+  fs::resize_file(dir2 + "/model.safetensors", 40);
+  msg = error_of([&] { models::read_checkpoint(dir2); });
+  EXPECT_EQ(msg.rfind(dir2 + "/model.safetensors: ", 0), 0u) << msg;
+
+  const std::string dir3 = write(7);
+  { std::ofstream(dir3 + "/optimizer.pt") << "not a zip archive"; }
+  msg = error_of([&] { models::read_optimizer_state(dir3, [](torch::serialize::InputArchive&) {}); });
+  EXPECT_EQ(msg.rfind(dir3 + "/optimizer.pt: unreadable optimizer state", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+
+  EXPECT_NE(error_of([&] { models::resolve_resume_checkpoint(run_ + "/nothing"); }).find("no complete checkpoint"),
+            std::string::npos);
+}
+
+bool printable_ascii(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+TEST_F(Checkpoints, MetaJsonRawBytesNeverReachTheMessage) {
+  const std::string dir = write(8);
+  // Invalid UTF-8 and an escape sequence: nlohmann quotes them in its parse error.
+  { std::ofstream(dir + "/meta.json", std::ios::binary) << "{\"format\": \"jacond\xff\x1b[2J\", \"step\": 1}"; }
+  std::string msg = error_of([&] { models::read_checkpoint(dir); });
+  EXPECT_EQ(msg.rfind(dir + "/meta.json: malformed JSON: ", 0), 0u) << msg;
+  EXPECT_TRUE(printable_ascii(msg)) << msg;
+  EXPECT_NE(msg.find("\\xff"), std::string::npos) << msg;
+  // Valid JSON carrying controls and non-ASCII in the value that the message quotes.
+  const std::string text = "{\"format\": \"x\\u001b[31m\\u00e9\", \"step\": 1, \"model\": {}}";
+  msg = error_of([&] { models::parse_checkpoint_meta(text, "m.json"); });
+  EXPECT_EQ(msg, "m.json: not a jacond-checkpoint/1 meta.json (format \"x\\x1b[31m\\xc3\\xa9\")");
+}
+
+TEST_F(Checkpoints, MetaJsonFieldsAreValidatedWithOneLineErrors) {
+  auto err = [&](const std::string& text) { return error_of([&] { models::parse_checkpoint_meta(text, "m.json"); }); };
+  const std::string ok = "{\"format\": \"jacond-checkpoint/1\", \"step\": 3, \"model\": {\"dim\": 8}}";
+  EXPECT_EQ(models::parse_checkpoint_meta(ok, "m.json")["step"], 3);
+  // A non-string format used to escape as nlohmann's type_error (not a runtime_error).
+  EXPECT_EQ(err("{\"format\": 1, \"step\": 3, \"model\": {}}"),
+            "m.json: not a jacond-checkpoint/1 meta.json (format 1)");
+  EXPECT_EQ(err("{\"step\": 3, \"model\": {}}"), "m.json: not a jacond-checkpoint/1 meta.json (format missing)");
+  EXPECT_EQ(err("[1, 2]"), "m.json: not a JSON object");
+  EXPECT_EQ(err("{\"format\": \"jacond-checkpoint/1\", \"step\": -1, \"model\": {}}"),
+            "m.json: 'step' -1 is outside [0, 2^63)");
+  EXPECT_EQ(err("{\"format\": \"jacond-checkpoint/1\", \"step\": 18446744073709551615, \"model\": {}}"),
+            "m.json: 'step' 18446744073709551615 is outside [0, 2^63)");
+  EXPECT_EQ(err("{\"format\": \"jacond-checkpoint/1\", \"step\": 2.5, \"model\": {}}"), "m.json: no integer 'step'");
+  EXPECT_EQ(err("{\"format\": \"jacond-checkpoint/1\", \"step\": 2, \"model\": 7}"), "m.json: no 'model' config");
+  // A number beyond double: nlohmann's out_of_range, found by tests/fuzz (escaped uncaught).
+  const std::string big = err("{\"x\": 1e400}");
+  EXPECT_EQ(big.rfind("m.json: malformed JSON: ", 0), 0u) << big;
+  EXPECT_EQ(big.find('\n'), std::string::npos) << big;
+}
+
+TEST_F(Checkpoints, FailedWriteLeavesNoTemporaryDirectory) {
+  models::TensorMap state{{"w", torch::ones({2})}};
+  auto failing = [](torch::serialize::OutputArchive&) { throw std::runtime_error("optimizer says no"); };
+  EXPECT_EQ(error_of([&] { models::write_checkpoint(run_, 9, state, failing, {{"model", {{"dim", 8}}}}); }),
+            "optimizer says no");
+  for (const auto& e : fs::directory_iterator(run_))
+    ADD_FAILURE() << "left behind: " << e.path().string();
+  // A c10::Error (multi-line, with backtrace) becomes one line naming the checkpoint.
+  auto torch_failing = [](torch::serialize::OutputArchive&) { TORCH_CHECK(false, "bad state\nsecond line"); };
+  const std::string msg = error_of([&] { models::write_checkpoint(run_, 9, state, torch_failing, {{"model", {}}}); });
+  EXPECT_EQ(msg.rfind(run_ + "/step-0000009: checkpoint write failed: bad state", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_TRUE(fs::is_empty(run_));
+}
+
+TEST_F(Checkpoints, MissingOrNonDirectoryRunHasNoCheckpoints) {
+  // A run "directory" that is a file, or missing: nothing to list, as before. (One that exists
+  // but cannot be read now throws; not testable here, the tests may run as root.)
+  const std::string f = run_ + ".file";
+  { std::ofstream(f) << "x"; }
+  EXPECT_TRUE(models::list_checkpoints(f).empty());
+  fs::remove(f);
+  EXPECT_TRUE(models::list_checkpoints(run_ + "/missing").empty());
+}
+
+}  // namespace
+}  // namespace jacond

@@ -1,0 +1,150 @@
+// TrainConfig's field table (models/train/train_config.h): every field survives config.json,
+// every flag and key is spelled once, the optimizer defaults, and every finalize() error names
+// the flag a user types. The expected values and flag spellings are written out here by hand,
+// independently of the table.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "models/train/train_config.h"
+
+namespace {
+
+using jacond::models::TrainConfig;
+using jacond::models::TrainField;
+using json = nlohmann::json;
+
+// One non-default, valid value per saved field, written out by hand.
+json every_field_changed() {
+  return {{"optimizer", "adamw"}, {"lr", 0.0125}, {"min_lr", 0.0005}, {"beta1", 0.8}, {"beta2", 0.98},
+          {"eps", 1e-7}, {"weight_decay", 0.125}, {"shampoo_beta", 0.75}, {"precondition_frequency", 7},
+          {"max_precond_dim", 333}, {"warmup_steps", 11}, {"clip_grad", 2.5}, {"data_dir", "/data/fm"},
+          {"data_limit", 1000}, {"test_limit", 500}, {"augment", true}, {"crop_pad", 3}, {"flip", false},
+          {"batch", 64}, {"steps", 99}, {"epochs", 4}, {"threads", 3}, {"seed", 17}, {"device", "cuda"},
+          {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13},
+          {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5},
+          {"track_matrices", "K_sa,softmax"}};
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+TEST(TrainConfig, EveryFieldRoundTripsThroughConfigJson) {
+  const json want = every_field_changed();
+  const TrainConfig c = TrainConfig::from_json(want);
+  json got = c.to_json();
+  ASSERT_TRUE(got.contains("model"));
+  got.erase("model");
+  EXPECT_EQ(got, want) << "a field of the table is missing here or not saved/loaded";
+  // Each value really differs from the default, so the round trip proves the field is read.
+  const json defaults = [] {
+    TrainConfig d;
+    return d.to_json();
+  }();
+  for (auto it = want.begin(); it != want.end(); ++it) EXPECT_NE(defaults.at(it.key()), it.value()) << it.key();
+}
+
+TEST(TrainConfig, FlagsAndKeysAreSpelledOnce) {
+  std::set<std::string> keys, flags;
+  int rows = 0, unsaved = 0;
+  jacond::models::for_each_train_field(static_cast<const TrainConfig&>(TrainConfig{}), [&](const TrainField& f, const auto&) {
+    ++rows;
+    keys.insert(f.key);
+    flags.insert(f.flag);
+    unsaved += !f.saved;
+    EXPECT_TRUE(std::string(f.group) == "optimizer" || std::string(f.group) == "data" || std::string(f.group) == "run" ||
+                std::string(f.group) == "tracking")
+        << f.group;
+  });
+  EXPECT_EQ(keys.size(), static_cast<size_t>(rows));
+  EXPECT_EQ(flags.size(), static_cast<size_t>(rows));
+  EXPECT_EQ(unsaved, 1);  // stop_at: run control
+  EXPECT_EQ(jacond::models::train_flag("warmup_steps"), "--warmup-steps");
+  EXPECT_EQ(jacond::models::train_flag("out_dir"), "--out");
+  EXPECT_EQ(jacond::models::train_flag("stop_at"), "--stop-at");
+  EXPECT_THROW(jacond::models::train_flag("warmup"), std::logic_error);
+}
+
+TEST(TrainConfig, StopAtIsNotSaved) {
+  TrainConfig c;
+  c.stop_at = 7;
+  EXPECT_FALSE(c.to_json().contains("stop_at"));
+  EXPECT_EQ(TrainConfig::from_json(json{{"stop_at", 7}}).stop_at, 0);
+}
+
+TEST(TrainConfig, OptimizerDefaultsAreFilledByFinalize) {
+  TrainConfig soap;
+  soap.finalize();
+  EXPECT_EQ(soap.lr, 3e-3);
+  EXPECT_EQ(soap.beta1, 0.95);
+  EXPECT_EQ(soap.beta2, 0.95);
+  EXPECT_EQ(soap.eps, 1e-8);
+  EXPECT_EQ(soap.weight_decay, 0.01);
+  TrainConfig adamw;
+  adamw.optimizer = "adamw";
+  adamw.finalize();
+  EXPECT_EQ(adamw.lr, 1e-3);
+  EXPECT_EQ(adamw.beta1, 0.9);
+  EXPECT_EQ(adamw.beta2, 0.999);
+  EXPECT_EQ(adamw.weight_decay, 0.05);
+  // A value given explicitly is kept, and finalize is idempotent.
+  TrainConfig given;
+  given.lr = 0.5;
+  given.finalize();
+  given.finalize();
+  EXPECT_EQ(given.lr, 0.5);
+  EXPECT_EQ(given.beta1, 0.95);
+}
+
+struct BadValue {
+  const char* key;
+  json value;
+  const char* flag;  // as the user types it
+};
+
+TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
+  const std::vector<BadValue> cases = {
+      {"optimizer", "sgd", "--optimizer"}, {"lr", 0.0, "--lr"}, {"beta1", 1.0, "--beta1"}, {"beta2", 1.5, "--beta2"},
+      {"eps", 0.0, "--eps"}, {"shampoo_beta", 1.0, "--shampoo-beta"}, {"min_lr", 1.0, "--min-lr"},
+      {"precondition_frequency", 0, "--precondition-frequency"}, {"max_precond_dim", 0, "--max-precond-dim"},
+      {"warmup_steps", -1, "--warmup-steps"}, {"batch", 0, "--batch"}, {"steps", -1, "--steps"},
+      {"epochs", -1, "--epochs"}, {"data_limit", -1, "--data-limit"}, {"test_limit", -1, "--test-limit"},
+      {"crop_pad", -1, "--crop-pad"}, {"threads", 0, "--threads"}, {"device", "tpu", "--device"},
+      {"log_every", 0, "--log-every"}, {"print_every", 0, "--print-every"}, {"eval_every", -1, "--eval-every"},
+      {"checkpoint_every", -1, "--checkpoint-every"}, {"keep", -1, "--keep"}, {"track_every", -1, "--track-every"},
+      {"probe_size", 0, "--probe-size"}, {"track_seconds", 0.0, "--track-seconds"},
+      {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},
+  };
+  for (const BadValue& b : cases) {
+    const std::string m = message_of([&] { TrainConfig::from_json(json{{b.key, b.value}}); });
+    EXPECT_EQ(m.rfind(std::string(b.flag) + " ", 0) == 0 || m.rfind(std::string(b.flag) + ":", 0) == 0, true)
+        << b.key << ": '" << m << "' does not start with " << b.flag;
+  }
+  TrainConfig stop;
+  stop.stop_at = -1;
+  EXPECT_EQ(message_of([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);
+  TrainConfig none;
+  none.steps = 0;
+  none.epochs = 0;
+  EXPECT_NE(message_of([&] { none.finalize(); }).find("--steps or --epochs must be > 0"), std::string::npos);
+  // The model's flags are named too (ViTConfig::validate).
+  TrainConfig heads;
+  heads.model.heads = 5;
+  EXPECT_EQ(message_of([&] { heads.finalize(); }).rfind("--heads 5 does not divide --dim 192", 0), 0u);
+}
+
+TEST(TrainConfig, WrongJsonTypeIsOneLine) {
+  const std::string m = message_of([] { TrainConfig::from_json(json{{"batch", "many"}}); });
+  EXPECT_EQ(m.rfind("train config: ", 0), 0u) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+}  // namespace
