@@ -20,7 +20,7 @@ echo "== jacond train (skipless, ours, SOAP, Fashion-MNIST) -> results/train-ski
 rm -rf results/train-skipless-ours-soap
 $J train --skip none --init ours --optimizer soap --dim 64 --depth 4 --heads 2 --patch 4 --batch 128 \
   --steps 400 --warmup-steps 40 --threads 2 --eval-every 100 --track-every 100 --checkpoint-every 100 \
-  --print-every 50 --out results/train-skipless-ours-soap
+  --print-every 50 --track-matrices K_sab,K_ffn,softmax --out results/train-skipless-ours-soap
 echo "== jacond audit (every checkpoint, and data-free) -> results/audit"
 $J audit results/train-skipless-ours-soap --matrices K_sa,K_sab,softmax --threads 2 --out results/audit
 $J audit results/train-skipless-ours-soap --data-free --out results/audit-data-free

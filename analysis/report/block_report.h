@@ -79,7 +79,7 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
                                            const BlockReportOptions& opt = {});
 
 /// κ of a dense matrix by the chosen route (kLanczos runs GKL on the dense matrix; kAuto by size).
-ConditionReport condition_dense(const Mat& A, const std::string& name, KappaRoute route);
+ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route);
 
 /// Spectral norm of E_sa and σ_min of B_sa etc. are read from the reports; this finds one.
 const ConditionReport& find_report(const std::vector<ConditionReport>& reports, const std::string& matrix,

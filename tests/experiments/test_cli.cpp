@@ -347,7 +347,7 @@ TEST_F(CliTest, HelpPrintsDefaultsAsWritten) {
   const RunResult train = run({"train", "--help"});
   EXPECT_TRUE(contains(train.out, "--beta arg (=0.6)")) << train.out;
   EXPECT_TRUE(contains(train.out, "--clip-grad arg (=1)")) << train.out;
-  EXPECT_TRUE(contains(train.out, "--track-matrices arg (=K_sab,K_ffn,softmax)")) << train.out;
+  EXPECT_TRUE(contains(train.out, "--track-matrices arg (=K_ffn,softmax,attention)")) << train.out;
   // Chosen by the optimizer: no default printed, the help says which.
   EXPECT_TRUE(contains(train.out, "--lr arg ")) << train.out;
   EXPECT_FALSE(contains(train.out, "--lr arg (=")) << train.out;

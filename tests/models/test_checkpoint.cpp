@@ -9,6 +9,7 @@
 
 #include "models/io/checkpoint.h"
 #include "models/vit/vit.h"
+#include "support/error_message.h"
 
 namespace jacond {
 namespace {
@@ -26,14 +27,6 @@ class Checkpoints : public ::testing::Test {
     models::TensorMap state{{"w", torch::full({2, 3}, static_cast<float>(step))}};
     auto saver = [&](torch::serialize::OutputArchive& a) { a.write("moment", torch::full({4}, 0.5 * step)); };
     return models::write_checkpoint(run_, step, state, saver, {{"model", {{"dim", 8}}}, {"note", "x"}});
-  }
-  std::string error_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "";
   }
   std::string run_;
 };
@@ -73,22 +66,22 @@ TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {
   {
     std::ofstream(dir + "/meta.json") << "{\"format\": \"jacond-checkpoint/1\", \"step\": ";
   }
-  std::string msg = error_of([&] { models::read_checkpoint(dir); });
+  std::string msg = jacond::test::error_message([&] { models::read_checkpoint(dir); });
   EXPECT_EQ(msg.rfind(dir + "/meta.json: malformed JSON", 0), 0u) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos);
 
   const std::string dir2 = write(6);
   fs::resize_file(dir2 + "/model.safetensors", 40);
-  msg = error_of([&] { models::read_checkpoint(dir2); });
+  msg = jacond::test::error_message([&] { models::read_checkpoint(dir2); });
   EXPECT_EQ(msg.rfind(dir2 + "/model.safetensors: ", 0), 0u) << msg;
 
   const std::string dir3 = write(7);
   { std::ofstream(dir3 + "/optimizer.pt") << "not a zip archive"; }
-  msg = error_of([&] { models::read_optimizer_state(dir3, [](torch::serialize::InputArchive&) {}); });
+  msg = jacond::test::error_message([&] { models::read_optimizer_state(dir3, [](torch::serialize::InputArchive&) {}); });
   EXPECT_EQ(msg.rfind(dir3 + "/optimizer.pt: unreadable optimizer state", 0), 0u) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos);
 
-  EXPECT_NE(error_of([&] { models::resolve_resume_checkpoint(run_ + "/nothing"); }).find("no complete checkpoint"),
+  EXPECT_NE(jacond::test::error_message([&] { models::resolve_resume_checkpoint(run_ + "/nothing"); }).find("no complete checkpoint"),
             std::string::npos);
 }
 
@@ -100,18 +93,18 @@ TEST_F(Checkpoints, MetaJsonRawBytesNeverReachTheMessage) {
   const std::string dir = write(8);
   // Invalid UTF-8 and an escape sequence: nlohmann quotes them in its parse error.
   { std::ofstream(dir + "/meta.json", std::ios::binary) << "{\"format\": \"jacond\xff\x1b[2J\", \"step\": 1}"; }
-  std::string msg = error_of([&] { models::read_checkpoint(dir); });
+  std::string msg = jacond::test::error_message([&] { models::read_checkpoint(dir); });
   EXPECT_EQ(msg.rfind(dir + "/meta.json: malformed JSON: ", 0), 0u) << msg;
   EXPECT_TRUE(printable_ascii(msg)) << msg;
   EXPECT_NE(msg.find("\\xff"), std::string::npos) << msg;
   // Valid JSON carrying controls and non-ASCII in the value that the message quotes.
   const std::string text = "{\"format\": \"x\\u001b[31m\\u00e9\", \"step\": 1, \"model\": {}}";
-  msg = error_of([&] { models::parse_checkpoint_meta(text, "m.json"); });
+  msg = jacond::test::error_message([&] { models::parse_checkpoint_meta(text, "m.json"); });
   EXPECT_EQ(msg, "m.json: not a jacond-checkpoint/1 meta.json (format \"x\\x1b[31m\\xc3\\xa9\")");
 }
 
 TEST_F(Checkpoints, MetaJsonFieldsAreValidatedWithOneLineErrors) {
-  auto err = [&](const std::string& text) { return error_of([&] { models::parse_checkpoint_meta(text, "m.json"); }); };
+  auto err = [&](const std::string& text) { return jacond::test::error_message([&] { models::parse_checkpoint_meta(text, "m.json"); }); };
   const std::string ok = "{\"format\": \"jacond-checkpoint/1\", \"step\": 3, \"model\": {\"dim\": 8}}";
   EXPECT_EQ(models::parse_checkpoint_meta(ok, "m.json")["step"], 3);
   // A non-string format used to escape as nlohmann's type_error (not a runtime_error).
@@ -134,13 +127,13 @@ TEST_F(Checkpoints, MetaJsonFieldsAreValidatedWithOneLineErrors) {
 TEST_F(Checkpoints, FailedWriteLeavesNoTemporaryDirectory) {
   models::TensorMap state{{"w", torch::ones({2})}};
   auto failing = [](torch::serialize::OutputArchive&) { throw std::runtime_error("optimizer says no"); };
-  EXPECT_EQ(error_of([&] { models::write_checkpoint(run_, 9, state, failing, {{"model", {{"dim", 8}}}}); }),
+  EXPECT_EQ(jacond::test::error_message([&] { models::write_checkpoint(run_, 9, state, failing, {{"model", {{"dim", 8}}}}); }),
             "optimizer says no");
   for (const auto& e : fs::directory_iterator(run_))
     ADD_FAILURE() << "left behind: " << e.path().string();
   // A c10::Error (multi-line, with backtrace) becomes one line naming the checkpoint.
   auto torch_failing = [](torch::serialize::OutputArchive&) { TORCH_CHECK(false, "bad state\nsecond line"); };
-  const std::string msg = error_of([&] { models::write_checkpoint(run_, 9, state, torch_failing, {{"model", {}}}); });
+  const std::string msg = jacond::test::error_message([&] { models::write_checkpoint(run_, 9, state, torch_failing, {{"model", {}}}); });
   EXPECT_EQ(msg.rfind(run_ + "/step-0000009: checkpoint write failed: bad state", 0), 0u) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   EXPECT_TRUE(fs::is_empty(run_));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "models/train/train_config.h"
+#include "support/error_message.h"
 
 namespace {
 
@@ -26,15 +27,6 @@ json every_field_changed() {
           {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13},
           {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5},
           {"track_matrices", "K_sa,softmax"}};
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 TEST(TrainConfig, EveryFieldRoundTripsThroughConfigJson) {
@@ -124,25 +116,25 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
       {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},
   };
   for (const BadValue& b : cases) {
-    const std::string m = message_of([&] { TrainConfig::from_json(json{{b.key, b.value}}); });
+    const std::string m = jacond::test::error_message([&] { TrainConfig::from_json(json{{b.key, b.value}}); });
     EXPECT_EQ(m.rfind(std::string(b.flag) + " ", 0) == 0 || m.rfind(std::string(b.flag) + ":", 0) == 0, true)
         << b.key << ": '" << m << "' does not start with " << b.flag;
   }
   TrainConfig stop;
   stop.stop_at = -1;
-  EXPECT_EQ(message_of([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);
+  EXPECT_EQ(jacond::test::error_message([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);
   TrainConfig none;
   none.steps = 0;
   none.epochs = 0;
-  EXPECT_NE(message_of([&] { none.finalize(); }).find("--steps or --epochs must be > 0"), std::string::npos);
+  EXPECT_NE(jacond::test::error_message([&] { none.finalize(); }).find("--steps or --epochs must be > 0"), std::string::npos);
   // The model's flags are named too (ViTConfig::validate).
   TrainConfig heads;
   heads.model.heads = 5;
-  EXPECT_EQ(message_of([&] { heads.finalize(); }).rfind("--heads 5 does not divide --dim 192", 0), 0u);
+  EXPECT_EQ(jacond::test::error_message([&] { heads.finalize(); }).rfind("--heads 5 does not divide --dim 192", 0), 0u);
 }
 
 TEST(TrainConfig, WrongJsonTypeIsOneLine) {
-  const std::string m = message_of([] { TrainConfig::from_json(json{{"batch", "many"}}); });
+  const std::string m = jacond::test::error_message([] { TrainConfig::from_json(json{{"batch", "many"}}); });
   EXPECT_EQ(m.rfind("train config: ", 0), 0u) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }

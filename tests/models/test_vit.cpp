@@ -19,6 +19,7 @@
 #include "models/vit/vit.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
+#include "support/error_message.h"
 
 namespace jacond {
 namespace {
@@ -38,15 +39,6 @@ ViTConfig small_config(SkipKind skip = SkipKind::kFull) {
   return c;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ViT, ForwardShapesAndBlockInputs) {
   VisionTransformer model(small_config());
   auto x = torch::randn({3, 1, 28, 28});
@@ -56,7 +48,7 @@ TEST(ViT, ForwardShapesAndBlockInputs) {
   ASSERT_EQ(inputs.size(), 2u);
   for (const auto& t : inputs) EXPECT_EQ(t.sizes(), (std::vector<int64_t>{3, 17, 12}));
   EXPECT_TRUE(torch::allclose(logits, model->forward(x)));
-  EXPECT_NE(message_of([&] { model->forward(torch::randn({1, 3, 28, 28})); }).find("ViT expects images"), std::string::npos);
+  EXPECT_NE(jacond::test::error_message([&] { model->forward(torch::randn({1, 3, 28, 28})); }).find("ViT expects images"), std::string::npos);
 }
 
 TEST(ViT, TimmNamesRoundTripThroughSafetensors) {
@@ -190,9 +182,9 @@ TEST(ViT, SkipKindsMapOntoTheAnalysisSkipModes) {
     }
   }
   EXPECT_EQ(names, (std::set<std::string>{"none", "full", "sab", "ffn", "rezero"}));
-  EXPECT_EQ(message_of([] { models::parse_skip_kind("skip"); }),
+  EXPECT_EQ(jacond::test::error_message([] { models::parse_skip_kind("skip"); }),
             "unknown skip mode 'skip' (valid: none | full | sab | ffn | rezero)");
-  EXPECT_EQ(message_of([] { parse_skip_mode("rezero"); }), "unknown skip mode 'rezero' (valid: none | full | sab | ffn)");
+  EXPECT_EQ(jacond::test::error_message([] { parse_skip_mode("rezero"); }), "unknown skip mode 'rezero' (valid: none | full | sab | ffn)");
 }
 
 TEST(ViT, RezeroAtInitIsTheIdentityAndTheTrackerSaysSo) {
@@ -250,18 +242,18 @@ TEST(ViT, LoadStateErrorsNameTheKey) {
   auto state = model->state();
   auto missing = state;
   missing.erase("blocks.1.mlp.fc1.bias");
-  EXPECT_EQ(message_of([&] { model->load_state(missing); }), "model state: missing tensor 'blocks.1.mlp.fc1.bias'");
+  EXPECT_EQ(jacond::test::error_message([&] { model->load_state(missing); }), "model state: missing tensor 'blocks.1.mlp.fc1.bias'");
   auto shaped = state;
   shaped["head.weight"] = torch::zeros({3, 12});
-  EXPECT_NE(message_of([&] { model->load_state(shaped); }).find("'head.weight' has shape [3, 12], expected [10, 12]"),
+  EXPECT_NE(jacond::test::error_message([&] { model->load_state(shaped); }).find("'head.weight' has shape [3, 12], expected [10, 12]"),
             std::string::npos);
   auto nan = state;
   nan["blocks.0.attn.proj.weight"] = state["blocks.0.attn.proj.weight"].clone();
   nan["blocks.0.attn.proj.weight"][0][0] = NAN;
-  EXPECT_EQ(message_of([&] { model->load_state(nan); }), "model state: 'blocks.0.attn.proj.weight' contains NaN or inf");
+  EXPECT_EQ(jacond::test::error_message([&] { model->load_state(nan); }), "model state: 'blocks.0.attn.proj.weight' contains NaN or inf");
   auto extra = state;
   extra["blocks.2.norm1.weight"] = torch::ones({12});
-  EXPECT_NE(message_of([&] { model->load_state(extra); }).find("unexpected tensor 'blocks.2.norm1.weight'"), std::string::npos);
+  EXPECT_NE(jacond::test::error_message([&] { model->load_state(extra); }).find("unexpected tensor 'blocks.2.norm1.weight'"), std::string::npos);
 }
 
 TEST(ViT, ConfigValidationAndJson) {
@@ -288,7 +280,7 @@ TEST(ViT, ConfigValidationAndJson) {
     EXPECT_EQ(ViTConfig::from_json(c.to_json()).skip, k) << models::to_string(k);
   }
   c.patch = 5;
-  EXPECT_NE(message_of([&] { c.validate(); }).find("--patch 5 does not divide the image size 28"), std::string::npos);
+  EXPECT_NE(jacond::test::error_message([&] { c.validate(); }).find("--patch 5 does not divide the image size 28"), std::string::npos);
 }
 
 TEST(ViT, PostNormForwardRuns) {
