@@ -99,12 +99,15 @@ int run_bench_train(int argc, char** argv) {
   std::string out_dir = "results/bench-train", python = "/usr/bin/python3",
               script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/torch_train_route.py";
   bool skip_python = false;
+  std::string skip = "full", init = "timm";
   po::options_description desc("jacond bench train: ViT training throughput vs Python PyTorch, SOAP/AdamW, tracking overhead");
   desc.add_options()("help,h", "this help")
       ("dim", po::value(&cfg.model.dim)->default_value(192), "embedding dimension")
       ("depth", po::value(&cfg.model.depth)->default_value(6), "blocks")
       ("heads", po::value(&cfg.model.heads)->default_value(3), "heads")
       ("patch", po::value(&cfg.model.patch)->default_value(4), "patch size")
+      ("skip", po::value(&skip)->default_value(skip), "full | none | sab | ffn | rezero (rezero: with --skip-python)")
+      ("init", po::value(&init)->default_value(init), "timm | ours | mimetic: the weights tracking is timed on")
       ("batch", po::value(&cfg.batch)->default_value(128), "batch size")
       ("steps", po::value(&steps)->default_value(steps), "timed steps per route")
       ("warmup", po::value(&warmup)->default_value(warmup), "untimed steps first (SOAP's statistics-only step is one)")
@@ -124,6 +127,10 @@ int run_bench_train(int argc, char** argv) {
     if (cfg.threads < 1) throw std::invalid_argument("--threads must be >= 1");
     parse_flag("--track-matrices", [&] { return models::parse_matrix_list(cfg.track_matrices); });
     parse_flag("--track-method", [&] { return parse_kappa_route(cfg.track_method); });
+    cfg.model.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
+    cfg.model.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(init); }), 0);
+    if (cfg.model.skip == models::SkipKind::kRezero && !skip_python)
+      throw UsageError("--skip rezero: the PyTorch route has no ReZero; add --skip-python");
     cfg.model.validate();
   });
   torch::set_num_threads(static_cast<int>(cfg.threads));
@@ -131,6 +138,7 @@ int run_bench_train(int argc, char** argv) {
   ensure_directory(out_dir);
 
   std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
+            << " skip=" << skip << " init=" << init
             << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens() << ") batch=" << cfg.batch
             << " threads=" << cfg.threads << ", " << steps << " timed steps after " << warmup << "\n";
   models::TrainConfig adamw = cfg, soap = cfg;
@@ -153,7 +161,7 @@ int run_bench_train(int argc, char** argv) {
     nlohmann::json j = run_python_json(
         {python, script, "--dim", std::to_string(cfg.model.dim), "--depth", std::to_string(cfg.model.depth), "--heads",
          std::to_string(cfg.model.heads), "--patch", std::to_string(cfg.model.patch), "--batch", std::to_string(cfg.batch),
-         "--steps", std::to_string(steps), "--warmup", std::to_string(warmup), "--threads", std::to_string(cfg.threads)},
+         "--steps", std::to_string(steps), "--warmup", std::to_string(warmup), "--threads", std::to_string(cfg.threads), "--skip", skip},
         static_cast<int>(cfg.threads), out_dir, "torch train route (" + python + " " + script + ")",
         {"images_per_s", "step_s", "torch_version"});
     py_ips = j["images_per_s"].get<double>();

@@ -3,11 +3,12 @@
 Run by `jacond bench train` as a subprocess, with the same threads:
 
     python3 torch_train_route.py --dim 192 --depth 6 --heads 3 --patch 4 --batch 128 \
-        --steps 20 --warmup 3 --threads 1
+        --steps 20 --warmup 3 --threads 1 --skip full
 
 The model is written the way timm writes a ViT (pre-norm blocks, fused qkv Linear, exact GELU,
 LayerNorm eps 1e-6, cls token + learned position embedding, conv patch embedding, final norm,
-linear head), fp32, trained with torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999), wd 0.05) and
+linear head; --skip full | none | sab | ffn keeps the residual of both sub-blocks, neither, only
+the attention's, only the MLP's, as `jacond train --skip`), fp32, trained with torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999), wd 0.05) and
 cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
 does not depend on pixel values), so the timing is forward + backward + optimizer step only.
 
@@ -40,8 +41,10 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden):
+    def __init__(self, dim, heads, hidden, skip):
         super().__init__()
+        self.attn_residual = skip in ("full", "sab")
+        self.mlp_residual = skip in ("full", "ffn")
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
         self.attn = Attention(dim, heads)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
@@ -49,18 +52,20 @@ class Block(nn.Module):
         self.fc2 = nn.Linear(hidden, dim)
 
     def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+        a = self.attn(self.norm1(x))
+        x = x + a if self.attn_residual else a
+        m = self.fc2(F.gelu(self.fc1(self.norm2(x))))
+        return x + m if self.mlp_residual else m
 
 
 class ViT(nn.Module):
-    def __init__(self, dim, depth, heads, patch, image=28, chans=1, classes=10, mlp_ratio=4.0):
+    def __init__(self, dim, depth, heads, patch, skip="full", image=28, chans=1, classes=10, mlp_ratio=4.0):
         super().__init__()
         self.patch = nn.Conv2d(chans, dim, patch, stride=patch)
         tokens = (image // patch) ** 2 + 1
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
-        self.blocks = nn.ModuleList([Block(dim, heads, int(dim * mlp_ratio)) for _ in range(depth)])
+        self.blocks = nn.ModuleList([Block(dim, heads, int(dim * mlp_ratio), skip) for _ in range(depth)])
         self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, classes)
 
@@ -82,10 +87,11 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--skip", choices=["full", "none", "sab", "ffn"], default="full")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = ViT(a.dim, a.depth, a.heads, a.patch)
+    model = ViT(a.dim, a.depth, a.heads, a.patch, a.skip)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
     x = torch.randn(a.batch, 1, 28, 28)
     y = torch.randint(0, 10, (a.batch,))

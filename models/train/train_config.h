@@ -56,11 +56,11 @@ struct TrainConfig {
   std::string track_method = "auto";  // auto | dense | svd | lanczos (analysis/report/block_report.h)
   double track_seconds = 10;          // lanczos route: time budget per matrix (then not-converged + best bracket)
   // The default keeps tracking under 10 % of training time at scripts/run_main.sh's settings
-  // (skipless, ours, SOAP, d = 64, depth 4, n = 50, --track-every 100, 2 threads): measured
-  // 0.3 s per call against 38 s per 100 steps (0.8 %). K_sab is the costly one there: its exact
-  // dense κ on the full space and the LayerNorm complement (LU and QR of 3200 × 3200) costs
-  // about 2.7 s per layer, 11 s per call (30 %); ask for it with --track-matrices, as run_main
-  // does, or read it from `jacond audit` on the checkpoints.
+  // (skipless, ours, SOAP, d = 64, depth 4, n = 50, --track-every 100, 2 threads): 0.27 s per
+  // call, 0.7 % of 100 steps (`jacond bench train ... --skip none --init ours`, README). K_sab
+  // is the costly one there: its exact dense κ on the full space and the LayerNorm complement
+  // (an LU and a QR of 3200 × 3200) costs about 2.7 s per layer, 11 s per call (25 %); ask for
+  // it with --track-matrices, as run_main does, or read it from `jacond audit` afterwards.
   std::string track_matrices = "K_ffn,softmax,attention";  // comma list or all, see models/track/conditioning.h
 
   /// Resolves the optimizer defaults above and checks every field. Throws std::invalid_argument

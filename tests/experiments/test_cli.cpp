@@ -393,6 +393,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "dense", "--sizes", "7"}, 2, "--sizes"},
       {{"bench", "lanczos", "--inits", "zeros"}, 2, "zeros"},
       {{"bench", "train", "--steps", "0"}, 2, "--steps"},
+      {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
+      {{"bench", "train", "--init", "zeros"}, 2, "--init"},
       {{"train", "--frobnicate"}, 2, "--frobnicate"},
       {{"train", "--lr", "fast"}, 2, "--lr"},
       {{"train", "--warmup-steps", "-1"}, 2, "--warmup-steps"},
