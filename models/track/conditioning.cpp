@@ -62,6 +62,14 @@ std::vector<LayerReport> state_conditioning(const TensorMap& state, const ViTCon
 
 std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torch::Tensor& probe_images,
                                             const TrackOptions& options) {
+  // Only the wanted block matrices are built and solved; data-free names select none here.
+  TrackOptions selected = options;
+  if (!options.matrices.empty()) {
+    selected.block.matrices.clear();
+    for (const auto& name : jacond::block_matrix_names())
+      if (wanted(options.matrices, name)) selected.block.matrices.push_back(name);
+    if (selected.block.matrices.empty()) return {};
+  }
   const ViTConfig& cfg = model->config();
   std::vector<torch::Tensor> inputs;
   {
@@ -78,19 +86,11 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
     const jacond::BlockWeights w = analysis_block(state, cfg, l, &mode);
     for (int64_t m = 0; m < probe_images.size(0); ++m) {
       const jacond::Mat X = to_eigen(inputs[l][m]);  // n×d tokens entering block l
-      TrackOptions o = options;
+      TrackOptions o = selected;
       if (options.warm) o.block.warm = &(*options.warm)[{l, m}];
-      // Only the wanted block matrices are built and solved (data-free names select none here).
-      if (!options.matrices.empty()) {
-        o.block.matrices.clear();
-        for (const auto& name : jacond::block_matrix_names())
-          if (wanted(options.matrices, name)) o.block.matrices.push_back(name);
-        if (o.block.matrices.empty()) continue;
-      }
       std::vector<jacond::ConditionReport> reports =
           cfg.norm == NormPlacement::kPre ? jacond::block_reports(w, X, mode, o.block) : post_norm_reports(w, X, o);
-      for (auto& r : reports)
-        if (wanted(options.matrices, r.matrix)) out.push_back({m, l, std::move(r)});
+      for (auto& r : reports) out.push_back({m, l, std::move(r)});
     }
   }
   return out;

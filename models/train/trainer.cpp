@@ -254,9 +254,12 @@ class TrainingRun {
   void check_schedule(const Checkpoint* resume) const;
   // Loads the checkpoint's state and cuts the logs back to its step, or starts empty logs.
   void restore_or_start(const Checkpoint* resume);
-  // One optimizer step on the batch of `step` at learning rate `lr`: {loss, accuracy}.
-  std::pair<double, double> train_step(int64_t step, double lr);
-  void log_step(int64_t step, int64_t epoch, double loss, double acc, double lr, double dt);
+  // One optimizer step on the batch of `step` at learning rate `lr`.
+  struct StepResult {
+    double loss, acc, grad_norm;  // grad_norm: the global norm before clipping
+  };
+  StepResult train_step(int64_t step, double lr);
+  void log_step(int64_t step, int64_t epoch, const StepResult& r, double lr, double dt);
   void evaluate_now(int64_t step, int64_t epoch);
   void track_now(int64_t step);
   void save(int64_t step, double loss);
@@ -280,7 +283,7 @@ class TrainingRun {
   // Progress.
   std::vector<int64_t> perm_;  // this epoch's order
   int64_t perm_epoch_ = -1;
-  double epoch_loss_ = 0, epoch_correct_ = 0, grad_norm_ = 0, train_seconds_ = 0;
+  double epoch_loss_ = 0, epoch_correct_ = 0, train_seconds_ = 0;
   int64_t epoch_seen_ = 0, images_done_ = 0;
   EvalResult last_eval_{NAN, NAN};
   std::string last_ckpt_;
@@ -343,7 +346,7 @@ void TrainingRun::restore_or_start(const Checkpoint* resume) {
   log_ << "resuming " << resume->dir << " at step " << start_step_ << " of " << total_ << "\n";
 }
 
-std::pair<double, double> TrainingRun::train_step(int64_t step, double lr) {
+TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   const int64_t epoch = (step - 1) / steps_per_epoch_, in_epoch = (step - 1) % steps_per_epoch_;
   if (epoch != perm_epoch_) {
     perm_ = epoch_permutation(train_split_.size(), cfg_.seed, epoch);
@@ -361,27 +364,27 @@ std::pair<double, double> TrainingRun::train_step(int64_t step, double lr) {
   auto logits = model_->forward(images);
   auto loss = torch::cross_entropy_loss(logits, labels);
   loss.backward();
-  grad_norm_ = torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_grad > 0 ? cfg_.clip_grad : INFINITY);
+  const double grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_grad > 0 ? cfg_.clip_grad : INFINITY);
   optimizer_->step();
   const double loss_value = loss.item<double>();
   if (!std::isfinite(loss_value))
     throw std::runtime_error("loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +
                              " (diverged; lower --lr)");
-  return {loss_value, logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>()};
+  return {loss_value, logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>(), grad_norm};
 }
 
-void TrainingRun::log_step(int64_t step, int64_t epoch, double loss, double acc, double lr, double dt) {
+void TrainingRun::log_step(int64_t step, int64_t epoch, const StepResult& r, double lr, double dt) {
   if (step % cfg_.log_every == 0 || step == total_) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
-    train_log_->line(nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", loss}, {"acc", acc}, {"lr", lr},
-                                    {"grad_norm", grad_norm_}, {"images_per_s", cfg_.batch / dt}, {"elapsed_s", elapsed}}
+    train_log_->line(nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"acc", r.acc}, {"lr", lr},
+                                    {"grad_norm", r.grad_norm}, {"images_per_s", cfg_.batch / dt}, {"elapsed_s", elapsed}}
                          .dump());
   }
   if (step % cfg_.print_every == 0 || step == total_) {
     const double ips = images_done_ / train_seconds_;
     const double eta = (total_ - step) * cfg_.batch / ips;
     log_ << "step " << step << "/" << total_ << " | epoch " << epoch << " | loss " << std::fixed << std::setprecision(4)
-         << loss << " | acc " << std::setprecision(3) << acc << " | lr " << std::scientific << std::setprecision(2) << lr
+         << r.loss << " | acc " << std::setprecision(3) << r.acc << " | lr " << std::scientific << std::setprecision(2) << lr
          << " | " << std::fixed << std::setprecision(0) << ips << " img/s | ETA " << format_duration(eta) << std::endl
          << std::defaultfloat;
   }
@@ -432,15 +435,15 @@ TrainResult TrainingRun::run() {
     if (in_epoch == 0) epoch_loss_ = epoch_correct_ = 0, epoch_seen_ = 0;
     const double lr = scheduled_lr(step, total_, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto [step_loss, acc] = train_step(step, lr);
+    const StepResult r = train_step(step, lr);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    loss = step_loss;
+    loss = r.loss;
     train_seconds_ += dt;
     images_done_ += cfg_.batch;
-    epoch_loss_ += loss * cfg_.batch;
-    epoch_correct_ += acc * cfg_.batch;
+    epoch_loss_ += r.loss * cfg_.batch;
+    epoch_correct_ += r.acc * cfg_.batch;
     epoch_seen_ += cfg_.batch;
-    log_step(step, epoch, loss, acc, lr, dt);
+    log_step(step, epoch, r, lr, dt);
 
     const bool epoch_end = in_epoch == steps_per_epoch_ - 1;
     if ((cfg_.eval_every > 0 ? step % cfg_.eval_every == 0 : epoch_end) || step == total_) evaluate_now(step, epoch);

@@ -64,7 +64,7 @@ struct TrainResult {
 /// saved). Finalized; a bad value throws std::invalid_argument naming its flag.
 TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& overrides, int64_t stop_at);
 
-/// Trains with `cfg` (finalized; for a resumed run, resumed_config of the checkpoint) from
+/// Trains with `cfg` (finalized here; for a resumed run, resumed_config of the checkpoint) from
 /// scratch (resume null) or from the checkpoint `resume` (read_checkpoint of
 /// resolve_resume_checkpoint). Progress lines go to `log`.
 TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log);
