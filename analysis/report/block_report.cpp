@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "analysis/core/threads.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
 
@@ -52,9 +53,22 @@ bool wants(const BlockReportOptions& opt, const std::string& matrix) {
   return opt.matrices.empty() || std::find(opt.matrices.begin(), opt.matrices.end(), matrix) != opt.matrices.end();
 }
 
+bool auto_prefers_dense(Index rows, Index cols, const DenseBudget& budget, int threads) {
+  return fits(fast_route_cost(rows, cols, threads), budget);
+}
+
 KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
   if (opt.route != KappaRoute::kAuto) return opt.route;
-  return auto_prefers_dense(n * d, n * d, opt.auto_dense_max) ? KappaRoute::kFast : KappaRoute::kLanczos;
+  const DenseBudget budget{opt.dense_max_bytes, opt.lanczos.max_seconds};
+  return auto_prefers_dense(n * d, n * d, budget, get_threads()) ? KappaRoute::kFast : KappaRoute::kLanczos;
+}
+
+bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
+  if (opt.certify == CertifyMode::kNone) return false;
+  if (opt.certify == CertifyMode::kInertia) return true;
+  DenseCost three = inertia_count_cost(rows, cols, get_threads());
+  three.seconds *= 3;  // bottom (1 %), bottom cluster (10 %), top
+  return fits(three, DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
 }
 
 ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route) {
@@ -64,7 +78,8 @@ ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route
     case KappaRoute::kSvd: return condition_svd(A, name);
     case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
     case KappaRoute::kAuto:
-      if (!auto_prefers_dense(A.rows(), A.cols())) return condition_lanczos(DenseMatrixOp(A), name).report;
+      if (!auto_prefers_dense(A.rows(), A.cols(), DenseBudget{}, get_threads()))
+        return condition_lanczos(DenseMatrixOp(A), name).report;
       break;
     case KappaRoute::kFast: break;
   }
@@ -80,10 +95,11 @@ std::vector<Mat> restrict_blocks(const std::vector<Mat>& blocks, const std::vect
   return out;
 }
 
-// κ bracket of one operator, with the caller's warm starts (read, then overwritten).
-template <typename Op>
+// κ bracket of one operator, with the caller's warm starts (read, then overwritten); certified
+// by inertia counts on the assembled matrix (`dense`, called only then) when opt asks for it.
+template <typename Op, typename Dense>
 ConditionReport lanczos_report(const Op& op, const std::string& matrix, const std::string& space,
-                               const BlockReportOptions& opt) {
+                               const BlockReportOptions& opt, const Dense& dense) {
   const std::string key = matrix + "/" + space;
   GklWarmStart start;
   if (opt.warm) {
@@ -93,32 +109,55 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
   LanczosCondition r = condition_lanczos(op, matrix, opt.lanczos, start);
   if (opt.warm) (*opt.warm)[key] = r.warm;
   r.report.space = space;
-  return r.report;
+  if (!wants_certificate(opt, op.rows(), op.cols())) return r.report;
+  return certify_report(r.report, dense(), r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi);
 }
 
 // K_sa and its Prop. 2 split B_sa + E_sa (paper Eq. 10/13), by name.
 constexpr std::pair<const char*, AttentionPart> kAttentionParts[] = {
     {"K_sa", AttentionPart::kFull}, {"B_sa", AttentionPart::kB}, {"E_sa", AttentionPart::kE}};
 
+// Per-token orthonormal bases of the LayerNorm complement span{1, x̂_i}⟂.
+std::vector<Mat> ln_bases(const LayerNormCache& c) {
+  std::vector<Mat> bases;
+  for (Index i = 0; i < c.x_hat.rows(); ++i) bases.push_back(layernorm_complement_basis(c.x_hat.row(i).transpose()));
+  return bases;
+}
+
 // A pre-norm sub-block (K_sab or K_ffn) through its operator: over the full space, and, without
-// its residual, restricted to the complement of its LayerNorm's structural nullspace.
-template <typename Op>
-void lanczos_subblock(const Op& op, const std::string& name, const Mat& ln_x_hat, bool residual,
-                      const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
-  out.push_back(lanczos_report(op, name, "full", opt));
-  if (residual || ln_x_hat.cols() < 3) return;
-  const LayerNormComplement basis(ln_x_hat);
-  out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt));
+// its residual, restricted to the complement of its LayerNorm's structural nullspace. `dense`
+// assembles the full-space matrix for a certificate.
+template <typename Op, typename Dense>
+void lanczos_subblock(const Op& op, const std::string& name, const LayerNormCache& ln, bool residual,
+                      const BlockReportOptions& opt, const Dense& dense, std::vector<ConditionReport>& out) {
+  out.push_back(lanczos_report(op, name, "full", opt, dense));
+  if (residual || ln.x_hat.cols() < 3) return;
+  const LayerNormComplement basis(ln.x_hat);
+  const auto restricted = [&] { return right_multiply_tokenwise(dense(), ln.x_hat.rows(), ln_bases(ln)); };
+  out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt, restricted));
 }
 
 // The matrix-free half of block_reports: every wanted nd × nd matrix through its operator.
 void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
                      std::vector<ConditionReport>& out) {
   for (const auto& [name, part] : kAttentionParts)
-    if (wants(opt, name)) out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, part), name, "full", opt));
-  if (wants(opt, "K_sab")) lanczos_subblock(SabJacobianOp(w, f), "K_sab", f.ln1.x_hat, sab_residual(skip), opt, out);
-  if (wants(opt, "K_mlp")) out.push_back(lanczos_report(MlpJacobianOp(w, f.mlp), "K_mlp", "full", opt));
-  if (wants(opt, "K_ffn")) lanczos_subblock(FfnJacobianOp(w, f), "K_ffn", f.ln2.x_hat, ffn_residual(skip), opt, out);
+    if (wants(opt, name))
+      out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, part), name, "full", opt,
+                                   [&, p = part] { return attention_jacobian(w, f.attn, p); }));
+  const auto sab = [&] { return sab_jacobian(w, f); };
+  const auto ffn = [&] { return ffn_jacobian(w, f).to_dense(); };
+  if (wants(opt, "K_sab")) lanczos_subblock(SabJacobianOp(w, f), "K_sab", f.ln1, sab_residual(skip), opt, sab, out);
+  if (wants(opt, "K_mlp"))
+    out.push_back(lanczos_report(MlpJacobianOp(w, f.mlp), "K_mlp", "full", opt, [&] { return mlp_jacobian(w, f.mlp).to_dense(); }));
+  if (wants(opt, "K_ffn")) lanczos_subblock(FfnJacobianOp(w, f), "K_ffn", f.ln2, ffn_residual(skip), opt, ffn, out);
+}
+
+// κ of one assembled nd × nd matrix by `route`, certified when opt asks for it (the factorisation
+// then works on a copy: the counts need K itself).
+ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
+  if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route);
+  const ConditionReport r = condition_dense(K, name, route);
+  return certify_report(r, K, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max);
 }
 
 // The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast or kSvd);
@@ -126,24 +165,18 @@ void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip
 void dense_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
                    const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
   for (const auto& [name, part] : kAttentionParts)
-    if (wants(opt, name)) out.push_back(condition_dense(attention_jacobian(w, f.attn, part), name, route));
+    if (wants(opt, name)) out.push_back(dense_report(attention_jacobian(w, f.attn, part), name, route, opt));
   const Index n = f.X.rows();
   const bool can_restrict = w.d >= 3;
-  // Per-token orthonormal bases of the LayerNorm complement span{1, x̂_i}⟂.
-  auto ln_bases = [&](const LayerNormCache& c) {
-    std::vector<Mat> bases;
-    for (Index i = 0; i < n; ++i) bases.push_back(layernorm_complement_basis(c.x_hat.row(i).transpose()));
-    return bases;
-  };
   if (wants(opt, "K_sab")) {
     Mat Ksab = sab_jacobian(w, f);
     ConditionReport restricted;
     const bool restricts = !sab_residual(skip) && can_restrict;
     if (restricts) {
-      restricted = condition_dense(right_multiply_tokenwise(Ksab, n, ln_bases(f.ln1)), "K_sab", route);
+      restricted = dense_report(right_multiply_tokenwise(Ksab, n, ln_bases(f.ln1)), "K_sab", route, opt);
       restricted.space = "ln-complement";
     }
-    out.push_back(condition_dense(std::move(Ksab), "K_sab", route));  // the full space; Ksab is done with
+    out.push_back(dense_report(std::move(Ksab), "K_sab", route, opt));  // the full space; Ksab is done with
     if (restricts) out.push_back(restricted);
   }
   if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp"));

@@ -21,7 +21,9 @@
 
 #include "analysis/jacobians/block.h"
 #include "analysis/spectral/condition.h"
+#include "analysis/spectral/dense_cost.h"
 #include "analysis/spectral/gkl.h"
+#include "analysis/spectral/inertia.h"
 
 namespace jacond {
 
@@ -30,18 +32,15 @@ namespace jacond {
 ///   kSvd      dense, exact: the full spectrum
 ///   kLanczos  matrix-free certified bracket (analysis/spectral/gkl.h) on the operators of
 ///             analysis/operators/operators.h: K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn (and ln-complements)
-///   kAuto     kFast when the matrix fits the dense route (auto_prefers_dense), else kLanczos
+///   kAuto     kFast when the matrix fits the dense route's memory and time budget
+///             (auto_prefers_dense, analysis/spectral/dense_cost.h), else kLanczos
 /// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
 enum class KappaRoute { kFast, kSvd, kLanczos, kAuto };
 
-/// The one "auto" threshold of jacond (block, sweep, spectrum, train tracking, audit): a matrix
-/// whose larger side is at most this many rows/columns goes to the dense route. For the nd × nd
-/// block Jacobians the side is n·d. 4096² doubles are 134 MB and an LU takes ~1 s on 2 cores.
-inline constexpr Index kAutoDenseMaxSide = 4096;
-/// The auto rule: dense when max(rows, cols) ≤ max_side.
-inline bool auto_prefers_dense(Index rows, Index cols, Index max_side = kAutoDenseMaxSide) {
-  return std::max(rows, cols) <= max_side;
-}
+/// The one `auto` rule of jacond (block, sweep, audit, train tracking; spectrum applies it to the
+/// SVD route), stated in analysis/spectral/dense_cost.h: a rows × cols matrix takes the dense route
+/// when condition_fast's working memory and predicted time fit `budget` at `threads` threads.
+bool auto_prefers_dense(Index rows, Index cols, const DenseBudget& budget, int threads);
 
 /// The matrices block_reports computes (the `matrix` column), in report order:
 /// K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention.
@@ -62,8 +61,15 @@ struct BlockReportOptions {
   /// The matrices to compute (names of block_matrix_names()); empty: all. A matrix not asked
   /// for is never assembled, applied or solved.
   std::vector<std::string> matrices;
-  Index auto_dense_max = kAutoDenseMaxSide;  // kAuto: dense when n·d ≤ this
-  GklOptions lanczos;           // kLanczos: per-matrix budget (max_seconds, max_products), tolerance
+  /// Per-matrix budget of either route: kLanczos stops at lanczos.max_seconds / max_products, and
+  /// kAuto takes the dense route when its predicted time is within lanczos.max_seconds and its
+  /// memory within dense_max_bytes (0: half of physical memory).
+  GklOptions lanczos;
+  double dense_max_bytes = 0;
+  /// Inertia-count certificates (analysis/spectral/inertia.h) of the nd × nd matrices K_sa, B_sa,
+  /// E_sa, K_sab: kInertia always, kAuto when three counts fit the same budget (memory and
+  /// 3 × predicted seconds). The token block-diagonal K_mlp / K_ffn are exact per-token spectra.
+  CertifyMode certify = CertifyMode::kNone;
   /// kLanczos warm starts, keyed "matrix/space" (e.g. "K_sab/full"): read if present, then
   /// overwritten with this call's vectors, so a sweep or a series of checkpoints can chain.
   std::map<std::string, GklWarmStart>* warm = nullptr;
@@ -78,7 +84,11 @@ KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d);
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
                                            const BlockReportOptions& opt = {});
 
-/// κ of a dense matrix by the chosen route (kLanczos runs GKL on the dense matrix; kAuto by size).
+/// True when block_reports certifies an N × N matrix under `opt` (opt.certify and the budget).
+bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols);
+
+/// κ of a dense matrix by the chosen route (kLanczos runs GKL on the dense matrix; kAuto by
+/// auto_prefers_dense with the default budget).
 ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route);
 
 /// Spectral norm of E_sa and σ_min of B_sa etc. are read from the reports; this finds one.

@@ -30,8 +30,13 @@ std::string csv_escape(const std::string& s) {
 }
 
 std::string report_csv_header() {
-  return "matrix,space,head,rows,cols,dtype,method,status,sigma_max,sigma_min,kappa,kappa_lo,kappa_hi,rank,products,seconds,note";
+  return "matrix,space,head,rows,cols,dtype,method,status,sigma_max,sigma_min,kappa,kappa_lo,kappa_hi,rank,products,seconds,within_1pct,within_10pct,note";
 }
+
+namespace {
+// A count column: empty (pandas: NaN) when not counted.
+std::string count(Index c) { return c < 0 ? std::string() : std::to_string(c); }
+}  // namespace
 
 std::string report_csv_fields(const ConditionReport& r) {
   const auto& f = format_number;
@@ -39,7 +44,8 @@ std::string report_csv_fields(const ConditionReport& r) {
   os << r.matrix << ',' << r.space << ',' << (r.head < 0 ? std::string("all") : std::to_string(r.head)) << ','
      << r.rows << ',' << r.cols << ',' << r.dtype << ',' << r.method << ',' << to_string(r.status) << ','
      << f(r.sigma_max) << ',' << f(r.sigma_min) << ',' << f(r.kappa) << ',' << f(r.kappa_lo) << ','
-     << f(r.kappa_hi) << ',' << r.rank << ',' << r.products << ',' << f(r.seconds) << ',' << csv_escape(r.note);
+     << f(r.kappa_hi) << ',' << r.rank << ',' << r.products << ',' << f(r.seconds) << ','
+     << count(r.within_1pct) << ',' << count(r.within_10pct) << ',' << csv_escape(r.note);
   return os.str();
 }
 

@@ -11,7 +11,7 @@
 namespace jacond {
 
 /// "matrix,space,head,rows,cols,dtype,method,status,sigma_max,sigma_min,kappa,kappa_lo,kappa_hi,
-///  rank,products,seconds,note"
+///  rank,products,seconds,within_1pct,within_10pct,note" (the two counts empty when not counted)
 std::string report_csv_header();
 std::string report_csv_fields(const ConditionReport& r);
 

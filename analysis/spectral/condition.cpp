@@ -17,6 +17,7 @@ namespace jacond {
 std::string to_string(Status s) {
   switch (s) {
     case Status::kExact: return "exact";
+    case Status::kCertified: return "certified";
     case Status::kBracket: return "bracket";
     case Status::kSingular: return "singular";
     case Status::kNotConverged: return "not-converged";

@@ -3,6 +3,8 @@
 // Every κ carries: matrix name, shape, dtype, method, σ_max, σ_min, κ, numerical rank at
 // tolerance tol = max(rows, cols)·eps·σ_max, and a status:
 //   exact         dense fp64 (LAPACKE gesdd, or the LU/QR + Lanczos route below)
+//   certified     κ ∈ [kappa_lo, kappa_hi] with both assumption-bearing ends (σ_min's lower,
+//                 σ_max's upper) proven by inertia counts (analysis/spectral/inertia.h, issue #10)
 //   bracket       matrix-free; κ ∈ [kappa_lo, kappa_hi]          (issue #4)
 //   singular      σ_min ≤ tol: κ is only known to be ≥ kappa_lo = σ_max / tol; kappa = inf
 //   not-converged iterations exhausted
@@ -24,7 +26,7 @@
 
 namespace jacond {
 
-enum class Status { kExact, kBracket, kSingular, kNotConverged };
+enum class Status { kExact, kCertified, kBracket, kSingular, kNotConverged };
 std::string to_string(Status s);
 
 struct ConditionReport {
@@ -40,6 +42,9 @@ struct ConditionReport {
   Status status = Status::kExact;
   double seconds = 0;
   Index products = 0;          // mat-vecs / solves used by iterative methods
+  /// The bottom of the spectrum (inertia counts, analysis/spectral/inertia.h): how many singular
+  /// values lie below 1.01·σ_min and 1.1·σ_min; −1 when not counted.
+  Index within_1pct = -1, within_10pct = -1;
   std::string note;
 };
 

@@ -56,6 +56,8 @@
 // (nearly) orthogonal to the extreme singular vector. We start from a Gaussian random vector
 // (or a warm start mixed with one) and keep ℓ Ritz triplets, which makes a miss unlikely but
 // not impossible. Every bracket's `note` says so ("assumes no missed singular value").
+// Where the matrix fits a factorisation, analysis/spectral/inertia.h (certify_extremes) replaces
+// both assumption-bearing ends by inertia counts: status `certified`.
 //
 // Status of the report: `bracket` when κ_hi/κ_lo ≤ 1 + tolerance was reached, or when the
 // residuals reached the rounding allowance δ (the bracket cannot shrink further; said in note); `singular` when

@@ -146,7 +146,7 @@ Mat gaussian_tokens(Index n, Index d, uint64_t seed) {
 }
 
 void print_reports(const std::vector<ConditionReport>& reports) {
-  std::printf("%-10s %-16s %-4s %-11s %-20s %-9s %12s %12s %12s %8s\n", "matrix", "space", "head", "shape",
+  std::printf("%-10s %-16s %-4s %-11s %-26s %-13s %12s %12s %12s %8s\n", "matrix", "space", "head", "shape",
               "method", "status", "sigma_max", "sigma_min", "kappa", "rank");
   for (const auto& r : reports) {
     const std::string shape = std::to_string(r.rows) + "x" + std::to_string(r.cols);
@@ -156,7 +156,7 @@ void print_reports(const std::vector<ConditionReport>& reports) {
       std::snprintf(kappa, sizeof kappa, ">=%.3e", r.kappa_lo);
     else
       std::snprintf(kappa, sizeof kappa, "%.4e", r.kappa);
-    std::printf("%-10s %-16s %-4s %-11s %-20s %-9s %12.4e %12.4e %12s %8lld\n", r.matrix.c_str(), r.space.c_str(),
+    std::printf("%-10s %-16s %-4s %-11s %-26s %-13s %12.4e %12.4e %12s %8lld\n", r.matrix.c_str(), r.space.c_str(),
                 head.c_str(), shape.c_str(), r.method.c_str(), to_string(r.status).c_str(), r.sigma_max,
                 r.sigma_min, kappa, static_cast<long long>(r.rank));
   }

@@ -16,8 +16,8 @@
 //          Gaussian broadening of width --width in log10 σ ->
 //          density.csv: log10_sigma,sigma,density        (density per unit log10 σ, ∫ = 1)
 //          nodes.csv:   probe,sigma,weight,below_floor   (weights sum to 1)
-//   auto   dense when max(rows, cols) <= --dense-max (default: the one auto threshold,
-//          kAutoDenseMaxSide of analysis/report/block_report.h), else slq
+//   auto   dense when the SVD's memory (half of physical memory) and predicted time
+//          (--dense-seconds) fit, the rule of analysis/spectral/dense_cost.h; else slq
 // --matrix M writes DIR/spectrum.csv (or density.csv + nodes.csv); --matrices A,B,... computes
 // only those and writes DIR/A/..., DIR/B/.... Every output directory also gets run.json
 // (command line, sizes, method, products, seconds).
@@ -46,7 +46,7 @@ namespace {
 struct SpectrumOptions {
   std::string method = "auto", out_dir;
   int probes = 8, steps = 80, points = 400;
-  Index dense_max = kAutoDenseMaxSide;
+  double dense_seconds = 120;
   double width = 0.05;
 };
 
@@ -55,7 +55,7 @@ template <typename Op>
 nlohmann::json spectrum_of(const Op& op, const SpectrumOptions& o, uint64_t seed) {
   nlohmann::json info;
   const auto t0 = std::chrono::steady_clock::now();
-  const bool dense = o.method == "dense" || (o.method == "auto" && auto_prefers_dense(op.rows(), op.cols(), o.dense_max));
+  const bool dense = o.method == "dense" || (o.method == "auto" && fits(svd_route_cost(op.rows(), op.cols(), get_threads()), DenseBudget{0, o.dense_seconds}));
   info["rows"] = op.rows();
   info["cols"] = op.cols();
   std::ostringstream csv;
@@ -175,7 +175,7 @@ int run_spectrum(int argc, char** argv) {
   desc.add_options()
       ("skip", po::value(&skip)->default_value(skip), "residuals: none | full | sab | ffn")
       ("method", po::value(&o.method)->default_value(o.method), "auto | dense | slq")
-      ("dense-max", po::value(&o.dense_max)->default_value(o.dense_max), "auto: dense when max(rows, cols) <= this")
+      ("dense-seconds", number_value(&o.dense_seconds), "auto: dense SVD when its predicted time is within this (and half of memory)")
       ("probes", po::value(&o.probes)->default_value(o.probes), "slq: Rademacher probes")
       ("steps", po::value(&o.steps)->default_value(o.steps), "slq: Lanczos steps per probe")
       ("points", po::value(&o.points)->default_value(o.points), "slq: grid points in log10 sigma")

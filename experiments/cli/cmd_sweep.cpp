@@ -39,8 +39,8 @@ int run_sweep(int argc, char** argv) {
       ("logit-scale", number_value(&logit_scale), "0 = 1/sqrt(d_h)")
       ("skip", po::value(&skip)->default_value(skip), "none | full | sab | ffn")
       ("method", po::value(&method)->default_value(method),
-       ("auto (dense when n*d <= " + std::to_string(kAutoDenseMaxSide) +
-        ", else lanczos) | dense | lanczos (matrix-free bracket, warm-started along the grid)").c_str())
+       "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
+        "else lanczos) | dense | lanczos (matrix-free bracket, warm-started along the grid)")
       ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast | svd")
       ("lanczos-seconds", number_value(&gkl.max_seconds), "lanczos: seconds per matrix")
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")

@@ -10,7 +10,10 @@
 // report products per second, so the GKL time at a given product budget follows directly.
 #include <benchmark/benchmark.h>
 
+#include <lapacke.h>
+
 #include <random>
+#include <vector>
 
 #include "analysis/core/threads.h"
 #include "analysis/jacobians/block.h"
@@ -115,6 +118,36 @@ void dense_sizes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_DenseKsaAssembly)->Apply(dense_sizes);
 BENCHMARK(BM_DenseKappaFast)->Apply(dense_sizes);
+
+// The factorisation rates behind `auto`'s cost model (analysis/spectral/dense_cost.h), on a
+// Gaussian N × N matrix (symmetrised for LDLᵀ), 2 threads as on the reference machine. Counter
+// GF/s: the route's flop count over the time; compare with kLuGflopsPerThread etc. × threads.
+enum class Factorisation { kLu, kLdlt, kSvd };
+template <Factorisation F>
+void BM_LapackRate(benchmark::State& state) {
+  set_threads(2);
+  const lapack_int n = static_cast<lapack_int>(state.range(0));
+  Mat A0 = gaussian(n, n, 1.0, 7);
+  A0 = (A0 + A0.transpose()).eval();
+  std::vector<lapack_int> ipiv(static_cast<size_t>(n));
+  Vec e(n), s(n);
+  double dummy = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Mat A = A0;
+    state.ResumeTiming();
+    if constexpr (F == Factorisation::kLu) LAPACKE_dgetrf(LAPACK_COL_MAJOR, n, n, A.data(), n, ipiv.data());
+    if constexpr (F == Factorisation::kLdlt) LAPACKE_dsytrf_rk(LAPACK_COL_MAJOR, 'L', n, A.data(), n, e.data(), ipiv.data());
+    if constexpr (F == Factorisation::kSvd) LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'N', n, n, A.data(), n, s.data(), &dummy, 1, &dummy, 1);
+    benchmark::DoNotOptimize(A.data());
+  }
+  const double N = static_cast<double>(n);
+  const double flops = F == Factorisation::kLu ? 2.0 / 3 * N * N * N : F == Factorisation::kLdlt ? N * N * N / 3 : 8.0 / 3 * N * N * N;
+  state.counters["GF/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_LapackRate<Factorisation::kLu>)->Arg(2000)->Arg(4000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LapackRate<Factorisation::kLdlt>)->Arg(2000)->Arg(4000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LapackRate<Factorisation::kSvd>)->Arg(1000)->Arg(2000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

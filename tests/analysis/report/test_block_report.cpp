@@ -108,13 +108,75 @@ TEST(FormatNumber, ShortestRoundTrip) {
   }
 }
 
-TEST(AutoRoute, OneThresholdForEveryCaller) {
-  EXPECT_TRUE(auto_prefers_dense(kAutoDenseMaxSide, kAutoDenseMaxSide));
-  EXPECT_FALSE(auto_prefers_dense(kAutoDenseMaxSide + 1, 10));
+TEST(AutoRoute, DenseWheneverMemoryAndPredictedTimeFit) {
+  // The rule of analysis/spectral/dense_cost.h, at 2 threads with an explicit 16 GB budget (the
+  // test must not depend on this machine's memory).
+  const DenseBudget two_minutes{16e9, 120};
+  EXPECT_TRUE(auto_prefers_dense(12480, 12480, two_minutes, 2));   // the n 65, d 192 block: LU ≈ 15 s
+  EXPECT_FALSE(auto_prefers_dense(75648, 75648, two_minutes, 2));  // ViT-S: 92 GB
+  EXPECT_FALSE(auto_prefers_dense(30000, 30000, DenseBudget{1e12, 120}, 2));  // fits memory, LU ≈ 210 s
+  EXPECT_FALSE(auto_prefers_dense(12480, 12480, DenseBudget{16e9, 5}, 2));    // a 5 s budget
+  EXPECT_TRUE(auto_prefers_dense(12480, 12480, DenseBudget{16e9, 5}, 8));     // more threads, less time
+  // The predicted time grows as N³ and memory as N².
+  const DenseCost a = fast_route_cost(4000, 4000, 2), b = fast_route_cost(8000, 8000, 2);
+  EXPECT_NEAR(b.seconds / a.seconds, 8.0, 1e-12);
+  EXPECT_NEAR(b.bytes / a.bytes, 4.0, 1e-12);
+  // block_reports: the budget is the per-matrix lanczos seconds.
   BlockReportOptions opt;
   opt.route = KappaRoute::kAuto;
-  EXPECT_EQ(resolve_route(opt, 64, kAutoDenseMaxSide / 64), KappaRoute::kFast);
-  EXPECT_EQ(resolve_route(opt, 64, kAutoDenseMaxSide / 64 + 1), KappaRoute::kLanczos);
+  opt.dense_max_bytes = 16e9;
+  EXPECT_EQ(resolve_route(opt, 65, 192), KappaRoute::kFast);
+  EXPECT_EQ(resolve_route(opt, 197, 384), KappaRoute::kLanczos);
+  opt.lanczos.max_seconds = 1e-3;
+  EXPECT_EQ(resolve_route(opt, 65, 192), KappaRoute::kLanczos);
+}
+
+TEST(AutoRoute, CertifiesWhenThreeInertiaCountsFit) {
+  BlockReportOptions opt;
+  opt.dense_max_bytes = 16e9;
+  EXPECT_FALSE(wants_certificate(opt, 6400, 6400));  // default: none
+  opt.certify = CertifyMode::kAuto;
+  EXPECT_TRUE(wants_certificate(opt, 1000, 1000));
+  EXPECT_FALSE(wants_certificate(opt, 40000, 40000));  // (2N)² doubles = 51 GB
+  opt.certify = CertifyMode::kInertia;
+  EXPECT_TRUE(wants_certificate(opt, 40000, 40000));
+}
+
+// --certify inertia through block_reports, on both routes: every nd × nd report that is not
+// singular is `certified`, and its [κ_lo, κ_hi] holds the dense SVD's κ.
+TEST(CertifiedReports, BothRoutesCertifyAndContainTheDenseKappa) {
+  const BlockWeights w = test::random_block(12, 2, 48, 31);
+  const Mat X = test::random_tokens(6, 12, 32);
+  BlockReportOptions svd;
+  svd.route = KappaRoute::kSvd;
+  svd.matrices = {"K_sa", "B_sa", "K_sab"};
+  const std::vector<ConditionReport> truth = block_reports(w, X, SkipMode::kNone, svd);
+  for (KappaRoute route : {KappaRoute::kFast, KappaRoute::kLanczos}) {
+    BlockReportOptions opt = svd;
+    opt.route = route;
+    opt.certify = CertifyMode::kInertia;
+    opt.lanczos.max_seconds = 20;
+    const std::vector<ConditionReport> got = block_reports(w, X, SkipMode::kNone, opt);
+    ASSERT_EQ(got.size(), truth.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(to_string(route) + " " + got[i].matrix + "/" + got[i].space + ": " + got[i].note);
+      if (truth[i].status == Status::kSingular) {
+        EXPECT_NE(got[i].status, Status::kCertified);
+        continue;
+      }
+      if (got[i].status != Status::kCertified) {
+        // Only a not-converged bracket may stay uncertified, and then it says why.
+        EXPECT_EQ(route, KappaRoute::kLanczos);
+        EXPECT_NE(got[i].note.find("inertia"), std::string::npos);
+        continue;
+      }
+      const double tau = 1e-9 * truth[i].kappa;  // the SVD's own error at κ ≤ 1e6, N = 72
+      EXPECT_LE(got[i].kappa_lo, truth[i].kappa + tau);
+      EXPECT_GE(got[i].kappa_hi, truth[i].kappa - tau);
+      EXPECT_GE(got[i].within_1pct, 1);
+      EXPECT_GE(got[i].within_10pct, got[i].within_1pct);
+    }
+  }
 }
 
 }  // namespace

@@ -374,7 +374,7 @@ TEST(KappaRoute, ParsesTheFiveNamesAndRejectsOthers) {
   EXPECT_THROW(parse_kappa_route("gkl"), std::invalid_argument);
   BlockReportOptions opt;
   opt.route = KappaRoute::kAuto;
-  EXPECT_EQ(resolve_route(opt, 16, 64), KappaRoute::kFast);    // 1024 ≤ 4096
+  EXPECT_EQ(resolve_route(opt, 16, 64), KappaRoute::kFast);    // N = 1024: milliseconds
   EXPECT_EQ(resolve_route(opt, 197, 384), KappaRoute::kLanczos);
 }
 

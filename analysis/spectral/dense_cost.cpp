@@ -1,0 +1,43 @@
+#include "analysis/spectral/dense_cost.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace jacond {
+
+namespace {
+constexpr double kDouble = sizeof(double);
+double seconds_for(double flops, double gflops_per_thread, int threads) {
+  return flops / (gflops_per_thread * 1e9 * std::max(1, threads));
+}
+}  // namespace
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+DenseCost fast_route_cost(Index rows, Index cols, int threads) {
+  const double m = static_cast<double>(std::max(rows, cols)), n = static_cast<double>(std::min(rows, cols));
+  const double flops = m == n ? 2.0 / 3.0 * n * n * n : 2.0 * m * n * n - 2.0 / 3.0 * n * n * n;
+  return {2.0 * kDouble * m * n, seconds_for(flops, kLuGflopsPerThread, threads)};
+}
+
+DenseCost svd_route_cost(Index rows, Index cols, int threads) {
+  const double m = static_cast<double>(std::max(rows, cols)), n = static_cast<double>(std::min(rows, cols));
+  return {2.0 * kDouble * m * n, seconds_for(4.0 * m * n * n - 4.0 / 3.0 * n * n * n, kSvdGflopsPerThread, threads)};
+}
+
+DenseCost inertia_count_cost(Index rows, Index cols, int threads) {
+  const double N = static_cast<double>(rows + cols);
+  return {kDouble * (N * N + static_cast<double>(rows) * static_cast<double>(cols)),
+          seconds_for(N * N * N / 3.0, kLdltGflopsPerThread, threads)};
+}
+
+bool fits(const DenseCost& cost, const DenseBudget& budget) {
+  const double max_bytes = budget.max_bytes > 0 ? budget.max_bytes : 0.5 * physical_memory_bytes();
+  return cost.bytes <= max_bytes && cost.seconds <= budget.max_seconds;
+}
+
+}  // namespace jacond

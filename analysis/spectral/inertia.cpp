@@ -1,0 +1,349 @@
+#include "analysis/spectral/inertia.h"
+
+#include <lapacke.h>
+
+#include <Spectra/SymEigsSolver.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "analysis/core/lapack.h"
+
+namespace jacond {
+
+namespace {
+
+std::string fmt(double x) {
+  std::ostringstream os;
+  os.precision(6);
+  os << x;
+  return os.str();
+}
+
+using Clock = std::chrono::steady_clock;
+constexpr double kUnitRoundoff = std::numeric_limits<double>::epsilon() / 2;
+
+// γ = p(M)u / (1 − p(M)u) with p(M) = 2M (header: the one assumption).
+double gamma_of(Index M) {
+  const double pu = 2.0 * static_cast<double>(M) * kUnitRoundoff;
+  return pu / (1.0 - pu);
+}
+
+// ρ(|K|) bound for the augmented matrix: ‖|K|‖₂ ≤ sqrt(‖K‖₁ ‖K‖_∞).
+double abs_norm_bound(const Mat& K) {
+  const double one = K.cwiseAbs().colwise().sum().maxCoeff();
+  const double inf = K.cwiseAbs().rowwise().sum().maxCoeff();
+  return std::sqrt(one * inf);
+}
+
+// H_μ = P L D Lᵀ Pᵀ of the augmented matrix (header), from dsytrf_rk with uplo 'L': L strictly
+// below the diagonal of F, D's diagonal on F's diagonal and its subdiagonal in e (e(i) ≠ 0 marks
+// a 2 × 2 block at (i, i+1), where L(i+1, i) = 0).
+class AugmentedLdlt {
+ public:
+  AugmentedLdlt(const Mat& K, double mu) : K_(K), mu_(mu), m_(K.rows()), n_(K.cols()) {
+    const Index M = m_ + n_;
+    F_ = Mat::Zero(M, M);
+    F_.diagonal().setConstant(-mu);
+    F_.block(m_, 0, n_, m_) = K.transpose();  // lower triangle only: the block below −μI_m
+    e_.resize(M);
+    ipiv_.resize(static_cast<size_t>(M));
+    const lapack_int N = static_cast<lapack_int>(M);
+    double query = 0;
+    check_lapack("LAPACKE_dsytrf_rk", LAPACKE_dsytrf_rk_work(LAPACK_COL_MAJOR, 'L', N, F_.data(), N, e_.data(),
+                                                            ipiv_.data(), &query, -1));
+    std::vector<double> work(static_cast<size_t>(std::max(1.0, query)));
+    const lapack_int info = LAPACKE_dsytrf_rk_work(LAPACK_COL_MAJOR, 'L', N, F_.data(), N, e_.data(), ipiv_.data(),
+                                                   work.data(), static_cast<lapack_int>(work.size()));
+    if (info < 0) check_lapack("LAPACKE_dsytrf_rk", info);
+    zero_pivot_ = info > 0;  // D(info, info) is exactly zero: H_μ is singular in working precision
+  }
+
+  Index order() const { return F_.rows(); }
+  bool zero_pivot() const { return zero_pivot_; }
+
+  // Negative eigenvalues of D (= of the computed P L D Lᵀ Pᵀ, by Sylvester).
+  Index negative_count() const {
+    Index neg = 0;
+    for (Index i = 0; i < order(); ++i) {
+      if (is_2x2(i)) {
+        const double a = F_(i, i), b = e_(i), c = F_(i + 1, i + 1);
+        const double det = a * c - b * b;
+        neg += det < 0 ? 1 : (det > 0 && a < 0 ? 2 : (det == 0 && (a + c) < 0 ? 1 : 0));
+        ++i;
+      } else if (F_(i, i) < 0) {
+        ++neg;
+      }
+    }
+    return neg;
+  }
+
+  // δ of (C): γ (ρ(|H_μ|) + ρ(|L||D||Lᵀ|)), both ρ rigorous upper bounds (header).
+  double rounding_radius() const {
+    const Index M = order();
+    Vec x = Vec::Ones(M), y(M);
+    double rho_y = 0;
+    for (int step = 0; step < 4; ++step) {
+      abs_ldlt_times(x, y);
+      rho_y = 0;
+      for (Index i = 0; i < M; ++i) rho_y = std::max(rho_y, y(i) / x(i));  // Collatz–Wielandt
+      const double top = y.maxCoeff();
+      if (!(top > 0)) break;
+      x = (y / top).cwiseMax(1e-12);  // stays positive
+    }
+    return gamma_of(M) * (mu_ + abs_norm_bound(K_) + rho_y) * (1 + 4 * static_cast<double>(M) * kUnitRoundoff);
+  }
+
+  // y = H_μ⁻¹ x (dsytrs_3 on the factors).
+  void solve(const double* x, double* y) const {
+    const lapack_int N = static_cast<lapack_int>(order());
+    std::copy(x, x + order(), y);
+    check_lapack("LAPACKE_dsytrs_3", LAPACKE_dsytrs_3_work(LAPACK_COL_MAJOR, 'L', N, 1, F_.data(), N, e_.data(),
+                                                          ipiv_.data(), y, N));
+  }
+
+  // y = H_μ x through K (the factorisation overwrote H_μ).
+  void apply(const Vec& x, Vec& y) const {
+    y.resize(order());
+    y.head(m_).noalias() = K_ * x.tail(n_);
+    y.head(m_) -= mu_ * x.head(m_);
+    y.tail(n_).noalias() = K_.transpose() * x.head(m_);
+    y.tail(n_) -= mu_ * x.tail(n_);
+  }
+
+  // A bound on the rounding error of apply(): γ_{n+2} ρ(|H_μ|) ‖x‖.
+  double apply_error(double xnorm) const {
+    const double g = static_cast<double>(std::max(m_, n_) + 2) * kUnitRoundoff;
+    return g / (1 - g) * (mu_ + abs_norm_bound(K_)) * xnorm;
+  }
+
+ private:
+  bool is_2x2(Index i) const { return i + 1 < order() && e_(i) != 0.0; }
+  // First row of L's column j below the diagonal: L(j+1, j) = 0 when a 2 × 2 block starts at j.
+  Index first_below(Index j) const { return j + (is_2x2(j) ? 2 : 1); }
+
+  // y = |L| |D| |Lᵀ| x, one pass over L's strict lower triangle per triangular product.
+  void abs_ldlt_times(const Vec& x, Vec& y) const {
+    const Index M = order();
+    Vec t(M);
+    for (Index j = 0; j < M; ++j) {  // t = |Lᵀ| x
+      const Index first = first_below(j);
+      t(j) = x(j) + (first < M ? F_.col(j).tail(M - first).cwiseAbs().dot(x.tail(M - first)) : 0.0);
+    }
+    Vec u(M);
+    for (Index i = 0; i < M; ++i) {  // u = |D| t
+      if (is_2x2(i)) {
+        const double a = std::abs(F_(i, i)), b = std::abs(e_(i)), c = std::abs(F_(i + 1, i + 1));
+        u(i) = a * t(i) + b * t(i + 1);
+        u(i + 1) = b * t(i) + c * t(i + 1);
+        ++i;
+      } else {
+        u(i) = std::abs(F_(i, i)) * t(i);
+      }
+    }
+    y = u;  // y = |L| u (unit diagonal)
+    for (Index j = 0; j < M; ++j) {
+      const Index first = first_below(j);
+      if (first < M) y.tail(M - first) += F_.col(j).tail(M - first).cwiseAbs() * u(j);
+    }
+  }
+
+  const Mat& K_;
+  double mu_;
+  Index m_, n_;
+  Mat F_;
+  Vec e_;
+  std::vector<lapack_int> ipiv_;
+  bool zero_pivot_ = false;
+};
+
+// x ↦ H_μ⁻¹ x for Spectra: its largest-magnitude eigenvalues are 1/λ for the λ of H_μ nearest 0.
+class ShiftInvertOp {
+ public:
+  using Scalar = double;
+  explicit ShiftInvertOp(const AugmentedLdlt& f) : f_(f) {}
+  Index rows() const { return f_.order(); }
+  Index cols() const { return f_.order(); }
+  void perform_op(const double* x, double* y) const { f_.solve(x, y); }
+ private:
+  const AugmentedLdlt& f_;
+};
+
+// The k eigenpairs of H_μ nearest 0 as singular-value intervals (header); false if Lanczos failed.
+bool nearest_singular_values(const AugmentedLdlt& f, double mu, Index k, std::vector<SingularInterval>& out,
+                             double* nearest_distance) {
+  ShiftInvertOp op(f);
+  const Index M = f.order();
+  k = std::min<Index>(k, M - 1);
+  Spectra::SymEigsSolver<ShiftInvertOp> eigs(op, k, std::min<Index>(M, std::max<Index>(2 * k + 1, 24)));
+  try {
+    eigs.init();
+    eigs.compute(Spectra::SortRule::LargestMagn, 500, 1e-10);
+  } catch (const LapackError&) {
+    throw;
+  } catch (const std::runtime_error&) {
+    return false;  // Spectra's tridiagonal eigensolver failed on H_μ⁻¹'s huge entries: μ is within rounding of a σ
+  }
+  if (eigs.info() != Spectra::CompInfo::Successful) return false;
+  const Vec nu = eigs.eigenvalues();
+  const Mat V = eigs.eigenvectors();
+  *nearest_distance = std::numeric_limits<double>::infinity();
+  Vec Hv;
+  for (Index i = 0; i < nu.size(); ++i) {
+    const double lambda = 1.0 / nu(i);
+    const Vec v = V.col(i).normalized();
+    f.apply(v, Hv);
+    const double r = (Hv - lambda * v).norm() + f.apply_error(1.0);
+    *nearest_distance = std::min(*nearest_distance, std::abs(lambda) - r);
+    if (mu + lambda - r > 0) out.push_back({mu + lambda - r, mu + lambda + r});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.lo < b.lo; });
+  return true;
+}
+
+}  // namespace
+
+SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest) {
+  if (!(mu > 0) || !std::isfinite(mu)) throw std::invalid_argument("inertia count: shift must be positive and finite");
+  if (K.size() == 0) throw std::invalid_argument("inertia count: empty matrix");
+  if (!K.allFinite()) throw std::invalid_argument("inertia count: matrix contains NaN or inf");
+  const auto t0 = Clock::now();
+  SingularValueCount c;
+  c.mu = mu;
+  const AugmentedLdlt f(K, mu);
+  c.zero_pivot = f.zero_pivot();
+  c.below = f.negative_count() - std::max(K.rows(), K.cols());
+  c.delta = f.rounding_radius();
+  if (!c.zero_pivot) {
+    const Index k = nearest < 0 ? std::min<Index>(c.below + 1, 9) : std::max(1, nearest);
+    double distance = 0;
+    if (nearest_singular_values(f, mu, k, c.nearest, &distance)) c.decided = distance > c.delta;
+  }
+  c.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return c;
+}
+
+namespace {
+
+// σ_min from the count at μ₁ = 1.01·σ̂ (header: nearest intervals), else from a count of 0 lower down.
+void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::ostringstream& note) {
+  const Index all = std::min(K.rows(), K.cols());
+  const SingularValueCount c1 = count_singular_values_below(K, 1.01 * estimate, -1);
+  ++out.factorisations;
+  out.within_1pct = c1.below;
+  std::vector<SingularInterval> below;
+  for (const auto& s : c1.nearest)
+    if (s.hi < c1.mu - c1.delta) below.push_back(s);
+  bool disjoint = true;
+  for (size_t i = 1; i < below.size(); ++i) disjoint = disjoint && below[i - 1].hi < below[i].lo;
+  if (c1.below == 0) {
+    out.sigma_min_lo = c1.mu - c1.delta;
+    out.min_certified = true;
+    note << "N(" << fmt(c1.mu) << ")=0 ";
+  } else if (disjoint && static_cast<Index>(below.size()) == c1.below && c1.below <= all) {
+    out.sigma_min_lo = below.front().lo;
+    out.sigma_min_hi = std::min(out.sigma_min_hi, below.front().hi);
+    out.min_certified = true;
+    note << "N(" << fmt(c1.mu) << ")=" << c1.below << " all located ";
+  } else {
+    // A cluster the shift-invert could not separate: confirm a lower end by a count of 0.
+    const double mu0 = (1 - 1e-3) * (below.empty() ? estimate : std::min(estimate, below.front().lo));
+    const SingularValueCount c0 = count_singular_values_below(K, mu0, 1);
+    ++out.factorisations;
+    if (c0.below == 0) {
+      out.sigma_min_lo = mu0 - c0.delta;
+      out.min_certified = true;
+      note << "N(" << fmt(mu0) << ")=0 ";
+    } else {
+      note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " ";
+    }
+  }
+}
+
+}  // namespace
+
+CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sigma_min_hi, double sigma_max_lo,
+                                   double sigma_max_hi, bool bottom_counts) {
+  const auto t0 = Clock::now();
+  CertifiedExtremes out;
+  out.sigma_max_lo = sigma_max_lo;
+  out.sigma_min_hi = sigma_min_hi;
+  std::ostringstream note;
+  double estimate = sigma_min_hi;
+  if (!(sigma_min_lo > 0) || sigma_min_hi > 1.05 * sigma_min_lo) {
+    // A loose claim: an exact σ_min estimate first (LU + inverse Lanczos, 1/4 of one count's flops).
+    const ConditionReport fast = condition_fast(K, "certify");
+    estimate = std::min(sigma_min_hi, fast.sigma_min);
+    out.sigma_min_hi = std::min(out.sigma_min_hi, fast.sigma_min * (1 + 1e-10));
+    out.sigma_max_lo = std::max(out.sigma_max_lo, fast.sigma_max * (1 - 1e-10));
+    sigma_max_hi = std::max(sigma_max_hi, fast.sigma_max);
+  }
+  if (estimate > 0) certify_bottom(K, estimate, out, note);
+  if (out.min_certified && out.sigma_min_lo > out.sigma_min_hi) {
+    out.min_certified = false;  // the claimed Courant–Fischer end contradicts the count
+    note << "inconsistent: count puts sigma_min above the claimed upper end ";
+  }
+  if (bottom_counts && out.min_certified) {
+    out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 1).below;
+    ++out.factorisations;
+  }
+  const Index all = std::min(K.rows(), K.cols());
+  const SingularValueCount top = count_singular_values_below(K, (1 + 1e-6) * sigma_max_hi, 1);
+  ++out.factorisations;
+  if (top.below == all) {
+    out.sigma_max_hi = top.mu + top.delta;
+    out.max_certified = true;
+    note << "N(" << fmt(top.mu) << ")=" << all << " ";
+  } else {
+    out.sigma_max_hi = std::numeric_limits<double>::infinity();
+    note << "sigma_max not certified: N(" << fmt(top.mu) << ")=" << top.below << " < " << all << " ";
+  }
+  note << "delta=" << fmt(top.delta);
+  out.note = note.str();
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+CertifyMode parse_certify_mode(const std::string& s) {
+  if (s == "none") return CertifyMode::kNone;
+  if (s == "inertia") return CertifyMode::kInertia;
+  if (s == "auto") return CertifyMode::kAuto;
+  throw std::invalid_argument("unknown certify mode '" + s + "' (expected auto|inertia|none)");
+}
+
+std::string to_string(CertifyMode m) {
+  switch (m) {
+    case CertifyMode::kNone: return "none";
+    case CertifyMode::kInertia: return "inertia";
+    case CertifyMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
+                               double sigma_max_lo, double sigma_max_hi) {
+  if (r.status == Status::kSingular) {
+    r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: singular");
+    return r;
+  }
+  const CertifiedExtremes c = certify_extremes(K, sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi);
+  r.seconds += c.seconds;
+  r.within_1pct = c.within_1pct;
+  r.within_10pct = c.within_10pct;
+  const std::string what = "inertia: " + c.note;
+  if (c.min_certified && c.max_certified && c.sigma_min_lo > 0) {
+    r.status = Status::kCertified;
+    r.method += "+inertia";
+    r.kappa_lo = c.sigma_max_lo / c.sigma_min_hi;
+    r.kappa_hi = c.sigma_max_hi / c.sigma_min_lo;
+    r.note = what;
+  } else {
+    r.note += (r.note.empty() ? "" : "; ") + what;
+  }
+  return r;
+}
+
+}  // namespace jacond

@@ -1,0 +1,115 @@
+// Counting singular values below a shift by Sylvester's law of inertia, and the `certified`
+// status built on it (docs/design.md §4, issue #10).
+//
+// Math. For K (m × n) and a shift μ > 0, the augmented matrix
+//   H_μ = [ −μ I_m    K    ]
+//         [   Kᵀ   −μ I_n  ]                                   (order M = m + n)
+// has eigenvalues σ_j − μ and −σ_j − μ (j = 1..min(m, n)) and −μ (|m − n| times), so
+//   #neg(H_μ) = max(m, n) + N(μ),   N(μ) := #{j : σ_j < μ}.
+// Sylvester: H_μ = P L D Lᵀ Pᵀ (rook-pivoted Bunch–Kaufman, LAPACKE dsytrf_rk; L unit lower
+// triangular, D block diagonal with 1 × 1 and 2 × 2 blocks) is a congruence, so H_μ and D have
+// the same inertia. A rook 2 × 2 pivot [a b; b c] has |ac| < 0.41 b², so det < 0: one eigenvalue
+// of each sign, decided without rounding doubt.
+//
+// Why H_μ and not KᵀK − μ²I (half the order): forming KᵀK costs an absolute error O(eps·σ_max²)
+// in σ_j², i.e. a relative error O(eps·κ²) in σ_min (1e-4 at κ = 1e6, so the count near σ_min is
+// noise). H_μ holds K's entries exactly, and its backward error below is O(eps·‖H‖), a relative
+// error O(eps·κ) in σ_min.
+//
+// Rounding: when the count is exact. The computed factors satisfy (Higham, Accuracy and Stability
+// of Numerical Algorithms, 2nd ed., Thm 11.3, for the diagonal pivoting method with any pivoting)
+//   P L̂ D̂ L̂ᵀ Pᵀ = H_μ + ΔH,   |ΔH| ≤ p(M) u (|H_μ| + P |L̂||D̂||L̂ᵀ| Pᵀ) + O(u²),
+// p a linear polynomial (Higham gives no constant; we take p(M) = 2M, twice LU's γ_M, for the
+// 2 × 2 pivot solves: THE ONE ASSUMPTION of this file). The count is the exact inertia of the
+// computed factors, i.e. of H_μ + ΔH. Weyl moves each eigenvalue by at most ‖ΔH‖₂ ≤ δ, with
+//   δ = γ (ρ(|H_μ|) + ρ(|L̂||D̂||L̂ᵀ|)),  γ = p(M)u / (1 − p(M)u),
+// (‖ΔH‖₂ ≤ ‖|ΔH|‖₂ ≤ ρ of the entrywise bound, monotone for nonnegative matrices; ρ(P Y Pᵀ) = ρ(Y);
+// ρ of a sum of nonnegative symmetric matrices ≤ the sum of their ρ) and rigorous upper bounds
+//   ρ(|H_μ|) ≤ μ + sqrt(‖K‖₁ ‖K‖_∞)          (‖B‖₂² ≤ ‖B‖₁‖B‖_∞ for B = |K|),
+//   ρ(Y) ≤ max_i (Y x)_i / x_i  for any x > 0  (Collatz–Wielandt; x from 3 power steps on Y),
+// so that, for μ > δ,
+//   N(μ − δ) ≤ below ≤ N(μ + δ).                                                     (C)
+// (C) needs no convergence assumption. Consequences used by certify_extremes:
+//   below = 0             ⇒ σ_min ≥ μ − δ;
+//   below = min(m, n)     ⇒ σ_max ≤ μ + δ;
+//   below ≥ 1             ⇒ σ_min <  μ + δ.
+// `decided` says whether the count is N(μ) itself: no singular value within δ of μ. That is read
+// from the eigenvalue of H_μ nearest 0, found by Lanczos on H_μ⁻¹ through the factors (LAPACKE
+// dsytrs_3): a Lanczos answer, so `decided` is information, never used for a certificate.
+//
+// Nearest singular values. The same shift-invert Lanczos returns the k eigenpairs (λ_i, v_i) of
+// H_μ nearest 0; each explicit residual r_i = ‖H_μ v_i − λ_i v_i‖ (plus the product's rounding)
+// puts an eigenvalue of H in [μ + λ_i − r_i, μ + λ_i + r_i] (Weyl). An interval inside (0, ∞)
+// holds a singular value. If the count at μ is c and c such intervals lie, pairwise disjoint,
+// below μ − δ, then by (C) they hold every singular value below μ − δ, and the lowest one holds
+// σ_min: a two-sided certificate from one factorisation.
+//
+// Cost: one dsytrf_rk of order M = m + n, M³/3 flops (≈ 2 min at m = n = 12 500 on 2 cores), and
+// 8 M² bytes (5 GB at m = n = 12 500); analysis/spectral/dense_cost.h predicts both.
+// Guarded by tests/analysis/spectral/test_inertia.cpp: counts equal the dense SVD's at shifts
+// between, inside a cluster of, and within rounding of singular values (there: decided = false),
+// and a certified row always contains the dense σ_min and σ_max.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "analysis/core/types.h"
+#include "analysis/spectral/condition.h"
+#include "analysis/spectral/dense_cost.h"
+
+namespace jacond {
+
+/// An interval that holds one singular value (from a residual bound).
+struct SingularInterval {
+  double lo = 0, hi = 0;
+};
+
+struct SingularValueCount {
+  double mu = 0;
+  Index below = 0;        // inertia count: N(μ − δ) ≤ below ≤ N(μ + δ)   (C)
+  double delta = 0;       // rounding radius δ of (C)
+  bool zero_pivot = false;  // D̂ had an exactly zero pivot: μ is a singular value to working precision
+  bool decided = false;   // the nearest singular value is farther than δ from μ (Lanczos; see header)
+  /// Singular values nearest μ, ascending, each interval holding one (may be empty).
+  std::vector<SingularInterval> nearest;
+  double seconds = 0;
+};
+
+/// Counts the singular values of K below μ (> 0). `nearest` eigenpairs of H_μ are computed for
+/// `decided` and the intervals (at least 1; −1: below + 1, at most 9). Throws
+/// std::invalid_argument on NaN/inf entries or μ ≤ 0, LapackError on a LAPACK failure.
+SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest = 1);
+
+/// What certify_extremes proved, and the bottom of the spectrum it saw.
+struct CertifiedExtremes {
+  double sigma_min_lo = 0, sigma_min_hi = 0;  // σ_min ∈ [lo, hi]
+  double sigma_max_lo = 0, sigma_max_hi = 0;  // σ_max ∈ [lo, hi]
+  bool min_certified = false, max_certified = false;
+  Index within_1pct = -1, within_10pct = -1;  // counts below 1.01 σ_min_hi and 1.1 σ_min_hi (−1: not computed)
+  Index factorisations = 0;
+  double seconds = 0;
+  std::string note;
+};
+
+/// Replaces the assumption-bearing ends of a claimed bracket by inertia counts. `claimed` is a
+/// report's σ_min / σ_max (exact route) or its bracket ends: sigma_max_lo and sigma_min_hi are
+/// Courant–Fischer ends and are kept; σ_min_lo and σ_max_hi are proven by counts at
+/// μ = 1.01·σ_min_hi (bottom, with nearest intervals), 1.1·σ_min_hi (bottom cluster, if
+/// `bottom_counts`) and (1 + 1e-6)·σ_max_hi (top). A loose σ_min claim (hi/lo > 1.05) is first
+/// refined by condition_fast. An end that a count does not confirm stays uncertified (the note says why).
+CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sigma_min_hi, double sigma_max_lo,
+                                   double sigma_max_hi, bool bottom_counts = true);
+
+/// `--certify`: none, inertia (always), auto (when the counts fit the memory and time budget).
+enum class CertifyMode { kNone, kInertia, kAuto };
+CertifyMode parse_certify_mode(const std::string& s);  // std::invalid_argument naming the value
+std::string to_string(CertifyMode m);
+
+/// certify_extremes on a report of K: on success status `certified` with the rigorous κ_lo, κ_hi
+/// (κ stays the route's value), method + "+inertia", and the note saying what was counted. A
+/// `singular` report, or one whose counts do not confirm both ends, is returned with only a note.
+ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
+                               double sigma_max_lo, double sigma_max_hi);
+
+}  // namespace jacond

@@ -1,0 +1,233 @@
+// Inertia counts (analysis/spectral/inertia.h) against the dense SVD: counts at shifts between,
+// inside a cluster of and within rounding of singular values; the nearest-singular-value
+// intervals; certify_extremes / certify_report on constructed spectra (clusters, gapless bottoms,
+// a singular value a solver missed) and on real block Jacobians. A certified row must contain the
+// dense σ_min and σ_max every time.
+//
+// The reference is LAPACKE dgesdd of the same matrix, itself backward stable: its σ may be off by
+// τ = sqrt(N)·eps·σ_max. Shifts are placed farther than τ + δ from every reference σ unless a
+// test is about a shift within rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+
+#include "analysis/jacobians/jacobians.h"
+#include "analysis/spectral/condition.h"
+#include "analysis/spectral/inertia.h"
+#include "support/paper_inits.h"
+#include "support/random_block.h"
+
+namespace jacond {
+
+void PrintTo(Status s, std::ostream* os) { *os << to_string(s); }
+
+namespace {
+
+constexpr double kEps = std::numeric_limits<double>::epsilon();
+
+// U diag(s) Vᵀ (rows × cols, rows ≥ cols = s.size()) with Haar-random orthogonal U, V.
+Mat with_spectrum(const Vec& s, Index rows, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const Index cols = s.size();
+  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(rows, rows, 1.0, rng)).householderQ();
+  const Mat V = Eigen::HouseholderQR<Mat>(test::gaussian(cols, cols, 1.0, rng)).householderQ();
+  return U.leftCols(cols) * s.asDiagonal() * V.transpose();
+}
+
+Index count_below(const Vec& s, double mu) { return (s.array() < mu).count(); }
+
+// σ = 1 (top), a bulk in [0.2, 0.8], a bottom cluster of 4 at 1e-5·(1, 1 + 1e-6, 1 + 2e-6, 1 + 3e-6)
+// and one value at 3e-5.
+Vec clustered_bottom(Index n) {
+  Vec s(n);
+  s(0) = 1.0;
+  for (Index i = 1; i < n - 5; ++i) s(i) = 0.8 - 0.6 * static_cast<double>(i - 1) / static_cast<double>(n - 7);
+  s(n - 5) = 3e-5;
+  for (Index k = 0; k < 4; ++k) s(n - 4 + k) = 1e-5 * (1 + 1e-6 * static_cast<double>(k));
+  return s;
+}
+
+TEST(InertiaCount, EqualsTheDenseCountBetweenAndInsideClusters) {
+  const Vec s = clustered_bottom(80);
+  const Mat K = with_spectrum(s, 80, 1);
+  // Between values, below everything, inside the cluster (between its 2nd and 3rd member), above all.
+  for (double mu : {5e-6, 1.0000015e-5, 2e-5, 0.5, 0.25, 1.5}) {
+    const SingularValueCount c = count_singular_values_below(K, mu);
+    SCOPED_TRACE("mu = " + std::to_string(mu));
+    EXPECT_EQ(c.below, count_below(s, mu));
+    EXPECT_TRUE(c.decided);
+    // δ = O(M·eps·‖K‖) (M = 160, ‖K‖ = 1); the in-cluster shift is 5e-12 from its neighbours, so
+    // `decided` above also says δ resolved it.
+    EXPECT_LT(c.delta, 1000 * 160 * kEps);
+  }
+}
+
+TEST(InertiaCount, TallMatrixCountsOnlyItsSingularValues) {
+  Vec s(30);
+  for (Index i = 0; i < 30; ++i) s(i) = std::pow(10.0, -4.0 * static_cast<double>(i) / 29.0);
+  const Mat K = with_spectrum(s, 45, 2);  // 45 × 30: H_μ also has 15 eigenvalues at −μ
+  for (double mu : {2e-4, 1e-3, 0.3, 2.0}) EXPECT_EQ(count_singular_values_below(K, mu).below, count_below(s, mu)) << mu;
+  // A wide matrix: the same singular values.
+  const Mat Kt = K.transpose();
+  for (double mu : {2e-4, 0.3}) EXPECT_EQ(count_singular_values_below(Kt, mu).below, count_below(s, mu)) << mu;
+}
+
+TEST(InertiaCount, SaysItCannotDecideWithinRoundingOfASingularValue) {
+  const Vec s = clustered_bottom(60);
+  const Mat K = with_spectrum(s, 60, 3);
+  const Vec ref = singular_values(K);  // the matrix's own σ, to rounding
+  const double sigma = ref(20);
+  for (double mu : {sigma, sigma * (1 + 4 * kEps), sigma * (1 - 4 * kEps), 0.2 /* the bulk's bottom, exactly */}) {
+    const SingularValueCount c = count_singular_values_below(K, mu);
+    EXPECT_FALSE(c.decided) << "mu within rounding of sigma_20 = " << sigma;
+    // (C) still holds: N(μ − δ) ≤ below ≤ N(μ + δ), with the reference's own error τ.
+    const double tau = std::sqrt(60.0) * kEps;
+    EXPECT_GE(c.below, count_below(ref, mu - c.delta - tau));
+    EXPECT_LE(c.below, count_below(ref, mu + c.delta + tau));
+  }
+}
+
+TEST(InertiaCount, NearestIntervalsHoldTheSingularValuesNearTheShift) {
+  const Vec s = clustered_bottom(70);
+  const Mat K = with_spectrum(s, 70, 4);
+  const SingularValueCount c = count_singular_values_below(K, 1.01e-5, -1);  // the 4-cluster below
+  EXPECT_EQ(c.below, 4);
+  ASSERT_GE(c.nearest.size(), 4u);
+  for (const auto& iv : c.nearest) {
+    bool holds = false;
+    for (Index i = 0; i < s.size(); ++i) holds = holds || (s(i) >= iv.lo - 1e-15 && s(i) <= iv.hi + 1e-15);
+    EXPECT_TRUE(holds) << "[" << iv.lo << ", " << iv.hi << "] holds no singular value";
+  }
+}
+
+TEST(InertiaCount, RejectsBadInput) {
+  Mat K = Mat::Identity(4, 4);
+  EXPECT_THROW(count_singular_values_below(K, 0.0), std::invalid_argument);
+  EXPECT_THROW(count_singular_values_below(K, -1.0), std::invalid_argument);
+  K(1, 2) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(count_singular_values_below(K, 0.5), std::invalid_argument);
+  EXPECT_THROW(parse_certify_mode("sometimes"), std::invalid_argument);
+  EXPECT_EQ(parse_certify_mode("auto"), CertifyMode::kAuto);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Certificates.
+
+void expect_certified_contains(const CertifiedExtremes& c, const Vec& truth, const std::string& what) {
+  SCOPED_TRACE(what + ": " + c.note);
+  const double smax = truth.maxCoeff(), smin = truth.minCoeff();
+  const double tau = std::sqrt(static_cast<double>(truth.size())) * kEps * smax;
+  ASSERT_TRUE(c.min_certified);
+  ASSERT_TRUE(c.max_certified);
+  EXPECT_LE(c.sigma_min_lo, smin + tau);
+  EXPECT_GE(c.sigma_min_hi, smin - tau);
+  EXPECT_LE(c.sigma_max_lo, smax + tau);
+  EXPECT_GE(c.sigma_max_hi, smax - tau);
+  EXPECT_LE(c.sigma_min_hi / c.sigma_min_lo, 1.02) << "a certificate this loose is of little use";
+}
+
+TEST(CertifyExtremes, ExactClaimsOnGeometricAndClusteredSpectra) {
+  Vec geo(90);
+  for (Index i = 0; i < 90; ++i) geo(i) = std::pow(1e-6, static_cast<double>(i) / 89.0);
+  for (const auto& [name, s] : {std::pair<std::string, Vec>{"geometric 1e6", geo}, {"clustered bottom", clustered_bottom(90)}}) {
+    const Mat K = with_spectrum(s, 90, 5);
+    const Vec ref = singular_values(K);
+    const double lo = ref.minCoeff(), hi = ref.maxCoeff();
+    const CertifiedExtremes c = certify_extremes(K, lo, lo, hi, hi);
+    expect_certified_contains(c, s, name);
+    EXPECT_EQ(c.within_1pct, count_below(s, 1.01 * lo)) << name;
+    EXPECT_EQ(c.within_10pct, count_below(s, 1.1 * lo)) << name;
+  }
+}
+
+TEST(CertifyExtremes, AMissedSmallestSingularValueIsFoundNotCertifiedAway) {
+  // A solver that missed σ_min = 1e-6 claims σ_min ∈ [0.99, 1]·σ_2 (σ_2 = 1e-3; its upper end is
+  // a valid Courant–Fischer end, its lower end is wrong). The count at 1.01 σ_2 sees two values;
+  // the certificate must hold the true σ_min.
+  Vec s(70);
+  for (Index i = 0; i < 69; ++i) s(i) = 1.0 - 0.999 * static_cast<double>(i) / 68.0;  // down to 1e-3
+  s(69) = 1e-6;
+  const Mat K = with_spectrum(s, 70, 6);
+  const CertifiedExtremes c = certify_extremes(K, 0.99e-3, 1e-3, 1.0, 1.0);
+  expect_certified_contains(c, s, "missed sigma_min");
+}
+
+TEST(CertifyExtremes, LooseClaimIsRefinedThenCertified) {
+  Vec s(80);
+  for (Index i = 0; i < 80; ++i) s(i) = std::pow(1e-5, static_cast<double>(i) / 79.0);
+  const Mat K = with_spectrum(s, 100, 7);  // tall
+  const CertifiedExtremes c = certify_extremes(K, 0.0, 50 * s.minCoeff(), 0.9, 1.1);
+  expect_certified_contains(c, s, "not-converged claim");
+}
+
+TEST(CertifyExtremes, NeverWrongOverRandomSpectra) {
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> U(0, 1);
+  for (int trial = 0; trial < 12; ++trial) {
+    const Index n = 40 + 10 * (trial % 3);
+    Vec s(n);
+    const double decades = 2 + 6 * U(rng);
+    for (Index i = 0; i < n; ++i) s(i) = std::pow(10.0, -decades * U(rng));
+    if (trial % 4 == 0) s(n - 1) = s.minCoeff() * (1 + 1e-7);  // a near-double bottom
+    const Mat K = with_spectrum(s, n, 100 + trial);
+    const Vec ref = singular_values(K);
+    const CertifiedExtremes c = certify_extremes(K, ref.minCoeff(), ref.minCoeff(), ref.maxCoeff(), ref.maxCoeff());
+    expect_certified_contains(c, s, "trial " + std::to_string(trial));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real block Jacobians: counts against the dense SVD, and certified reports.
+
+struct BlockCase {
+  std::string name;
+  BlockWeights w;
+};
+
+std::vector<BlockCase> block_cases() {
+  const Index d = 16, heads = 2, hidden = 64;
+  return {{"ours", test::ours_like_block(d, heads, hidden, 11)},
+          {"timm", test::timm_like_block(d, heads, hidden, 12)},
+          {"random", test::random_block(d, heads, hidden, 13)}};
+}
+
+TEST(InertiaOnBlocks, CountsAndCertifiedReportsAgreeWithTheDenseSvd) {
+  std::mt19937_64 rng(14);
+  for (const auto& bc : block_cases()) {
+    const Mat X = test::gaussian(8, 16, 1.0, rng);
+    const BlockForward f = block_forward(bc.w, X, SkipMode::kNone);
+    std::vector<Mat> bases;
+    for (Index i = 0; i < 8; ++i) bases.push_back(layernorm_complement_basis(f.ln1.x_hat.row(i).transpose()));
+    const std::vector<std::pair<std::string, Mat>> matrices{
+        {"K_sa", attention_jacobian(bc.w, f.attn, AttentionPart::kFull)},
+        {"K_sab ln-complement", right_multiply_tokenwise(sab_jacobian(bc.w, f), 8, bases)},
+        {"K_ffn", ffn_jacobian(bc.w, f).to_dense()}};
+    for (const auto& [name, K] : matrices) {
+      SCOPED_TRACE(bc.name + " " + name);
+      const Vec ref = singular_values(K);
+      const double tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
+      // Shifts at geometric means of neighbouring σ (never within rounding of one).
+      for (Index i : {Index(0), ref.size() / 2, ref.size() - 2}) {
+        const double mu = std::sqrt(ref(i) * ref(i + 1));
+        if (!(mu > 1e3 * tau) || ref(i) / ref(i + 1) < 1 + 1e-8) continue;
+        EXPECT_EQ(count_singular_values_below(K, mu).below, count_below(ref, mu)) << "mu " << mu;
+      }
+      const ConditionReport fast = condition_fast(K, name);
+      if (fast.status != Status::kExact) continue;
+      const ConditionReport r = certify_report(fast, K, fast.sigma_min, fast.sigma_min, fast.sigma_max, fast.sigma_max);
+      ASSERT_EQ(r.status, Status::kCertified) << r.note;
+      // The reference's own error τ on each σ (header).
+      const double smin = ref(ref.size() - 1);
+      EXPECT_LE(r.kappa_lo, (ref(0) + tau) / std::max(smin - tau, 0.0));
+      EXPECT_GE(r.kappa_hi, (ref(0) - tau) / (smin + tau));
+      EXPECT_EQ(r.within_1pct, count_below(ref, 1.01 * ref(ref.size() - 1) * (1 + 1e-9)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace jacond
