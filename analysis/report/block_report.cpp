@@ -110,7 +110,9 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
   if (opt.warm) (*opt.warm)[key] = r.warm;
   r.report.space = space;
   if (!wants_certificate(opt, op.rows(), op.cols())) return r.report;
-  return certify_report(r.report, dense(), r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi);
+  // certify_report never reads K of a singular report: do not assemble it for nothing.
+  const Mat K = r.report.status == Status::kSingular ? Mat() : dense();
+  return certify_report(r.report, K, r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi);
 }
 
 // K_sa and its Prop. 2 split B_sa + E_sa (paper Eq. 10/13), by name.

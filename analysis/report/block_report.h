@@ -66,9 +66,10 @@ struct BlockReportOptions {
   /// memory within dense_max_bytes (0: half of physical memory).
   GklOptions lanczos;
   double dense_max_bytes = 0;
-  /// Inertia-count certificates (analysis/spectral/inertia.h) of the nd × nd matrices K_sa, B_sa,
-  /// E_sa, K_sab: kInertia always, kAuto when three counts fit the same budget (memory and
-  /// 3 × predicted seconds). The token block-diagonal K_mlp / K_ffn are exact per-token spectra.
+  /// Inertia-count certificates (analysis/spectral/inertia.h) of the nd × nd matrices: kInertia
+  /// always, kAuto when three counts fit the same budget (memory and 3 × predicted seconds).
+  /// The dense route certifies K_sa, B_sa, E_sa, K_sab (its K_mlp / K_ffn are exact per-token
+  /// spectra already); the lanczos route certifies every bracket, K_mlp / K_ffn included.
   CertifyMode certify = CertifyMode::kNone;
   /// kLanczos warm starts, keyed "matrix/space" (e.g. "K_sab/full"): read if present, then
   /// overwritten with this call's vectors, so a sweep or a series of checkpoints can chain.

@@ -44,7 +44,8 @@ double abs_norm_bound(const Mat& K) {
 // a 2 × 2 block at (i, i+1), where L(i+1, i) = 0).
 class AugmentedLdlt {
  public:
-  AugmentedLdlt(const Mat& K, double mu) : K_(K), mu_(mu), m_(K.rows()), n_(K.cols()) {
+  AugmentedLdlt(const Mat& K, double mu)
+      : K_(K), mu_(mu), m_(K.rows()), n_(K.cols()), abs_H_bound_(mu + abs_norm_bound(K)) {
     const Index M = m_ + n_;
     F_ = Mat::Zero(M, M);
     F_.diagonal().setConstant(-mu);
@@ -98,7 +99,7 @@ class AugmentedLdlt {
       if (settled || !(top > 0)) break;
       x = (y / top).cwiseMax(1e-12);  // stays positive
     }
-    return gamma_of(M) * (mu_ + abs_norm_bound(K_) + rho_y) * (1 + 4 * static_cast<double>(M) * kUnitRoundoff);
+    return gamma_of(M) * (abs_H_bound_ + rho_y) * (1 + 4 * static_cast<double>(M) * kUnitRoundoff);
   }
 
   // y = H_μ⁻¹ x (dsytrs_3 on the factors).
@@ -121,7 +122,7 @@ class AugmentedLdlt {
   // A bound on the rounding error of apply(): γ_{n+2} ρ(|H_μ|) ‖x‖.
   double apply_error(double xnorm) const {
     const double g = static_cast<double>(std::max(m_, n_) + 2) * kUnitRoundoff;
-    return g / (1 - g) * (mu_ + abs_norm_bound(K_)) * xnorm;
+    return g / (1 - g) * abs_H_bound_ * xnorm;
   }
 
  private:
@@ -158,6 +159,7 @@ class AugmentedLdlt {
   const Mat& K_;
   double mu_;
   Index m_, n_;
+  double abs_H_bound_;  // ρ(|H_μ|) ≤ μ + sqrt(‖K‖₁‖K‖_∞), O(mn) to form: once per factorisation
   Mat F_;
   Vec e_;
   std::vector<lapack_int> ipiv_;
@@ -221,8 +223,8 @@ SingularValueCount count_singular_values_below(const Mat& K, double mu, int near
   c.zero_pivot = f.zero_pivot();
   c.below = f.negative_count() - std::max(K.rows(), K.cols());
   c.delta = f.rounding_radius();
-  if (!c.zero_pivot) {
-    const Index k = nearest < 0 ? std::min<Index>(c.below + 1, 9) : std::max(1, nearest);
+  if (!c.zero_pivot && nearest != 0) {
+    const Index k = nearest < 0 ? std::min<Index>(c.below + 1, 9) : nearest;
     double distance = 0;
     if (nearest_singular_values(f, mu, k, c.nearest, &distance)) c.decided = distance > c.delta;
   }
@@ -255,7 +257,7 @@ void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::
   } else {
     // A cluster the shift-invert could not separate: confirm a lower end by a count of 0.
     const double mu0 = (1 - 1e-3) * (below.empty() ? estimate : std::min(estimate, below.front().lo));
-    const SingularValueCount c0 = count_singular_values_below(K, mu0, 1);
+    const SingularValueCount c0 = count_singular_values_below(K, mu0, 0);
     ++out.factorisations;
     if (c0.below == 0) {
       out.sigma_min_lo = mu0 - c0.delta;
@@ -291,11 +293,11 @@ CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sig
     note << "inconsistent: count puts sigma_min above the claimed upper end ";
   }
   if (bottom_counts && out.min_certified) {
-    out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 1).below;
+    out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 0).below;
     ++out.factorisations;
   }
   const Index all = std::min(K.rows(), K.cols());
-  const SingularValueCount top = count_singular_values_below(K, (1 + 1e-6) * sigma_max_hi, 1);
+  const SingularValueCount top = count_singular_values_below(K, (1 + 1e-6) * sigma_max_hi, 0);
   ++out.factorisations;
   if (top.below == all) {
     out.sigma_max_hi = top.mu + top.delta;

@@ -77,7 +77,8 @@ struct SingularValueCount {
 };
 
 /// Counts the singular values of K below μ (> 0). `nearest` eigenpairs of H_μ are computed for
-/// `decided` and the intervals (at least 1; −1: below + 1, at most 9). Throws
+/// `decided` and the intervals (−1: below + 1, at most 9; 0: none, and `decided` stays false:
+/// certify_extremes' counts that only need the number). Throws
 /// std::invalid_argument on NaN/inf entries or μ ≤ 0, LapackError on a LAPACK failure.
 SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest = 1);
 
@@ -109,6 +110,7 @@ std::string to_string(CertifyMode m);
 /// certify_extremes on a report of K: on success status `certified` with the rigorous κ_lo, κ_hi
 /// (κ stays the route's value), method + "+inertia", and the note saying what was counted. A
 /// `singular` report, or one whose counts do not confirm both ends, is returned with only a note.
+/// (K is not read for a `singular` report.)
 ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
                                double sigma_max_lo, double sigma_max_hi);
 

@@ -11,6 +11,7 @@
 
 #include "analysis/core/lapack.h"
 #include "analysis/spectral/condition.h"
+#include "support/constructed_spectrum.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
 
@@ -21,21 +22,8 @@ void PrintTo(Status s, std::ostream* os) { *os << to_string(s); }
 
 namespace {
 
-// U diag(s) Vᵀ with Haar-random orthogonal U, V: singular values known exactly by construction.
-Mat with_singular_values(const Vec& s, Index rows, Index cols, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(rows, rows, 1.0, rng)).householderQ();
-  const Mat V = Eigen::HouseholderQR<Mat>(test::gaussian(cols, cols, 1.0, rng)).householderQ();
-  Mat S = Mat::Zero(rows, cols);
-  for (Index i = 0; i < s.size(); ++i) S(i, i) = s(i);
-  return U * S * V.transpose();
-}
-
-Vec geometric(Index n, double kappa) {
-  Vec s(n);
-  for (Index i = 0; i < n; ++i) s(i) = std::pow(kappa, -static_cast<double>(i) / (n - 1));
-  return s;
-}
+using test::geometric;
+using test::with_singular_values;
 
 TEST(SingularValues, RecoverAConstructedSpectrum) {
   SCOPED_TRACE("seed=1");

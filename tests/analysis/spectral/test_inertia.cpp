@@ -19,6 +19,7 @@
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/inertia.h"
 #include "support/paper_inits.h"
+#include "support/constructed_spectrum.h"
 #include "support/random_block.h"
 
 namespace jacond {
@@ -29,14 +30,8 @@ namespace {
 
 constexpr double kEps = std::numeric_limits<double>::epsilon();
 
-// U diag(s) Vᵀ (rows × cols, rows ≥ cols = s.size()) with Haar-random orthogonal U, V.
-Mat with_spectrum(const Vec& s, Index rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const Index cols = s.size();
-  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(rows, rows, 1.0, rng)).householderQ();
-  const Mat V = Eigen::HouseholderQR<Mat>(test::gaussian(cols, cols, 1.0, rng)).householderQ();
-  return U.leftCols(cols) * s.asDiagonal() * V.transpose();
-}
+// rows × s.size() (tall or square) with singular values s (tests/support/constructed_spectrum.h).
+Mat with_spectrum(const Vec& s, Index rows, uint64_t seed) { return test::with_singular_values(s, rows, s.size(), seed); }
 
 Index count_below(const Vec& s, double mu) { return (s.array() < mu).count(); }
 

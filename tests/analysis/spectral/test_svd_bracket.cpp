@@ -21,6 +21,7 @@
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
 #include "support/paper_inits.h"
+#include "support/constructed_spectrum.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
 
@@ -35,22 +36,11 @@ using test::rel_error;
 constexpr double kEps = std::numeric_limits<double>::epsilon();
 constexpr double kTightRatio = 1.01;  // issue #4: κ_hi/κ_lo ≤ 1.01 when κ ≤ 1e6
 
+using test::geometric;
+// A square matrix with singular values s (tests/support/constructed_spectrum.h).
+Mat with_spectrum(const Vec& s, uint64_t seed) { return test::with_singular_values(s, s.size(), s.size(), seed); }
+
 using DenseOp = DenseMatrixOp;  // a dense matrix as an operator (analysis/operators/operators.h)
-
-// U diag(s) Vᵀ with Householder-random (Haar) orthogonal U, V.
-Mat with_spectrum(const Vec& s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const Index n = s.size();
-  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(n, n, 1.0, rng)).householderQ();
-  const Mat V = Eigen::HouseholderQR<Mat>(test::gaussian(n, n, 1.0, rng)).householderQ();
-  return U * s.asDiagonal() * V.transpose();
-}
-
-Vec geometric(Index n, double kappa) {
-  Vec s(n);
-  for (Index i = 0; i < n; ++i) s(i) = std::pow(kappa, -static_cast<double>(i) / (n - 1));
-  return s;
-}
 
 // Bulk uniform in [0.2, 0.8], σ_max = 1, and a separated bottom pair 1/κ, 1.5/κ.
 Vec separated(Index n, double kappa) {
