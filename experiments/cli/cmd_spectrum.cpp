@@ -194,6 +194,7 @@ int run_spectrum(int argc, char** argv) {
     if (o.probes < 1 || o.steps < 1) throw std::invalid_argument("--probes and --steps must be >= 1");
     if (o.points < 2) throw std::invalid_argument("--points must be >= 2");
     if (!(o.width > 0)) throw std::invalid_argument("--width must be positive");
+    if (!(o.dense_seconds >= 0)) throw std::invalid_argument("--dense-seconds must be >= 0");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
     mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
   });

@@ -129,6 +129,27 @@ TEST_F(CliTest, BlockSkipNoneIsSingularWithExactLnComplement_n8_d16_h2) {
   for (const auto& row : csv.rows) EXPECT_EQ(row.at("skip"), "none");
 }
 
+TEST_F(CliTest, BlockCertifyInertiaCertifiesEveryNonSingularRow_n8_d16_h2) {
+  const std::string out = path("certified");
+  const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none",
+                           "--matrices", "K_sa,K_sab", "--certify", "inertia", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  ASSERT_EQ(csv.rows.size(), 3u) << r.out;  // K_sa, K_sab full (singular), K_sab ln-complement
+  for (const auto& row : csv.rows) {
+    SCOPED_TRACE(row.at("matrix") + "/" + row.at("space") + ": " + row.at("note"));
+    if (row.at("space") == "full" && row.at("matrix") == "K_sab") {
+      EXPECT_EQ(row.at("status"), "singular");
+      EXPECT_EQ(row.at("within_1pct"), "");
+      continue;
+    }
+    EXPECT_EQ(row.at("status"), "certified");
+    EXPECT_LE(std::stod(row.at("kappa_lo")), std::stod(row.at("kappa")));
+    EXPECT_GE(std::stod(row.at("kappa_hi")), std::stod(row.at("kappa")));
+    EXPECT_GE(std::stoi(row.at("within_1pct")), 1);
+  }
+}
+
 TEST_F(CliTest, BlockSkipFullIsExact_n8_d16_h2) {
   const std::string out = path("full");
   const RunResult r =
@@ -232,6 +253,12 @@ TEST_F(CliBadInputTest, UnknownSkipMode) {
   expect_one_line_failure({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "bogus",
                            "--out", out},
                           {"bogus"}, out);
+}
+
+TEST_F(CliBadInputTest, UnknownCertifyMode) {
+  expect_one_line_failure({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--certify", "sometimes",
+                           "--out", out},
+                          {"--certify", "sometimes"}, out);
 }
 
 TEST_F(CliBadInputTest, HeadsNotDividingD) {

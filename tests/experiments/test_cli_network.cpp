@@ -164,6 +164,7 @@ TEST_F(CliNetworkTest, BadFlagsGiveOneLineErrors) {
   expect_one_line_error({"spectrum", "--n", "4"}, "--matrix");
   expect_one_line_error({"spectrum", "--matrix", "K_sa", "--method", "fancy"}, "fancy");
   expect_one_line_error({"spectrum", "--matrix", "K_sa", "--width", "0"}, "--width");
+  expect_one_line_error({"spectrum", "--matrix", "K_sa", "--dense-seconds", "-1"}, "--dense-seconds");
   expect_one_line_error({"spectrum", "--matrix", "K_sa", "--skip", "sometimes"}, "sometimes");
   expect_one_line_error({"spectrum", "--matrix", "K_sa", "--bogus"}, "bogus");
   expect_one_line_error({"verify", "eq7"}, "eq7");
