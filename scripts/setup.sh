@@ -16,7 +16,7 @@ PACKAGES=(
   # llvm-symbolizer (file:line in sanitizer reports; not pulled in without recommends)
   clang-14 libclang-rt-14-dev llvm-14
   # Python side: the PyTorch comparison route, plots, notebooks
-  python3 python3-torch python3-numpy python3-pandas python3-matplotlib
+  python3 python3-torch python3-numpy python3-scipy python3-pandas python3-matplotlib
   # data
   dataset-fashion-mnist
 )

@@ -111,6 +111,7 @@ struct Ritz {
 struct Bracket {
   double lo = 0, hi = kInf;
   std::string bound;
+  size_t limiting = 0;  // the kept Ritz value whose Weyl interval sets the assumption-bearing end
 };
 
 // The bounds of analysis/spectral/gkl.h (Weyl + Courant–Fischer). For the largest end `norm_kv`
@@ -123,11 +124,13 @@ Bracket bracket_of(const Ritz& r, Which which, double norm_kv, double delta) {
   if (which == Which::kLargest) {
     b.lo = std::max(0.0, norm_kv - delta);                    // (CF)
     b.hi = 0.0;                                               // (W) + (A)
-    for (size_t i = 0; i < r.theta.size(); ++i) b.hi = std::max(b.hi, r.theta[i] + r.eta[i]);
+    for (size_t i = 0; i < r.theta.size(); ++i)
+      if (r.theta[i] + r.eta[i] > b.hi) b.hi = r.theta[i] + r.eta[i], b.limiting = i;
   } else {
     b.hi = std::min(r.theta[0] + delta, norm_kv + delta);     // (CF)
     b.lo = kInf;                                              // (W) + (A)
-    for (size_t i = 0; i < r.theta.size(); ++i) b.lo = std::min(b.lo, r.theta[i] - r.eta[i]);
+    for (size_t i = 0; i < r.theta.size(); ++i)
+      if (r.theta[i] - r.eta[i] < b.lo) b.lo = r.theta[i] - r.eta[i], b.limiting = i;
     b.lo = std::max(0.0, b.lo);
   }
   return b;
@@ -344,7 +347,10 @@ Estimate GklRun::estimate(Index j, double beta_last) const {
   e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
   const double floor = static_cast<double>(std::max(m_, n_)) * kEps * std::max(scale_hint_, e.svd.s(0));
   e.tight = tight(e.bracket, rel_tol_);
-  e.rounding_limited = e.ritz.eta[0] <= 2.0 * e.delta;
+  // Rounding-limited only when the Ritz value that sets the bracket's assumption-bearing end is
+  // at the allowance (a kept Ritz value with a large residual can hold the end open: then the
+  // bracket can still shrink, and a lower end of 0 is no bracket at all).
+  e.rounding_limited = e.ritz.eta[e.bracket.limiting] <= 2.0 * e.delta && e.bracket.lo > 0;
   e.below_floor = which_ == Which::kSmallest && e.bracket.hi < floor;
   return e;
 }
@@ -366,7 +372,8 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
   checked.theta[0] = ex.theta;
   checked.eta[0] = std::max(e.ritz.eta[0], ex.eta + e.delta);
   const Bracket b = bracket_of(checked, which_, ex.norm_kv, e.delta);
-  const bool ok = tight(b, rel_tol_) || sw.exhausted || (e.rounding_limited && ex.eta <= 2.0 * e.delta);
+  const bool ok = tight(b, rel_tol_) || sw.exhausted ||
+                  (e.rounding_limited && ex.eta <= 2.0 * e.delta && checked.eta[b.limiting] <= 2.0 * e.delta && b.lo > 0);
   if (!(ok || e.below_floor || sw.out_of_budget || budget_.exhausted(4))) return false;
   out.theta = ex.theta;
   out.lo = b.lo;
@@ -408,6 +415,39 @@ SingularEnd run_gkl(const OperatorRef& A, Which which, const GklOptions& opt, do
   return GklRun(A, which, opt, rel_tol, scale_hint, start, budget).run();
 }
 
+// The smallest end from two independent Gaussian starts (the confirmation of gkl.h). Each run
+// targets sqrt(1 + rel_tol) − 1, so that two brackets that both contain σ_min merge into one
+// of relative width ≤ rel_tol. Merging under (A2), "at most one run missed a singular value":
+//   disjoint brackets: the run with the lower θ found a smaller singular value, so the other
+//                      missed it; its bracket is discarded;
+//   overlapping:       [min lo, min hi] (valid if either run is; the upper end is CF in both).
+SingularEnd smallest_confirmed(const OperatorRef& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
+                               const Vec& start, Budget& budget, std::string& verdict) {
+  const double each_tol = std::sqrt(1.0 + rel_tol) - 1.0;
+  SingularEnd first = run_gkl(A, Which::kSmallest, opt, each_tol, sigma_max_hi, start, budget);
+  if (!first.converged || first.bound == "exhausted") {
+    verdict = first.converged ? "exhausted" : "";
+    return first;
+  }
+  GklOptions second_opt = opt;
+  second_opt.seed = opt.seed ^ 0x9e3779b97f4a7c15ULL;  // independent of the first start
+  const SingularEnd second = run_gkl(A, Which::kSmallest, second_opt, each_tol, sigma_max_hi, Vec(), budget);
+  const bool disjoint = second.hi < first.lo || first.hi < second.lo;
+  SingularEnd out = second.theta < first.theta ? second : first;  // vectors of the lower Ritz value
+  if (!disjoint) {
+    out.lo = std::min(first.lo, second.lo);
+    out.hi = std::min(first.hi, second.hi);
+  }
+  out.products = first.products + second.products;
+  out.restarts = first.restarts + second.restarts;
+  out.seconds = first.seconds + second.seconds;
+  out.converged = first.converged && second.converged && out.lo > 0 &&
+                  (out.hi / out.lo - 1.0 <= rel_tol || out.bound == "weyl-rounding");
+  verdict = !second.converged ? "second start unfinished" : disjoint ? "starts disagreed: one run had missed a singular value"
+                                                                      : "two starts agree";
+  return out;
+}
+
 std::string sci(double x) {
   std::ostringstream os;
   os.precision(6);
@@ -444,7 +484,10 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
   out.largest = run_gkl(A, Which::kLargest, opt, opt.tolerance / 20, 0.0, warm.v_max, budget);
   const double max_ratio = out.largest.lo > 0 ? out.largest.hi / out.largest.lo : kInf;
   const double min_tol = std::max((1.0 + opt.tolerance) / max_ratio - 1.0, opt.tolerance / 20);
-  out.smallest = run_gkl(A, Which::kSmallest, opt, min_tol, out.largest.hi, warm.v_min, budget);
+  std::string confirmation;
+  out.smallest = opt.confirm_smallest
+                     ? smallest_confirmed(A, opt, min_tol, out.largest.hi, warm.v_min, budget, confirmation)
+                     : run_gkl(A, Which::kSmallest, opt, min_tol, out.largest.hi, warm.v_min, budget);
   out.warm.v_max = out.largest.v;
   out.warm.v_min = out.smallest.v;
 
@@ -479,6 +522,7 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
     note << "Krylov space exhausted: bounds hold without assumption";
   else
     note << "bounds assume no missed singular value";
+  if (!confirmation.empty() && confirmation != "exhausted") note << "; sigma_min: " << confirmation;
   if (r.status == Status::kNotConverged) note << "; budget ran out: best bracket reached";
   if (out.smallest.bound == "weyl-rounding" || out.largest.bound == "weyl-rounding")
     note << "; residuals at the rounding allowance: bracket as tight as fp64 allows";

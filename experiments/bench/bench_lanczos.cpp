@@ -1,21 +1,33 @@
-// `jacond bench lanczos`: matrix-free certified κ brackets (analysis/spectral/gkl.h) at ViT sizes.
+// `jacond bench lanczos`: matrix-free κ brackets (analysis/spectral/gkl.h) at ViT sizes, against
+// the route a researcher would take otherwise (issue #10, item 4).
 //
-// For each size (ViT-S: n 197, d 384, 6 heads; ViT-B: n 197, d 768, 12 heads) and init
-// (ours, timm; paper defaults, seed 0, Gaussian tokens) and each matrix (K_sab and K_ffn with
-// their residuals, bare K_sa), one condition_lanczos call with a 120 s budget and target
-// κ_hi/κ_lo ≤ 1.01. Reported: time to the σ_max bracket, time to the certified κ bracket (or
-// "not reached" with the best bracket at the cap), products, and the peak resident memory of
-// the process (getrusage ru_maxrss, cumulative: it includes the forward caches and every
-// earlier row). The issue's targets: σ_max < 5 s, certified bracket < 60 s when κ ≤ 1e6, peak
-// memory < 2 GB. With --check-dense, a size where the dense route still fits (n 100, d 64,
-// 4 heads: nd = 6400) is also run through condition_fast on the dense matrices, for agreement
-// (dense κ inside the bracket) and the speed ratio.
+// For each size (ViT-S: n 197, d 384, 6 heads; ViT-B: n 197, d 768, 12 heads; dense6400 and
+// dense12480 where the dense truth fits; or a custom nNdDhH) and init (ours, timm, mimetic; paper
+// defaults α 2, β 0.6, c 3, seed 0, Gaussian tokens) and each matrix (K_sab and K_ffn with their
+// residuals, bare K_sa at LN1's output), one condition_lanczos call with a --seconds budget and
+// target κ_hi/κ_lo ≤ 1 + --tol. Reported: time to the σ_max bracket, time to the κ bracket (or
+// not-converged with the best bracket at the cap), products, and the peak resident memory of the
+// process (getrusage ru_maxrss, cumulative: it includes the forward caches and every earlier row).
+//
+// Peers (--peers, default arpack): experiments/bench/scipy_svds_route.py runs
+// scipy.sparse.linalg.svds (ARPACK, PROPACK or LOBPCG) on a LinearOperator of PyTorch autograd
+// JVP/VJP products of the same fp64 block, on the same weights and tokens (written to
+// <out>/<size>-<init>/), the same threads, budget and target bracket width, and reports the same
+// residual bracket. bench_lanczos_peers.csv holds both times and speedup = peer s / jacond s
+// where both reached the target; otherwise the row says which did not converge in how many s.
+//
+// With --check-dense, a size where the dense route fits (nd ≤ 12 500) is also run through
+// condition_fast on the dense matrix: the dense κ must lie inside the bracket (exit 1 if not).
 #include "experiments/bench/bench_lanczos.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <filesystem>
+#include <limits>
+#include <map>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -29,8 +41,11 @@
 #include "analysis/operators/operators.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/block_source.h"
+#include "experiments/bench/python_route.h"
 #include "experiments/cli/cli_common.h"
 #include "models/init/init.h"
+#include "models/io/safetensors.h"
+#include "models/track/bridge.h"
 
 namespace jacond::cli {
 namespace {
@@ -48,6 +63,16 @@ struct Size {
   Index n, d, heads;
 };
 
+constexpr Index kDenseCheckMaxNd = 12500;  // condition_fast in ≤ ~2 min and 2.5 GB here
+
+/// One SciPy svds run (scipy_svds_route.py's JSON line).
+struct PeerResult {
+  std::string solver, status, note;
+  double seconds = 0, setup_s = 0, kappa_lo = 0, kappa_hi = 0, rss_mb = 0;  // kappa_hi 0 = infinite
+  long long products = 0;
+  bool dense_checked = false, dense_inside = false;  // the dense κ inside [kappa_lo, kappa_hi]
+};
+
 struct Row {
   std::string size, init, matrix;
   Index n, d, heads;
@@ -56,6 +81,7 @@ struct Row {
   bool dense_checked = false;
   double dense_kappa = 0, dense_seconds = 0;
   bool dense_inside = false;
+  std::vector<PeerResult> peers;
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -65,27 +91,36 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// "vit-s", "vit-b", "dense6400", "dense12480", or a custom "n<N>d<D>h<H>" (e.g. n65d192h3).
+Size parse_size(const std::string& s) {
+  if (s == "vit-s") return {s, 197, 384, 6};
+  if (s == "vit-b") return {s, 197, 768, 12};
+  if (s == "dense6400") return {s, 100, 64, 4};
+  if (s == "dense12480") return {s, 65, 192, 3};
+  long long n = 0, d = 0, h = 0;
+  char tail = 0;
+  if (std::sscanf(s.c_str(), "n%lldd%lldh%lld%c", &n, &d, &h, &tail) == 3 && n >= 2 && d >= 1 && h >= 1 && d % h == 0)
+    return {s, n, d, h};
+  throw std::invalid_argument("--sizes: unknown size '" + s +
+                              "' (vit-s | vit-b | dense6400 | dense12480 | nNdDhH with h dividing d)");
+}
+
 std::vector<Size> parse_sizes(const std::string& spec) {
   std::vector<Size> sizes;
-  for (const auto& s : split_commas(spec)) {
-    if (s == "vit-s") sizes.push_back({s, 197, 384, 6});
-    else if (s == "vit-b") sizes.push_back({s, 197, 768, 12});
-    else if (s == "dense6400") sizes.push_back({s, 100, 64, 4});
-    else throw std::invalid_argument("--sizes: unknown size '" + s + "' (vit-s | vit-b | dense6400)");
-  }
+  for (const auto& s : split_commas(spec)) sizes.push_back(parse_size(s));
   return sizes;
 }
 
-// One matrix of one block: the GKL bracket, and with check_dense (nd ≤ 6400) the dense κ, which
-// must lie inside the bracket.
+// One matrix of one block: the GKL bracket, and with check_dense (nd ≤ kDenseCheckMaxNd) the
+// dense κ, which must lie inside the bracket.
 Row measure(const Size& sz, const std::string& init, const std::string& m, const BlockWeights& w, const BlockForward& f,
             const GklOptions& gkl, bool check_dense) {
-  Row r{sz.name, init, m, sz.n, sz.d, sz.heads, {}, 0, false, 0, 0, false};
+  Row r{sz.name, init, m, sz.n, sz.d, sz.heads, {}, 0, false, 0, 0, false, {}};
   if (m == "K_sab") r.lz = condition_lanczos(SabJacobianOp(w, f), m, gkl);
   else if (m == "K_ffn") r.lz = condition_lanczos(FfnJacobianOp(w, f), m, gkl);
   else r.lz = condition_lanczos(AttentionJacobianOp(w, f.attn), m, gkl);
   r.rss_mb = peak_rss_mb();
-  if (check_dense && sz.n * sz.d <= 6400) {
+  if (check_dense && sz.n * sz.d <= kDenseCheckMaxNd) {
     const auto t0 = std::chrono::steady_clock::now();
     const Mat K = m == "K_sab" ? sab_jacobian(w, f) : m == "K_ffn" ? ffn_jacobian(w, f).to_dense()
                                                                    : attention_jacobian(w, f.attn);
@@ -98,11 +133,82 @@ Row measure(const Size& sz, const std::string& init, const std::string& m, const
   return r;
 }
 
-void print_row(const Row& r) {
+struct PeerSetup {
+  std::vector<std::string> solvers;  // empty: no peers
+  std::string python = "/usr/bin/python3";
+  std::string script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/scipy_svds_route.py";
+};
+
+// Weights (block 0, timm keys) and tokens of one (size, init) for the Python route; returns the directory.
+std::string write_peer_inputs(const std::string& out_dir, const Size& sz, const std::string& init,
+                              const models::TensorMap& tensors, const Mat& X) {
+  const std::string dir = out_dir + "/" + sz.name + "-" + init;
+  ensure_directory(dir);
+  const std::map<std::string, std::string> meta = {{"init", init}, {"written_by", "jacond bench lanczos"}};
+  models::save_safetensors(dir + "/weights.safetensors", tensors, meta);
+  models::save_safetensors(dir + "/tokens.safetensors", {{"tokens", models::to_torch(X)}}, meta);
+  return dir;
+}
+
+double json_number_or(const nlohmann::json& j, const char* key, double fallback) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+
+PeerResult run_peer(const PeerSetup& peer, const std::string& solver, const std::string& dir, const Row& r,
+                    double logit_scale, const GklOptions& gkl, int threads) {
+  const std::vector<std::string> argv = {peer.python, peer.script, "--weights", dir + "/weights.safetensors",
+                                         "--tokens", dir + "/tokens.safetensors", "--heads", std::to_string(r.heads),
+                                         "--matrix", r.matrix, "--solver", solver, "--seconds", fmt(gkl.max_seconds),
+                                         "--tol", fmt(gkl.tolerance), "--logit-scale", fmt(logit_scale),
+                                         "--basis", std::to_string(gkl.max_basis), "--seed", std::to_string(gkl.seed),
+                                         "--threads", std::to_string(threads)};
+  const nlohmann::json j = run_python_json(argv, threads, dir, "scipy svds route (" + solver + ", " + r.matrix + ")",
+                                           {"status", "seconds", "products", "kappa_lo", "note"});
+  PeerResult p;
+  p.solver = solver;
+  p.status = j["status"].get<std::string>();
+  p.note = j["note"].get<std::string>();
+  p.seconds = j["seconds"].get<double>();
+  p.setup_s = json_number_or(j, "setup_s", 0);
+  p.products = j["products"].get<long long>();
+  p.kappa_lo = j["kappa_lo"].get<double>();
+  p.kappa_hi = json_number_or(j, "kappa_hi", 0);  // null = infinite
+  p.rss_mb = json_number_or(j, "peak_rss_mb", 0);
+  if (r.dense_checked) {
+    p.dense_checked = true;
+    p.dense_inside = p.kappa_lo <= r.dense_kappa * (1 + 1e-9) && (p.kappa_hi == 0 || r.dense_kappa <= p.kappa_hi * (1 + 1e-9));
+  }
+  return p;
+}
+
+bool jacond_reached(const Row& r) { return r.lz.report.status == Status::kBracket; }
+bool peer_reached(const PeerResult& p) { return p.status == "bracket"; }
+
+// "12.3x" when both reached the target width; otherwise who did not, in how many seconds.
+std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
+  char buf[160];
+  if (jacond_reached(r) && peer_reached(p))
+    std::snprintf(buf, sizeof buf, "jacond %.1fx faster", p.seconds / r.lz.report.seconds);
+  else if (jacond_reached(r))
+    std::snprintf(buf, sizeof buf, "svds: %s; jacond converged in %.1f s", p.note.c_str(), r.lz.report.seconds);
+  else if (peer_reached(p))
+    std::snprintf(buf, sizeof buf, "jacond did not converge in %g s; svds did in %.1f s", budget, p.seconds);
+  else
+    std::snprintf(buf, sizeof buf, "neither converged in %g s (svds: %s)", budget, p.note.c_str());
+  return buf;
+}
+
+void print_row(const Row& r, double budget) {
   const ConditionReport& c = r.lz.report;
-  std::printf("%-9s %-5s %-6s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s\n", r.size.c_str(), r.init.c_str(),
-              r.matrix.c_str(), to_string(c.status).c_str(), r.lz.largest.seconds, c.seconds, c.kappa_lo, c.kappa_hi,
-              static_cast<long long>(c.products), r.rss_mb, r.dense_checked ? (r.dense_inside ? "inside" : "OUTSIDE") : "-");
+  std::printf("%-10s %-7s %-6s %-16s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s\n", r.size.c_str(),
+              r.init.c_str(), r.matrix.c_str(), "jacond-gkl", to_string(c.status).c_str(), r.lz.largest.seconds,
+              c.seconds, c.kappa_lo, c.kappa_hi, static_cast<long long>(c.products), r.rss_mb,
+              r.dense_checked ? (r.dense_inside ? "inside" : "OUTSIDE") : "-");
+  for (const PeerResult& p : r.peers)
+    std::printf("%-10s %-7s %-6s %-16s %-13s %9s %9.2f %13.6e %13.6e %9lld %8.0f %8s %s\n", "", "", "",
+                ("scipy-" + p.solver).c_str(), p.status.c_str(), "-", p.seconds, p.kappa_lo,
+                p.kappa_hi > 0 ? p.kappa_hi : std::numeric_limits<double>::infinity(), p.products, p.rss_mb,
+                p.dense_checked ? (p.dense_inside ? "inside" : "OUTSIDE") : "-", peer_verdict(r, p, budget).c_str());
   std::fflush(stdout);
 }
 
@@ -124,25 +230,60 @@ std::string rows_csv(const std::vector<Row>& rows, int threads, const GklOptions
   return csv.str();
 }
 
+// Long format, one line per (row, route): jacond-gkl and each scipy solver side by side for pandas.
+std::string peers_csv(const std::vector<Row>& rows, int threads, const GklOptions& gkl) {
+  std::ostringstream csv;
+  csv << "size,init,matrix,n,d,heads,threads,tolerance,budget_s,route,status,seconds,setup_s,products,kappa_lo,"
+         "kappa_hi,peak_rss_mb,dense_kappa,dense_inside,jacond_seconds,speedup,verdict,note\n";
+  for (const Row& r : rows) {
+    const ConditionReport& c = r.lz.report;
+    const std::string head = r.size + ',' + r.init + ',' + r.matrix + ',' + std::to_string(r.n) + ',' +
+                             std::to_string(r.d) + ',' + std::to_string(r.heads) + ',' + std::to_string(threads) + ',' +
+                             fmt(gkl.tolerance) + ',' + fmt(gkl.max_seconds) + ',';
+    const std::string dense = r.dense_checked ? fmt(r.dense_kappa) : "";
+    csv << head << "jacond-gkl," << to_string(c.status) << ',' << fmt(c.seconds) << ",0," << c.products << ','
+        << fmt(c.kappa_lo) << ',' << fmt(c.kappa_hi) << ',' << fmt(r.rss_mb) << ',' << dense << ','
+        << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ',' << fmt(c.seconds) << ",,,\"" << c.note
+        << "\"\n";
+    for (const PeerResult& p : r.peers) {
+      const bool both = jacond_reached(r) && peer_reached(p);
+      csv << head << "scipy-" << p.solver << ',' << p.status << ',' << fmt(p.seconds) << ',' << fmt(p.setup_s) << ','
+          << p.products << ',' << fmt(p.kappa_lo) << ','
+          << (p.kappa_hi > 0 ? fmt(p.kappa_hi) : fmt(std::numeric_limits<double>::infinity())) << ','
+          << fmt(p.rss_mb) << ',' << dense << ',' << (p.dense_checked ? (p.dense_inside ? "yes" : "no") : "") << ','
+          << fmt(c.seconds) << ',' << (both ? fmt(p.seconds / c.seconds) : "") << ",\""
+          << peer_verdict(r, p, gkl.max_seconds) << "\",\"" << p.note << "\"\n";
+    }
+  }
+  return csv.str();
+}
+
 }  // namespace
 
 int run_bench_lanczos(int argc, char** argv) {
   std::string sizes_spec = "vit-s,vit-b", inits_spec = "ours,timm", matrices_spec = "K_sab,K_ffn,K_sa",
-              out_dir = "results/bench-lanczos";
+              out_dir = "results/bench-lanczos", peers_spec = "arpack";
   int threads = 2;
   GklOptions gkl;
   gkl.max_seconds = 120;
   bool check_dense = false;
-  po::options_description desc("jacond bench lanczos: certified matrix-free kappa brackets at ViT sizes");
+  PeerSetup peer;
+  po::options_description desc("jacond bench lanczos: matrix-free kappa brackets at ViT sizes, against scipy svds");
   desc.add_options()("help,h", "this help")
-      ("sizes", po::value(&sizes_spec)->default_value(sizes_spec), "comma list of vit-s | vit-b | dense6400")
+      ("sizes", po::value(&sizes_spec)->default_value(sizes_spec),
+       "comma list of vit-s | vit-b | dense6400 | dense12480 | nNdDhH (e.g. n65d192h3)")
       ("inits", po::value(&inits_spec)->default_value(inits_spec), "comma list of ours | timm | mimetic")
       ("matrices", po::value(&matrices_spec)->default_value(matrices_spec), "comma list of K_sab | K_ffn | K_sa")
-      ("seconds", number_value(&gkl.max_seconds), "budget per matrix")
+      ("seconds", number_value(&gkl.max_seconds), "budget per matrix and route")
       ("tol", number_value(&gkl.tolerance), "target kappa_hi/kappa_lo - 1")
       ("basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "Krylov basis before a restart")
-      ("check-dense", po::bool_switch(&check_dense), "also run the dense route (only for nd <= 6400)")
-      ("threads", po::value(&threads)->default_value(threads), "BLAS threads")
+      ("start-seed", po::value(&gkl.seed)->default_value(gkl.seed), "seed of the Gaussian start vectors (jacond and peers)")
+      ("check-dense", po::bool_switch(&check_dense), "also run the dense route (only for nd <= 12500)")
+      ("peers", po::value(&peers_spec)->default_value(peers_spec),
+       "comma list of scipy svds solvers run on the same block: arpack | propack | lobpcg, or none")
+      ("python", po::value(&peer.python)->default_value(peer.python), "Python with torch, numpy and scipy")
+      ("peer-script", po::value(&peer.script)->default_value(peer.script), "the SciPy route script")
+      ("threads", po::value(&threads)->default_value(threads), "BLAS threads (jacond and the peers)")
       ("out", po::value(&out_dir)->default_value(out_dir), "output directory");
   if (!parse_options(argc, argv, desc)) return 0;  // argv[0] = "lanczos"
   gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
@@ -159,30 +300,48 @@ int run_bench_lanczos(int argc, char** argv) {
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
       throw std::invalid_argument("--seconds and --tol must be > 0 and --basis >= 2");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    if (peers_spec != "none") peer.solvers = split_commas(peers_spec);
+    for (const auto& s : peer.solvers)
+      if (s != "arpack" && s != "propack" && s != "lobpcg")
+        throw std::invalid_argument("--peers: unknown solver '" + s + "' (arpack | propack | lobpcg | none)");
+    if (!peer.solvers.empty()) {
+      if (!std::filesystem::exists(peer.script))
+        throw std::invalid_argument("--peer-script: " + peer.script + " does not exist");
+      if (::access(peer.python.c_str(), X_OK) != 0)
+        throw std::invalid_argument("--python: " + peer.python + " is not executable");
+    }
   });
   set_threads(threads);
   ensure_directory(out_dir);
 
   std::vector<Row> rows;
-  std::printf("%-9s %-5s %-6s %-13s %9s %9s %13s %13s %9s %8s %8s\n", "size", "init", "matrix", "status", "t_smax_s",
-              "t_total_s", "kappa_lo", "kappa_hi", "products", "rss_MB", "dense");
+  std::printf("%-10s %-7s %-6s %-16s %-13s %9s %9s %13s %13s %9s %8s %8s\n", "size", "init", "matrix", "route",
+              "status", "t_smax_s", "t_total_s", "kappa_lo", "kappa_hi", "products", "rss_MB", "dense");
   for (const Size& sz : sizes)
     for (const auto& init : inits) {
-      const BlockWeights w = init_weights(init, 2.0, 0.6, 3.0, "default", 0, sz.d, sz.heads, 4 * sz.d, 0.0);
+      const models::TensorMap tensors = init_tensors(init, 2.0, 0.6, 3.0, "default", 0, sz.d, sz.heads, 4 * sz.d);
+      const BlockWeights w = models::block_from_timm(tensors, 0, sz.heads);
       const Mat X = gaussian_tokens(sz.n, sz.d, 0);
       const BlockForward f = block_forward(w, X, SkipMode::kFull);  // K_sab, K_ffn with residuals
+      const std::string dir = peer.solvers.empty() ? "" : write_peer_inputs(out_dir, sz, init, tensors, X);
       for (const auto& m : matrices) {
         rows.push_back(measure(sz, init, m, w, f, gkl, check_dense));
-        print_row(rows.back());
+        for (const auto& solver : peer.solvers)
+          rows.back().peers.push_back(run_peer(peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, threads));
+        print_row(rows.back(), gkl.max_seconds);
       }
     }
   write_file_atomic(out_dir + "/bench_lanczos.csv", rows_csv(rows, threads, gkl));
+  if (!peer.solvers.empty()) write_file_atomic(out_dir + "/bench_lanczos_peers.csv", peers_csv(rows, threads, gkl));
   nlohmann::json meta = run_metadata(argc, argv);
   meta["benchmark"] = "lanczos";
   meta["rows"] = rows.size();
-  meta["note"] = "peak_rss_mb is cumulative for the process (getrusage ru_maxrss)";
+  meta["peers"] = peer.solvers;
+  meta["peer_script"] = peer.solvers.empty() ? "" : peer.script;
+  meta["note"] = "peak_rss_mb is cumulative for the process (getrusage ru_maxrss); a peer's is its own process's";
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-  std::printf("wrote %s/bench_lanczos.csv and run.json\n", out_dir.c_str());
+  std::printf("wrote %s/bench_lanczos.csv%s and run.json\n", out_dir.c_str(),
+              peer.solvers.empty() ? "" : ", bench_lanczos_peers.csv");
   for (const Row& r : rows)
     if (r.dense_checked && !r.dense_inside) throw std::runtime_error("dense kappa outside the lanczos bracket for " + r.matrix);
   return 0;

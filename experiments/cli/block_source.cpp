@@ -56,8 +56,8 @@ void BlockSource::validate() const {
     if (!std::isfinite(v)) throw std::invalid_argument(std::string(flag) + " must be finite");
 }
 
-BlockWeights init_weights(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,
-                          uint64_t seed, int64_t d, int64_t heads, int64_t hidden, double logit_scale) {
+models::TensorMap init_tensors(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,
+                               uint64_t seed, int64_t d, int64_t heads, int64_t hidden) {
   if (d <= 0 || heads <= 0 || hidden <= 0) throw std::invalid_argument("--d, --heads and --mlp-ratio must be positive");
   if (d % heads != 0) throw std::invalid_argument("--d " + std::to_string(d) + " is not divisible by --heads " + std::to_string(heads));
   models::InitConfig cfg;
@@ -69,7 +69,13 @@ BlockWeights init_weights(const std::string& init, double alpha, double beta, do
   cfg.seed = seed;
   models::TensorMap tensors;
   models::init_block(tensors, 0, d, heads, hidden, cfg);
-  return models::block_from_timm(tensors, 0, heads, logit_scale);
+  return tensors;
+}
+
+BlockWeights init_weights(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,
+                          uint64_t seed, int64_t d, int64_t heads, int64_t hidden, double logit_scale) {
+  return models::block_from_timm(init_tensors(init, alpha, beta, c, mlp_init, seed, d, heads, hidden), 0, heads,
+                                 logit_scale);
 }
 
 LoadedBlock load_block(const BlockSource& src) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "analysis/jacobians/block.h"
+#include "models/io/tensor_map.h"
 
 namespace jacond::cli {
 
@@ -37,6 +38,11 @@ struct LoadedBlock {
 
 /// Builds the block and tokens; throws with a one-line message naming the bad input.
 LoadedBlock load_block(const BlockSource& src);
+
+/// Block 0 of the `ours`/`timm`/`mimetic` init for a given (α, β, c, seed), as timm-named tensors
+/// (what `save_safetensors` writes for the Python routes).
+models::TensorMap init_tensors(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,
+                               uint64_t seed, int64_t d, int64_t heads, int64_t hidden);
 
 /// Weights of the `ours`/`timm`/`mimetic` init for a given (α, β, c, seed) without tokens.
 BlockWeights init_weights(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,

@@ -419,6 +419,9 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "sprint"}, 2, "sprint"},
       {{"bench", "dense", "--sizes", "7"}, 2, "--sizes"},
       {{"bench", "lanczos", "--inits", "zeros"}, 2, "zeros"},
+      {{"bench", "lanczos", "--peers", "magic"}, 2, "magic"},
+      {{"bench", "lanczos", "--sizes", "n5d7h2"}, 2, "n5d7h2"},
+      {{"bench", "lanczos", "--python", "/no/such/python"}, 2, "--python"},
       {{"bench", "train", "--steps", "0"}, 2, "--steps"},
       {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
       {{"bench", "train", "--init", "zeros"}, 2, "--init"},
@@ -453,6 +456,49 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
 }
 
 // --matrices computes only the asked-for matrices (every space and head of each).
+// ---------------------------------------------------------------------------------------------
+// jacond bench lanczos
+
+// The block where one Gaussian start missed σ_min (analysis/spectral/gkl.h, assumption (A)):
+// `ours` K_sab at n 12, d 16, 2 heads has dense κ 2157 with the second smallest σ at κ 1446.
+// With --check-dense the run exits 1 if a jacond bracket misses the dense κ. The SciPy peer runs
+// on the same weights and tokens (files written by the bench) and must find the same κ where it
+// converges: an independent oracle (PyTorch autograd products, SciPy's solver).
+TEST_F(CliTest, BenchLanczosBracketsDenseKappaAndRunsTheScipyPeer_n12_d16_h2) {
+  if (std::system("/usr/bin/python3 -c 'import scipy, torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 with scipy and torch not installed (scripts/setup.sh installs them)";
+  const std::string out = path("bench-lanczos");
+  const RunResult r = run({"bench", "lanczos", "--sizes", "n12d16h2", "--inits", "ours", "--matrices", "K_sab,K_ffn",
+                           "--peers", "arpack", "--check-dense", "--seconds", "10", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv lz = read_csv(out + "/bench_lanczos.csv");
+  ASSERT_EQ(lz.rows.size(), 2u);
+  for (const auto& row : lz.rows) {
+    SCOPED_TRACE(row.at("matrix") + ": " + row.at("note"));
+    EXPECT_EQ(row.at("status"), "bracket");
+    EXPECT_EQ(row.at("dense_inside"), "yes");
+  }
+  EXPECT_NEAR(std::stod(lz.rows[0].at("dense_kappa")), 2156.8, 0.1);  // K_sab: the missed-start block
+  const Csv peers = read_csv(out + "/bench_lanczos_peers.csv");
+  ASSERT_EQ(peers.rows.size(), 4u);  // (jacond-gkl, scipy-arpack) × (K_sab, K_ffn)
+  int compared = 0;
+  for (const auto& row : peers.rows) {
+    SCOPED_TRACE(row.at("matrix") + " " + row.at("route") + ": " + row.at("verdict") + " " + row.at("note"));
+    EXPECT_TRUE(row.at("route") == "jacond-gkl" || row.at("route") == "scipy-arpack");
+    if (row.at("route") != "scipy-arpack") continue;
+    EXPECT_TRUE(row.at("status") == "bracket" || row.at("status") == "not-converged");
+    EXPECT_GT(std::stoll(row.at("products")), 0);
+    if (row.at("status") == "bracket") {
+      EXPECT_EQ(row.at("dense_inside"), "yes");
+      EXPECT_GT(std::stod(row.at("speedup")), 0.0);
+      ++compared;
+    } else {
+      EXPECT_EQ(row.at("speedup"), "");
+    }
+  }
+  EXPECT_GE(compared, 1) << "K_ffn (kappa 1.5) should converge under ARPACK in 10 s";
+}
+
 TEST_F(CliTest, BlockMatricesSelectsRows_n8_d16_h2) {
   const std::string out = path("sel");
   const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none",

@@ -9,6 +9,8 @@
 // τ is the reference's error, not a tolerance of the solver: at κ ≤ 1e9 it is below 1e-4 of σ_min.
 #include <gtest/gtest.h>
 
+#include <Eigen/SVD>
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -263,6 +265,55 @@ TEST(GklBracket, WarmStartSavesProducts) {
   expect_tight(warm2, "warm");
   EXPECT_LT(warm2.report.products, cold2.report.products);
   EXPECT_EQ(warm2.warm.v_min.size(), 1000);
+}
+
+// Assumption (A) failing on purpose: the smallest-end start is the right singular vector of the
+// SECOND smallest σ (1.5e-3) plus 1e-3 of a Gaussian, so the start holds almost nothing of the
+// smallest one (1e-3) and the Ritz value at 1.5e-3 has a tiny residual from the first steps.
+// Negative control: one run (confirm_smallest = false) returns a "tight" bracket around 1.5e-3
+// that misses σ_min; this is the failure the real K_sab block of gkl.h showed. With the
+// confirmation from an independent Gaussian start, the bracket contains σ_min or the report
+// says not-converged.
+TEST(GklBracket, MissedStartIsCaughtByTheSecondStart) {
+  const Index n = 300;
+  const Mat A = with_spectrum(separated(n, 1e3), 21);
+  Eigen::BDCSVD<Mat> svd(A, Eigen::ComputeThinV);
+  GklWarmStart misleading;
+  misleading.v_min = svd.matrixV().col(n - 2);  // singular values descending: n − 2 is σ = 1.5e-3
+  GklOptions opt;
+  opt.max_basis = 48;
+  opt.keep = 16;
+  opt.confirm_smallest = false;
+  const LanczosCondition single = condition_lanczos(DenseOp{A}, "A", opt, misleading);
+  ASSERT_EQ(single.report.status, Status::kBracket) << single.report.note;
+  ASSERT_GT(single.smallest.lo, 1.2e-3) << "the control did not miss sigma_min; the test no longer tests (A): "
+                                        << single.report.note;
+  opt.confirm_smallest = true;
+  const LanczosCondition confirmed = condition_lanczos(DenseOp{A}, "A", opt, misleading);
+  if (confirmed.report.status != Status::kNotConverged) {
+    expect_contains(confirmed, dense_truth(A), "confirmed");
+    expect_tight(confirmed, "confirmed");
+    EXPECT_NE(confirmed.report.note.find("starts disagreed"), std::string::npos) << confirmed.report.note;
+  }
+}
+
+// A kept Ritz value with a large residual holds the lower end of σ_min open; that is no
+// "rounding-limited" bracket even when the wanted Ritz value's own residual is at rounding
+// (a bracket [0, σ] was once reported as converged with κ_hi = inf).
+TEST(GklBracket, ConvergedBracketsHaveFiniteKappaHi) {
+  for (uint64_t seed : {31u, 32u, 33u}) {
+    const Mat A = with_spectrum(geometric(200, 1e6), seed);
+    GklOptions opt;
+    opt.max_basis = 24;
+    opt.keep = 8;
+    opt.max_products = 20000;
+    const LanczosCondition r = condition_lanczos(DenseOp{A}, "A", opt);
+    if (r.report.status == Status::kBracket) {
+      EXPECT_TRUE(std::isfinite(r.report.kappa_hi)) << "seed " << seed << ": " << r.report.note;
+      EXPECT_GT(r.smallest.lo, 0.0) << "seed " << seed << ": " << r.report.note;
+    }
+    expect_contains(r, dense_truth(A), "geometric seed " + std::to_string(seed));
+  }
 }
 
 TEST(GklBracket, RejectsBadOptions) {
