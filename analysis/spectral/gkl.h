@@ -10,7 +10,7 @@
 // A restart keeps the ℓ wanted Ritz pairs and p_{k+1} and continues the recurrence.
 // B_k's SVD is computed directly (LAPACKE dgesdd), never through B_kᵀB_k, so a Ritz value has
 // absolute error O(eps·σ_max), not the O(eps·σ_max²/σ) of Lanczos on KᵀK (docs/design.md §4).
-// One run per end (gkl.cpp, class GklRun), in these steps:
+// One run per end (two for σ_min, see the confirmation under (A) below; gkl.cpp, class GklRun), in these steps:
 //   start     p_1 Gaussian, or the warm start plus 1e-3 of a Gaussian;
 //   sweep     left step α_j q_j = K p_j − Q_{j−1} (…), right step β_j p_{j+1} = Kᵀ q_j − P_j (…),
 //             each reorthogonalised against the whole basis (classical Gram–Schmidt twice); a
