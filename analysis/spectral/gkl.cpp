@@ -425,10 +425,7 @@ SingularEnd smallest_confirmed(const OperatorRef& A, const GklOptions& opt, doub
                                const Vec& start, Budget& budget, std::string& verdict) {
   const double each_tol = std::sqrt(1.0 + rel_tol) - 1.0;
   SingularEnd first = run_gkl(A, Which::kSmallest, opt, each_tol, sigma_max_hi, start, budget);
-  if (!first.converged || first.bound == "exhausted") {
-    verdict = first.converged ? "exhausted" : "";
-    return first;
-  }
+  if (!first.converged || first.bound == "exhausted") return first;  // nothing to confirm (verdict stays empty)
   GklOptions second_opt = opt;
   second_opt.seed = opt.seed ^ 0x9e3779b97f4a7c15ULL;  // independent of the first start
   const SingularEnd second = run_gkl(A, Which::kSmallest, second_opt, each_tol, sigma_max_hi, Vec(), budget);
@@ -522,7 +519,7 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
     note << "Krylov space exhausted: bounds hold without assumption";
   else
     note << "bounds assume no missed singular value";
-  if (!confirmation.empty() && confirmation != "exhausted") note << "; sigma_min: " << confirmation;
+  if (!confirmation.empty()) note << "; sigma_min: " << confirmation;
   if (r.status == Status::kNotConverged) note << "; budget ran out: best bracket reached";
   if (out.smallest.bound == "weyl-rounding" || out.largest.bound == "weyl-rounding")
     note << "; residuals at the rounding allowance: bracket as tight as fp64 allows";

@@ -66,7 +66,7 @@ import torch  # noqa: E402
 import torch.autograd.forward_ad as fwad  # noqa: E402
 
 import safetensors_np  # noqa: E402
-from torch_dense_route import build_attention, tensor  # noqa: E402
+from torch_dense_route import build_attention, load_tokens, tensor  # noqa: E402
 
 
 def layernorm(x, gamma, beta, eps):
@@ -90,7 +90,7 @@ def build_block(weights_path, layer, heads, logit_scale, d, ln_eps):
     b_fc1 = tensor(tensors, p + "mlp.fc1.bias", weights_path, [hidden])
     w_fc2 = tensor(tensors, p + "mlp.fc2.weight", weights_path, [d, hidden])
     b_fc2 = tensor(tensors, p + "mlp.fc2.bias", weights_path, [d])
-    sa, scale = build_attention(weights_path, layer, heads, logit_scale, d)
+    sa, scale = build_attention(tensors, weights_path, layer, heads, logit_scale, d)
 
     def ln1(x):
         return layernorm(x, g1, b1, ln_eps)
@@ -160,6 +160,12 @@ def residual_bracket(op, u, s, v, largest):
     return max(0.0, s - eta), norm_kv
 
 
+def first_line(e):
+    """`Type: first line of the message`, for one-line notes."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}"
+
+
 def solve_end(op, args, largest, tols, rng, seed):
     """svds for one end at successive tolerances; yields (lo, hi, tol, None) after each solve, or
     (None, None, tol, note) once a solve fails (the previous bracket stands)."""
@@ -173,8 +179,7 @@ def solve_end(op, args, largest, tols, rng, seed):
             u, s, vt = svds(op.linear_operator, k=1, which="LM" if largest else "SM", tol=tol, v0=v0,
                             solver=args.solver, random_state=seed, maxiter=maxiter)
         except Exception as e:  # ArpackNoConvergence, PROPACK's LinAlgError, ...
-            first = str(e).splitlines()[0] if str(e) else ""
-            yield None, None, tol, f"svds at tol {tol:g} stopped: {type(e).__name__}: {first}"
+            yield None, None, tol, f"svds at tol {tol:g} stopped: {first_line(e)}"
             return
         lo, hi = residual_bracket(op, u[:, 0], float(s[0]), vt[0], largest)
         v0 = vt[0].copy()
@@ -188,12 +193,7 @@ def solve(args, counter, events):
         torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")  # LOBPCG's per-call "not reaching the requested tolerance"
     t_setup = time.perf_counter()
-    tokens, _ = safetensors_np.read(args.tokens)
-    if "tokens" not in tokens:
-        raise ValueError(f"{args.tokens}: missing key tokens")
-    if tokens["tokens"].ndim != 2:
-        raise ValueError(f"{args.tokens}: tokens has shape {list(tokens['tokens'].shape)}, expected [n, d]")
-    x = torch.from_numpy(np.array(tokens["tokens"], dtype=np.float64, order="C"))
+    x = load_tokens(args.tokens)
     n, d = x.shape
     ln1, sa, ln2, mlp, scale = build_block(args.weights, args.layer, args.heads, args.logit_scale, d, args.ln_eps)
     f, x0 = matrix_function(args.matrix, x, ln1, sa, ln2, mlp)
@@ -227,9 +227,8 @@ def solve(args, counter, events):
 def child_main(args, counter, events):
     try:
         solve(args, counter, events)
-    except Exception as e:  # ARPACK / PROPACK give up (ArpackNoConvergence, LinAlgError, ...), bad files
-        first = str(e).splitlines()[0] if str(e) else ""
-        events.put({"event": "error", "note": f"{type(e).__name__}: {first}"})
+    except Exception as e:  # bad files during setup, or a failure svds' own handling did not catch
+        events.put({"event": "error", "note": first_line(e)})
 
 
 def run(args):

@@ -50,9 +50,19 @@ def tensor(tensors, key, path, shape):
     return torch.from_numpy(np.array(array, dtype=np.float64, order="C"))
 
 
-def build_attention(weights_path, layer, heads, logit_scale, d):
-    """SA(x) of block `layer` as a function of x [n, d] (docs/design.md §2, bare, no LayerNorm)."""
-    tensors, _ = safetensors_np.read(weights_path)
+def load_tokens(path):
+    """`tokens` [n, d] of a safetensors file as an fp64 torch tensor (a copy)."""
+    tokens, _ = safetensors_np.read(path)
+    if "tokens" not in tokens:
+        raise ValueError(f"{path}: missing key tokens")
+    if tokens["tokens"].ndim != 2:
+        raise ValueError(f"{path}: tokens has shape {list(tokens['tokens'].shape)}, expected [n, d]")
+    return torch.from_numpy(np.array(tokens["tokens"], dtype=np.float64, order="C"))
+
+
+def build_attention(tensors, weights_path, layer, heads, logit_scale, d):
+    """SA(x) of block `layer` as a function of x [n, d] (docs/design.md §2, bare, no LayerNorm),
+    from the tensors of `weights_path` (already read; the path names it in errors)."""
     prefix = f"blocks.{layer}.attn."
     w_qkv = tensor(tensors, prefix + "qkv.weight", weights_path, [3 * d, d])
     b_qkv = tensor(tensors, prefix + "qkv.bias", weights_path, [3 * d])
@@ -97,15 +107,10 @@ def main():
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(True)
 
-    tokens, _ = safetensors_np.read(args.tokens)
-    if "tokens" not in tokens:
-        raise ValueError(f"{args.tokens}: missing key tokens")
-    if tokens["tokens"].ndim != 2:
-        raise ValueError(f"{args.tokens}: tokens has shape {list(tokens['tokens'].shape)}, "
-                         "expected [n, d]")
-    x = torch.from_numpy(np.array(tokens["tokens"], dtype=np.float64, order="C"))
+    x = load_tokens(args.tokens)
     n, d = x.shape
-    sa, scale = build_attention(args.weights, args.layer, args.heads, args.logit_scale, d)
+    tensors, _ = safetensors_np.read(args.weights)
+    sa, scale = build_attention(tensors, args.weights, args.layer, args.heads, args.logit_scale, d)
 
     best = None
     for _ in range(args.repeat):
