@@ -106,12 +106,17 @@ SmallSvd small_svd(Mat B) {
 struct Ritz {
   std::vector<double> theta, eta;
   std::vector<Index> index;  // column of U_B / V_B
+  // Weyl term of the Ritz values not selected (bidiagonal estimate): θ_{s+1} − (β/√2 + δ) for
+  // the smallest end, θ_{s+1} + (β/√2 + δ) for the largest; NaN when every Ritz value is listed.
+  double rest = std::numeric_limits<double>::quiet_NaN();
+  double eta_at(size_t i) const { return i < eta.size() ? eta[i] : kInf; }  // i = eta.size(): the rest
 };
 
 struct Bracket {
   double lo = 0, hi = kInf;
   std::string bound;
   size_t limiting = 0;  // the kept Ritz value whose Weyl interval sets the assumption-bearing end
+                        // (theta.size(): the unselected rest)
 };
 
 // The bounds of analysis/spectral/gkl.h (Weyl + Courant–Fischer). For the largest end `norm_kv`
@@ -126,11 +131,13 @@ Bracket bracket_of(const Ritz& r, Which which, double norm_kv, double delta) {
     b.hi = 0.0;                                               // (W) + (A)
     for (size_t i = 0; i < r.theta.size(); ++i)
       if (r.theta[i] + r.eta[i] > b.hi) b.hi = r.theta[i] + r.eta[i], b.limiting = i;
+    if (r.rest > b.hi) b.hi = r.rest, b.limiting = r.theta.size();
   } else {
     b.hi = std::min(r.theta[0] + delta, norm_kv + delta);     // (CF)
     b.lo = kInf;                                              // (W) + (A)
     for (size_t i = 0; i < r.theta.size(); ++i)
       if (r.theta[i] - r.eta[i] < b.lo) b.lo = r.theta[i] - r.eta[i], b.limiting = i;
+    if (r.rest < b.lo) b.lo = r.rest, b.limiting = r.theta.size();
     b.lo = std::max(0.0, b.lo);
   }
   return b;
@@ -169,16 +176,48 @@ Explicit explicit_residual(const OperatorRef& A, const Vec& u, const Vec& v, Bud
 
 constexpr Index kCheckEvery = 4;
 
-// Ritz values in wanted order with residuals (β |(U_B)_{k,i}| / √2 + δ).
-Ritz ritz_of(const SmallSvd& svd, Index kk, double beta_last, Which which, double delta) {
+// Ritz values in wanted order with residuals (β |(U_B)_{k,i}| / √2 + δ), from the columns of
+// `svd` (all of B_k's triplets, or a selection at the wanted end; descending either way).
+Ritz ritz_of(const SmallSvd& svd, double beta_last, Which which, double delta) {
   Ritz ritz;
-  for (Index i = 0; i < kk; ++i) {
-    const Index idx = which == Which::kLargest ? i : kk - 1 - i;
+  const Index count = svd.s.size(), last_row = svd.U.rows() - 1;
+  for (Index i = 0; i < count; ++i) {
+    const Index idx = which == Which::kLargest ? i : count - 1 - i;
     ritz.index.push_back(idx);
     ritz.theta.push_back(svd.s(idx));
-    ritz.eta.push_back(beta_last * std::abs(svd.U(kk - 1, idx)) / std::sqrt(2.0) + delta);
+    ritz.eta.push_back(beta_last * std::abs(svd.U(last_row, idx)) / std::sqrt(2.0) + delta);
   }
   return ritz;
+}
+
+// The s singular triplets at the wanted end of the upper bidiagonal matrix with diagonal `d` and
+// superdiagonal `e` (LAPACKE dbdsvdx, which numbers singular values from the largest), in
+// descending order, and the next singular value beyond them (NaN when s = the order).
+struct Selected {
+  SmallSvd svd;
+  double next = std::numeric_limits<double>::quiet_NaN();
+};
+
+Selected bidiagonal_select(Vec d, Vec e, Index s, Which which) {
+  const lapack_int j = static_cast<lapack_int>(d.size());
+  const lapack_int want = static_cast<lapack_int>(std::min<Index>(s + 1, j));  // s and the next one
+  const lapack_int il = which == Which::kLargest ? 1 : j - want + 1, iu = which == Which::kLargest ? want : j;
+  lapack_int found = 0;
+  Vec values(j);
+  Mat Z(2 * static_cast<Index>(j), want);  // column i: u_i (rows 0..j−1) over v_i (rows j..2j−1)
+  std::vector<lapack_int> fail(12 * static_cast<size_t>(j));
+  check_lapack("gkl bidiagonal estimate: LAPACKE_dbdsvdx",
+               LAPACKE_dbdsvdx(LAPACK_COL_MAJOR, 'U', 'V', 'I', j, d.data(), e.data(), 0.0, 0.0, il, iu, &found,
+                               values.data(), Z.data(), 2 * j, fail.data()));
+  if (found != want) throw std::runtime_error("gkl bidiagonal estimate: dbdsvdx returned too few singular values");
+  const Index selected = std::min<Index>(s, j);
+  const Index first = (which == Which::kSmallest && want > selected) ? 1 : 0;  // skip "next" at the front
+  Selected out;
+  out.svd.s = values.segment(first, selected);
+  out.svd.U = Z.block(0, first, j, selected);
+  out.svd.V = Z.block(j, first, j, selected);
+  if (want > selected) out.next = values(which == Which::kLargest ? selected : 0);
+  return out;
 }
 
 double rounding_allowance(double sqrtN, double scale_hint, double theta_max) {
@@ -230,7 +269,10 @@ class GklRun {
   void left_step(Index j);
   double right_step(Index j);
   bool mid_basis_check_due(Index j) const;
+  bool bidiagonal_estimate_due(Index j) const { return restarts_ == 0 && j >= bidiagonal_from_; }
   Estimate estimate(Index j, double beta_last) const;
+  void bidiagonal_estimate(Index j, double beta_last, Estimate& e) const;
+  Estimate estimate_reported(Index j, double beta_last) const;
   bool stop_on_estimate(const Estimate& e, const Sweep& sw) const;
   bool finish(const Estimate& e, const Sweep& sw, SingularEnd& out);
   void thick_restart(const Estimate& e, Index kk);
@@ -240,7 +282,8 @@ class GklRun {
   const double rel_tol_, scale_hint_;
   Budget& budget_;
   const Clock::time_point t0_;
-  const Index m_, n_, k_, keep_, min_steps_;
+  const Index m_, n_, k_, keep_, min_steps_, bidiagonal_from_;
+  const std::function<void(const GklProgress&)> progress_;
   const double sqrtN_;
   std::mt19937_64 rng_;
   Mat P_, Q_, B_;           // K P_j = Q_j B_j on the first j columns; P_ has one column more
@@ -248,6 +291,7 @@ class GklRun {
   Index steps_ = 0;         // GKL steps taken
   Index restarts_ = 0;
   double scale_;            // running estimate of ‖K‖ for the breakdown tests
+  double offband_sq_ = 0;   // before the first restart: Σ squares of B's entries above the superdiagonal
   const Index products_at_start_;
 };
 
@@ -256,6 +300,7 @@ GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double 
     : A_(A), which_(which), rel_tol_(rel_tol), scale_hint_(scale_hint), budget_(budget), t0_(Clock::now()),
       m_(A.rows), n_(A.cols), k_(std::max<Index>(1, std::min(opt.max_basis, n_))),
       keep_(std::max<Index>(1, std::min(opt.keep, k_ - 1))), min_steps_(std::min(opt.min_steps, n_)),
+      bidiagonal_from_(std::max<Index>(2, opt.bidiagonal_from)), progress_(opt.progress),
       sqrtN_(std::sqrt(static_cast<double>(std::max(m_, n_)))), rng_(opt.seed + (which == Which::kSmallest ? 1 : 0)),
       P_(n_, k_ + 1), Q_(m_, k_), B_(Mat::Zero(k_, k_)), scale_(scale_hint), products_at_start_(budget.used) {
   P_.col(0) = start_vector(start, n_, rng_);
@@ -264,7 +309,7 @@ GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double 
 SingularEnd GklRun::run() {
   for (;;) {
     const Sweep sw = sweep();
-    const Estimate e = estimate(sw.kk, sw.beta_last);
+    const Estimate e = estimate_reported(sw.kk, sw.beta_last);
     SingularEnd out;
     if ((stop_on_estimate(e, sw) || sw.out_of_budget) && finish(e, sw, out)) return out;
     thick_restart(e, sw.kk);
@@ -289,7 +334,7 @@ Sweep GklRun::sweep() {
       ++j;
       break;
     }
-    if (mid_basis_check_due(j + 1) && estimate(j + 1, sw.beta_last).converged()) {
+    if (mid_basis_check_due(j + 1) && estimate_reported(j + 1, sw.beta_last).converged()) {
       ++j;
       break;
     }
@@ -304,6 +349,7 @@ void GklRun::left_step(Index j) {
   apply_counted(A_, false, P_.col(j).data(), w, budget_);
   const Vec c = orthogonalise(Q_, j, w);
   B_.col(j).head(j) = c;
+  if (restarts_ == 0 && j >= 2) offband_sq_ += c.head(j - 1).squaredNorm();  // zero in exact arithmetic
   const double alpha = w.norm();
   scale_ = std::max({scale_, alpha, j > 0 ? c.cwiseAbs().maxCoeff() : 0.0});
   if (alpha <= kEps * scale_ || alpha == 0.0) {
@@ -334,24 +380,58 @@ double GklRun::right_step(Index j) {
 }
 
 // Mid-basis convergence check every max(4, j/8) steps (the relations above hold for every j, so
-// the bounds of B_j are as valid as those of a full basis; an O(j³) SVD each).
+// the bounds of B_j are as valid as those of a full basis; an O(j³) SVD each), every j/32 steps
+// once the estimate is the O(j·s) bidiagonal one.
 bool GklRun::mid_basis_check_due(Index j) const {
-  return j < k_ && (j - nkept_) % std::max<Index>(kCheckEvery, j / 8) == 0 && j >= 2 && steps_ >= min_steps_;
+  const Index every = std::max<Index>(kCheckEvery, j / (bidiagonal_estimate_due(j) ? 32 : 8));
+  return j < k_ && (j - nkept_) % every == 0 && j >= 2 && steps_ >= min_steps_;
 }
 
 Estimate GklRun::estimate(Index j, double beta_last) const {
   Estimate e;
-  e.svd = small_svd(B_.topLeftCorner(j, j));
-  e.delta = rounding_allowance(sqrtN_, scale_hint_, e.svd.s(0));
-  e.ritz = ritz_of(e.svd, j, beta_last, which_, e.delta);
-  e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
+  if (bidiagonal_estimate_due(j)) {
+    bidiagonal_estimate(j, beta_last, e);
+  } else {
+    e.svd = small_svd(B_.topLeftCorner(j, j));
+    e.delta = rounding_allowance(sqrtN_, scale_hint_, e.svd.s(0));
+    e.ritz = ritz_of(e.svd, beta_last, which_, e.delta);
+    e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
+  }
   const double floor = static_cast<double>(std::max(m_, n_)) * kEps * std::max(scale_hint_, e.svd.s(0));
   e.tight = tight(e.bracket, rel_tol_);
   // Rounding-limited only when the Ritz value that sets the bracket's assumption-bearing end is
   // at the allowance (a kept Ritz value with a large residual can hold the end open: then the
   // bracket can still shrink, and a lower end of 0 is no bracket at all).
-  e.rounding_limited = e.ritz.eta[e.bracket.limiting] <= 2.0 * e.delta && e.bracket.lo > 0;
+  e.rounding_limited = e.ritz.eta_at(e.bracket.limiting) <= 2.0 * e.delta && e.bracket.lo > 0;
   e.below_floor = which_ == Which::kSmallest && e.bracket.hi < floor;
+  return e;
+}
+
+// The estimate of "Long sweeps" (analysis/spectral/gkl.h): the bidiagonal part of B_j, s selected
+// triplets at the wanted end, δ + F as the allowance, and the unselected Ritz values as one Weyl
+// term; s doubles while that term sets the bracket's assumption-bearing end.
+void GklRun::bidiagonal_estimate(Index j, double beta_last, Estimate& e) const {
+  const Mat& B = B_;
+  const Vec d = B.diagonal().head(j);
+  const Vec superdiagonal = B.topLeftCorner(j, j).diagonal(1);
+  const double dropped = std::sqrt(offband_sq_);  // F
+  for (Index s = std::max<Index>(2, keep_ + 1);; s *= 2) {
+    const Selected sel = bidiagonal_select(d, superdiagonal, s, which_);
+    e.svd = sel.svd;
+    const double top = which_ == Which::kLargest ? sel.svd.s(0) : scale_;
+    e.delta = rounding_allowance(sqrtN_, scale_hint_, top) + dropped;
+    e.ritz = ritz_of(e.svd, beta_last, which_, e.delta);
+    const double rest_eta = beta_last / std::sqrt(2.0) + e.delta;  // |(U_B)_{j,i}| ≤ 1
+    if (!std::isnan(sel.next)) e.ritz.rest = which_ == Which::kLargest ? sel.next + rest_eta : sel.next - rest_eta;
+    e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
+    if (e.bracket.limiting < e.ritz.theta.size() || s >= j) return;
+  }
+}
+
+// estimate(), passed on to GklOptions::progress when one is set.
+Estimate GklRun::estimate_reported(Index j, double beta_last) const {
+  Estimate e = estimate(j, beta_last);
+  if (progress_) progress_({which_ == Which::kSmallest, budget_.used, steps_, e.bracket.lo, e.bracket.hi});
   return e;
 }
 
@@ -373,7 +453,7 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
   checked.eta[0] = std::max(e.ritz.eta[0], ex.eta + e.delta);
   const Bracket b = bracket_of(checked, which_, ex.norm_kv, e.delta);
   const bool ok = tight(b, rel_tol_) || sw.exhausted ||
-                  (e.rounding_limited && ex.eta <= 2.0 * e.delta && checked.eta[b.limiting] <= 2.0 * e.delta && b.lo > 0);
+                  (e.rounding_limited && ex.eta <= 2.0 * e.delta && checked.eta_at(b.limiting) <= 2.0 * e.delta && b.lo > 0);
   if (!(ok || e.below_floor || sw.out_of_budget || budget_.exhausted(4))) return false;
   out.theta = ex.theta;
   out.lo = b.lo;
@@ -392,7 +472,7 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
 // Thick restart: keep the ℓ wanted Ritz triplets, P_ℓ = P V_B[:, sel], Q_ℓ = Q U_B[:, sel],
 // B = diag(θ_sel), and the residual direction p_{k+1} as the next right vector.
 void GklRun::thick_restart(const Estimate& e, Index kk) {
-  const Index l = std::min(keep_, kk - 1);
+  const Index l = std::min<Index>({keep_, kk - 1, static_cast<Index>(e.ritz.theta.size())});
   Mat Vsel(kk, l), Usel(kk, l);
   for (Index i = 0; i < l; ++i) {
     Vsel.col(i) = e.svd.V.col(e.ritz.index[i]);

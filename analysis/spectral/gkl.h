@@ -68,6 +68,39 @@
 // Where the matrix fits a factorisation, analysis/spectral/inertia.h (certify_extremes) replaces
 // both assumption-bearing ends by inertia counts: status `certified`.
 //
+// Long sweeps (the unrestarted route, `max_basis` up to the whole space): before the first thick
+// restart B_j is upper bidiagonal up to the reorthogonalisation coefficients of the left steps
+// (Q_{j−2}ᵀ K p_j, zero in exact arithmetic, O(eps·‖K‖) with CGS2). Past `bidiagonal_from` steps
+// the estimate drops them and takes s selected triplets of the bidiagonal part with LAPACKE
+// dbdsvdx (O(j·s), against dgesdd's O(j³)). Both changes are paid for in the bounds:
+//   F = ‖dropped entries‖_F moves every Ritz value by ≤ F (Weyl for singular values) and every
+//       residual by ≤ F (the dropped part enters K ṽ − θ ũ and Kᵀ ũ − θ ṽ once each), so every
+//       η_i gets + F;
+//   the j − s Ritz values not selected lie beyond θ_{s+1} (next after the selected ones) and
+//       have η ≤ β_j/√2 + δ + F (|(U_B)_{j,i}| ≤ 1), so they enter the Weyl end as the single
+//       term θ_{s+1} ∓ (β_j/√2 + δ + F); when that term sets the end, s doubles (up to j).
+// The guarding test is BidiagonalEstimateAgreesWithTheDenseOne (test_svd_bracket.cpp): the same
+// run with bidiagonal_from lowered gives the dense estimate's bracket.
+//
+// Why thick-restart GKL, and not harmonic or refined Ritz restarts, inner–outer or Jacobi–Davidson
+// (issue #10, item 1; measured by `jacond bench lanczos --compare-methods`, README "Which σ_min
+// solver"): every method that builds its vectors from one start p_1 and products with K and Kᵀ
+// holds, after j products, vectors of the Krylov space K_⌈j/2⌉(KᵀK, p_1); the smallest Rayleigh
+// quotient over that space is the Ritz value of the unrestarted run (CF), so no such method's
+// σ_min upper end (and hence no 1 % bracket) beats the unrestarted GKL's in products. On `ours`
+// blocks (nd 1 600–6 400, κ 3.6e5–9e6) that optimum stays 10–1e5 × above σ_min until the Krylov
+// space is almost the whole space (2·nd products): the bottom lies below a bulk spread over five
+// decades, and the Kaniel–Paige–Saad bound asks for ~κ/(2√(r² − 1))·ln(κ√nd) ≫ nd steps (r =
+// σ_2/σ_1 ≈ 4). So at ViT-S a 1 % bracket needs ~nd = 75 648 basis vectors (92 GB), which is a
+// factorisation's job (the dense route, or the GPU), and below nd ≈ 24 000 the dense route of
+// `auto` is exact and faster than exhausting the Krylov space. The default stays a small thick
+// restart (96 / 32): at ViT scale it takes the most steps per second for the lower κ end, and
+// on the well-conditioned matrices (K_ffn, K_sab under `timm`) it converges in under 100 steps.
+//
+// Progress: GklOptions::progress, when set, is called at every estimate with the end, the
+// products used so far (all runs of the call) and the current bracket, so a benchmark can record
+// products-to-accuracy curves (jacond bench lanczos --compare-methods).
+//
 // Status of the report: `bracket` when κ_hi/κ_lo ≤ 1 + tolerance was reached, or when the
 // residuals reached the rounding allowance δ (the bracket cannot shrink further; said in note); `singular` when
 // σ_min_hi < noise floor max(rows, cols)·eps·σ_max_lo (κ ≥ σ_max_lo/σ_min_hi); `not-converged`
@@ -82,6 +115,14 @@
 
 namespace jacond {
 
+/// One estimate of a run, for GklOptions::progress.
+struct GklProgress {
+  bool smallest = false;    // which end
+  Index products = 0;       // products of the whole call so far (both ends, both starts)
+  Index steps = 0;          // GKL steps of this run
+  double lo = 0, hi = 0;    // the end's current bracket (recurrence residuals)
+};
+
 struct GklOptions {
   Index max_basis = 96;        // Krylov basis size k before a thick restart (capped at min(rows, cols))
   Index keep = 32;             // Ritz triplets ℓ kept at a restart (capped at k − 1)
@@ -91,6 +132,9 @@ struct GklOptions {
   Index min_steps = 24;        // GKL steps per end before a bracket may be accepted (guards (A))
   uint64_t seed = 20240607;    // Gaussian start vectors
   bool confirm_smallest = true; // σ_min from two independent starts, merged under (A2) (header comment)
+  Index bidiagonal_from = 384;  // steps before the first restart from which estimates use the
+                               // bidiagonal part and selected triplets (header comment, "Long sweeps")
+  std::function<void(const GklProgress&)> progress;  // called at every estimate (optional)
 };
 
 /// One end of the spectrum.

@@ -18,6 +18,16 @@
 //
 // With --check-dense, a size where the dense route fits (nd ≤ 12 500) is also run through
 // condition_fast on the dense matrix: the dense κ must lie inside the bracket (exit 1 if not).
+//
+// --compare-methods (issue #10, item 1) runs each listed solver configuration on each matrix
+// instead of the default route alone, and writes bench_lanczos_methods.csv (one row per method:
+// status, seconds, products, bracket width, basis memory, and with the dense truth the products
+// at which σ_min's upper end first came within 1 % and 10 % of it) and bench_lanczos_trace.csv
+// (every estimate: method, end, products, bracket), from which
+// experiments/plots/plot_lanczos_methods.py draws products-to-accuracy against κ and nd.
+// Methods: restart-K (thick restarts with a basis of K, keeping K/3: restart-96 is the default
+// route) and unrestarted (one sweep with a basis of min(nd, what --basis-memory-gb allows):
+// the Krylov optimum, see README "Which σ_min solver").
 #include "experiments/bench/bench_lanczos.h"
 
 #include <sys/resource.h>
@@ -73,8 +83,25 @@ struct PeerResult {
   bool dense_checked = false, dense_inside = false;  // the dense κ inside [kappa_lo, kappa_hi]
 };
 
+/// A solver configuration of --compare-methods.
+struct Method {
+  std::string name;   // restart-K | unrestarted
+  Index basis = 96;   // 0: min(nd, the memory cap)
+  Index keep = 32;
+};
+
+/// When a run's σ_min upper end (Courant–Fischer, rigorous) first came within 1 % and 10 % of the
+/// dense σ_min: products of the whole call at that estimate (−1: never).
+struct Approach {
+  Index products_1pct = -1, products_10pct = -1;
+};
+
 struct Row {
-  std::string size, init, matrix;
+  std::string size, init, matrix, method = "restart-96";
+  Index basis = 96;
+  double sigma_min_dense = 0;
+  Approach approach;
+  std::vector<GklProgress> trace;
   Index n, d, heads;
   LanczosCondition lz;
   double rss_mb = 0;
@@ -111,24 +138,68 @@ std::vector<Size> parse_sizes(const std::string& spec) {
   return sizes;
 }
 
-// One matrix of one block: the GKL bracket, and with check_dense (nd ≤ kDenseCheckMaxNd) the
-// dense κ, which must lie inside the bracket.
+// "restart-K" or "unrestarted".
+Method parse_method(const std::string& s) {
+  long long k = 0;
+  char tail = 0;
+  if (s == "unrestarted") return {s, 0, 32};
+  if (std::sscanf(s.c_str(), "restart-%lld%c", &k, &tail) == 1 && k >= 2) return {s, k, std::max<Index>(1, k / 3)};
+  throw std::invalid_argument("--compare-methods: unknown method '" + s + "' (restart-K with K >= 2 | unrestarted)");
+}
+
+// Bytes of the GKL basis (P: nd × (k+1), Q: nd × k) and of B_k (k × k), fp64.
+double basis_bytes(Index nd, Index k) { return 8.0 * (2.0 * nd * k + static_cast<double>(k) * k); }
+
+// The basis of a method at size nd: unrestarted takes the largest k ≤ nd whose basis fits `memory_gb`.
+Index method_basis(const Method& m, Index nd, double memory_gb) {
+  if (m.basis > 0) return std::min(m.basis, nd);
+  Index k = nd;
+  while (k > 2 && basis_bytes(nd, k) > memory_gb * 1e9) k = k * 9 / 10;
+  return k;
+}
+
+struct DenseTruth {
+  bool checked = false;
+  double kappa = 0, sigma_min = 0, seconds = 0;
+};
+
+// condition_fast on the dense matrix (nd ≤ kDenseCheckMaxNd), the reference for --check-dense.
+DenseTruth dense_truth(const Size& sz, const std::string& m, const BlockWeights& w, const BlockForward& f) {
+  DenseTruth t;
+  if (sz.n * sz.d > kDenseCheckMaxNd) return t;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Mat K = m == "K_sab" ? sab_jacobian(w, f) : m == "K_ffn" ? ffn_jacobian(w, f).to_dense()
+                                                                 : attention_jacobian(w, f.attn);
+  const ConditionReport d = condition_fast(K, m);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t.checked = true;
+  t.kappa = d.kappa;
+  t.sigma_min = d.sigma_min;
+  return t;
+}
+
+// One matrix of one block under one method: the GKL bracket, every estimate, and against the dense
+// truth (when given) whether κ lies inside and when σ_min's upper end came within 1 % / 10 %.
 Row measure(const Size& sz, const std::string& init, const std::string& m, const BlockWeights& w, const BlockForward& f,
-            const GklOptions& gkl, bool check_dense) {
-  Row r{sz.name, init, m, sz.n, sz.d, sz.heads, {}, 0, false, 0, 0, false, {}};
+            GklOptions gkl, const Method& method, Index basis, const DenseTruth& truth) {
+  Row r{sz.name, init, m, method.name, basis, truth.sigma_min, {}, {}, sz.n, sz.d, sz.heads, {}, 0, false, 0, 0, false, {}};
+  gkl.max_basis = basis;
+  gkl.keep = std::min(method.keep, basis - 1);
+  gkl.progress = [&r](const GklProgress& p) { r.trace.push_back(p); };
   if (m == "K_sab") r.lz = condition_lanczos(SabJacobianOp(w, f), m, gkl);
   else if (m == "K_ffn") r.lz = condition_lanczos(FfnJacobianOp(w, f), m, gkl);
   else r.lz = condition_lanczos(AttentionJacobianOp(w, f.attn), m, gkl);
   r.rss_mb = peak_rss_mb();
-  if (check_dense && sz.n * sz.d <= kDenseCheckMaxNd) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Mat K = m == "K_sab" ? sab_jacobian(w, f) : m == "K_ffn" ? ffn_jacobian(w, f).to_dense()
-                                                                   : attention_jacobian(w, f.attn);
-    const ConditionReport d = condition_fast(K, m);
-    r.dense_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (truth.checked) {
     r.dense_checked = true;
-    r.dense_kappa = d.kappa;
-    r.dense_inside = r.lz.report.kappa_lo <= d.kappa * (1 + 1e-9) && d.kappa <= r.lz.report.kappa_hi * (1 + 1e-9);
+    r.dense_kappa = truth.kappa;
+    r.dense_seconds = truth.seconds;
+    r.dense_inside = r.lz.report.kappa_lo <= truth.kappa * (1 + 1e-9) && truth.kappa <= r.lz.report.kappa_hi * (1 + 1e-9);
+    for (const GklProgress& p : r.trace) {
+      if (!p.smallest) continue;
+      if (r.approach.products_10pct < 0 && p.hi <= 1.10 * truth.sigma_min) r.approach.products_10pct = p.products;
+      if (r.approach.products_1pct < 0 && p.hi <= 1.01 * truth.sigma_min) r.approach.products_1pct = p.products;
+    }
   }
   return r;
 }
@@ -201,7 +272,7 @@ std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
 void print_row(const Row& r, double budget) {
   const ConditionReport& c = r.lz.report;
   std::printf("%-10s %-7s %-6s %-16s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s\n", r.size.c_str(),
-              r.init.c_str(), r.matrix.c_str(), "jacond-gkl", to_string(c.status).c_str(), r.lz.largest.seconds,
+              r.init.c_str(), r.matrix.c_str(), r.method.c_str(), to_string(c.status).c_str(), r.lz.largest.seconds,
               c.seconds, c.kappa_lo, c.kappa_hi, static_cast<long long>(c.products), r.rss_mb,
               r.dense_checked ? (r.dense_inside ? "inside" : "OUTSIDE") : "-");
   for (const PeerResult& p : r.peers)
@@ -258,6 +329,39 @@ std::string peers_csv(const std::vector<Row>& rows, int threads, const GklOption
   return csv.str();
 }
 
+// --compare-methods: one row per (matrix, method).
+std::string methods_csv(const std::vector<Row>& rows, int threads, const GklOptions& gkl) {
+  std::ostringstream csv;
+  csv << "size,init,matrix,n,d,heads,nd,threads,tolerance,budget_s,method,basis,basis_mb,status,seconds,products,"
+         "kappa_lo,kappa_hi,width,dense_kappa,dense_sigma_min,dense_inside,products_to_10pct,products_to_1pct,note\n";
+  for (const Row& r : rows) {
+    const ConditionReport& c = r.lz.report;
+    const Index nd = r.n * r.d;
+    const auto products_or_blank = [](Index p) { return p < 0 ? std::string() : std::to_string(p); };
+    csv << r.size << ',' << r.init << ',' << r.matrix << ',' << r.n << ',' << r.d << ',' << r.heads << ',' << nd << ','
+        << threads << ',' << fmt(gkl.tolerance) << ',' << fmt(gkl.max_seconds) << ',' << r.method << ',' << r.basis << ','
+        << fmt(basis_bytes(nd, r.basis) / 1e6) << ',' << to_string(c.status) << ',' << fmt(c.seconds) << ','
+        << c.products << ',' << fmt(c.kappa_lo) << ',' << fmt(c.kappa_hi) << ',' << fmt(c.kappa_hi / c.kappa_lo) << ','
+        << (r.dense_checked ? fmt(r.dense_kappa) : "") << ',' << (r.dense_checked ? fmt(r.sigma_min_dense) : "") << ','
+        << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ','
+        << products_or_blank(r.approach.products_10pct) << ',' << products_or_blank(r.approach.products_1pct) << ",\""
+        << c.note << "\"\n";
+  }
+  return csv.str();
+}
+
+// Every estimate of every --compare-methods run (GklOptions::progress).
+std::string trace_csv(const std::vector<Row>& rows) {
+  std::ostringstream csv;
+  csv << "size,init,matrix,method,end,products,steps,lo,hi,dense_sigma_min\n";
+  for (const Row& r : rows)
+    for (const GklProgress& p : r.trace)
+      csv << r.size << ',' << r.init << ',' << r.matrix << ',' << r.method << ',' << (p.smallest ? "min" : "max") << ','
+          << p.products << ',' << p.steps << ',' << fmt(p.lo) << ',' << fmt(p.hi) << ','
+          << (r.dense_checked ? fmt(r.sigma_min_dense) : "") << '\n';
+  return csv.str();
+}
+
 }  // namespace
 
 int run_bench_lanczos(int argc, char** argv) {
@@ -268,6 +372,8 @@ int run_bench_lanczos(int argc, char** argv) {
   gkl.max_seconds = 120;
   bool check_dense = false;
   PeerSetup peer;
+  std::string methods_spec;
+  double basis_memory_gb = 8;
   po::options_description desc("jacond bench lanczos: matrix-free kappa brackets at ViT sizes, against scipy svds");
   desc.add_options()("help,h", "this help")
       ("sizes", po::value(&sizes_spec)->default_value(sizes_spec),
@@ -281,15 +387,28 @@ int run_bench_lanczos(int argc, char** argv) {
       ("check-dense", po::bool_switch(&check_dense), "also run the dense route (only for nd <= 12500)")
       ("peers", po::value(&peers_spec)->default_value(peers_spec),
        "comma list of scipy svds solvers run on the same block: arpack | propack | lobpcg, or none")
+      ("compare-methods", po::value(&methods_spec),
+       "comma list of restart-K | unrestarted: run each solver configuration on each matrix (no peers), "
+       "write bench_lanczos_methods.csv and bench_lanczos_trace.csv")
+      ("basis-memory-gb", number_value(&basis_memory_gb), "memory for the unrestarted method's basis")
       ("python", po::value(&peer.python)->default_value(peer.python), "Python with torch, numpy and scipy")
       ("peer-script", po::value(&peer.script)->default_value(peer.script), "the SciPy route script")
       ("threads", po::value(&threads)->default_value(threads), "BLAS threads (jacond and the peers)")
       ("out", po::value(&out_dir)->default_value(out_dir), "output directory");
-  if (!parse_options(argc, argv, desc)) return 0;  // argv[0] = "lanczos"
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return 0;  // argv[0] = "lanczos"
   gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
   std::vector<Size> sizes;
   std::vector<std::string> inits, matrices;
+  std::vector<Method> methods;
   check_usage([&] {
+    for (const auto& m : split_commas(methods_spec)) methods.push_back(parse_method(m));
+    if (!methods.empty()) {
+      if (!vm["peers"].defaulted() && peers_spec != "none")
+        throw std::invalid_argument("--compare-methods runs jacond's solvers only: drop --peers (or --peers none)");
+      peers_spec = "none";
+    }
+    if (!(basis_memory_gb > 0)) throw std::invalid_argument("--basis-memory-gb must be > 0");
     sizes = parse_sizes(sizes_spec);
     inits = split_commas(inits_spec);
     matrices = split_commas(matrices_spec);
@@ -325,7 +444,13 @@ int run_bench_lanczos(int argc, char** argv) {
       const BlockForward f = block_forward(w, X, SkipMode::kFull);  // K_sab, K_ffn with residuals
       const std::string dir = peer.solvers.empty() ? "" : write_peer_inputs(out_dir, sz, init, tensors, X);
       for (const auto& m : matrices) {
-        rows.push_back(measure(sz, init, m, w, f, gkl, check_dense));
+        const DenseTruth truth = check_dense ? dense_truth(sz, m, w, f) : DenseTruth{};
+        for (const Method& method : methods) {
+          rows.push_back(measure(sz, init, m, w, f, gkl, method, method_basis(method, sz.n * sz.d, basis_memory_gb), truth));
+          print_row(rows.back(), gkl.max_seconds);
+        }
+        if (!methods.empty()) continue;
+        rows.push_back(measure(sz, init, m, w, f, gkl, {"jacond-gkl", gkl.max_basis, gkl.keep}, gkl.max_basis, truth));
         for (const auto& solver : peer.solvers)
           rows.back().peers.push_back(run_peer(peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, threads));
         print_row(rows.back(), gkl.max_seconds);
@@ -333,15 +458,22 @@ int run_bench_lanczos(int argc, char** argv) {
     }
   write_file_atomic(out_dir + "/bench_lanczos.csv", rows_csv(rows, threads, gkl));
   if (!peer.solvers.empty()) write_file_atomic(out_dir + "/bench_lanczos_peers.csv", peers_csv(rows, threads, gkl));
+  if (!methods.empty()) {
+    write_file_atomic(out_dir + "/bench_lanczos_methods.csv", methods_csv(rows, threads, gkl));
+    write_file_atomic(out_dir + "/bench_lanczos_trace.csv", trace_csv(rows));
+  }
   nlohmann::json meta = run_metadata(argc, argv);
   meta["benchmark"] = "lanczos";
   meta["rows"] = rows.size();
   meta["peers"] = peer.solvers;
+  meta["compare_methods"] = methods_spec;
+  meta["basis_memory_gb"] = basis_memory_gb;
   meta["peer_script"] = peer.solvers.empty() ? "" : peer.script;
   meta["note"] = "peak_rss_mb is cumulative for the process (getrusage ru_maxrss); a peer's is its own process's";
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-  std::printf("wrote %s/bench_lanczos.csv%s and run.json\n", out_dir.c_str(),
-              peer.solvers.empty() ? "" : ", bench_lanczos_peers.csv");
+  std::printf("wrote %s/bench_lanczos.csv%s%s and run.json\n", out_dir.c_str(),
+              peer.solvers.empty() ? "" : ", bench_lanczos_peers.csv",
+              methods.empty() ? "" : ", bench_lanczos_methods.csv, bench_lanczos_trace.csv");
   for (const Row& r : rows)
     if (r.dense_checked && !r.dense_inside) throw std::runtime_error("dense kappa outside the lanczos bracket for " + r.matrix);
   return 0;

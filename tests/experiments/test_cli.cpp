@@ -422,6 +422,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "lanczos", "--peers", "magic"}, 2, "magic"},
       {{"bench", "lanczos", "--sizes", "n5d7h2"}, 2, "n5d7h2"},
       {{"bench", "lanczos", "--python", "/no/such/python"}, 2, "--python"},
+      {{"bench", "lanczos", "--compare-methods", "restart-1"}, 2, "restart-1"},
+      {{"bench", "lanczos", "--compare-methods", "unrestarted", "--peers", "arpack"}, 2, "--compare-methods"},
       {{"bench", "train", "--steps", "0"}, 2, "--steps"},
       {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
       {{"bench", "train", "--init", "zeros"}, 2, "--init"},
@@ -497,6 +499,37 @@ TEST_F(CliTest, BenchLanczosBracketsDenseKappaAndRunsTheScipyPeer_n12_d16_h2) {
     }
   }
   EXPECT_GE(compared, 1) << "K_ffn (kappa 1.5) should converge under ARPACK in 10 s";
+}
+
+// --compare-methods: every method's row brackets the dense κ, the unrestarted one (basis = nd
+// = 192) converges, and every recorded estimate's σ_min upper end lies at or above the dense
+// σ_min (it is Courant–Fischer: a value below it would be a wrong bracket, not slow convergence).
+TEST_F(CliTest, BenchLanczosCompareMethodsTracesEveryEstimate_n12_d16_h2) {
+  const std::string out = path("bench-methods");
+  const RunResult r = run({"bench", "lanczos", "--sizes", "n12d16h2", "--inits", "ours", "--matrices", "K_sa",
+                           "--compare-methods", "restart-24,unrestarted", "--check-dense", "--seconds", "20", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv methods = read_csv(out + "/bench_lanczos_methods.csv");
+  ASSERT_EQ(methods.rows.size(), 2u);
+  for (const auto& row : methods.rows) {
+    SCOPED_TRACE(row.at("method") + ": " + row.at("note"));
+    EXPECT_EQ(row.at("dense_inside"), "yes");
+    if (row.at("method") != "unrestarted") continue;
+    EXPECT_EQ(row.at("basis"), "192");
+    EXPECT_EQ(row.at("status"), "bracket");
+    ASSERT_NE(row.at("products_to_1pct"), "");
+    EXPECT_LE(std::stoll(row.at("products_to_1pct")), std::stoll(row.at("products")));
+  }
+  const Csv trace = read_csv(out + "/bench_lanczos_trace.csv");
+  std::set<std::string> seen;
+  for (const auto& row : trace.rows) {
+    seen.insert(row.at("method") + "/" + row.at("end"));
+    if (row.at("end") != "min") continue;
+    EXPECT_GE(std::stod(row.at("hi")), std::stod(row.at("dense_sigma_min")) * (1 - 1e-9))
+        << row.at("method") << " at " << row.at("products") << " products";
+    EXPECT_LE(std::stod(row.at("lo")), std::stod(row.at("hi")));
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"restart-24/max", "restart-24/min", "unrestarted/max", "unrestarted/min"}));
 }
 
 TEST_F(CliTest, BlockMatricesSelectsRows_n8_d16_h2) {
