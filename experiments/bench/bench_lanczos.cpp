@@ -271,10 +271,14 @@ std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
 
 void print_row(const Row& r, double budget) {
   const ConditionReport& c = r.lz.report;
-  std::printf("%-10s %-7s %-6s %-16s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s\n", r.size.c_str(),
+  std::printf("%-10s %-7s %-6s %-16s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s", r.size.c_str(),
               r.init.c_str(), r.matrix.c_str(), r.method.c_str(), to_string(c.status).c_str(), r.lz.largest.seconds,
               c.seconds, c.kappa_lo, c.kappa_hi, static_cast<long long>(c.products), r.rss_mb,
               r.dense_checked ? (r.dense_inside ? "inside" : "OUTSIDE") : "-");
+  if (r.method != "jacond-gkl")  // --compare-methods: bracket width, and when σ_min's upper end reached 1 %
+    std::printf("  width %.4g  to-1%% %s", c.kappa_hi / c.kappa_lo,
+                r.approach.products_1pct < 0 ? "-" : std::to_string(r.approach.products_1pct).c_str());
+  std::printf("\n");
   for (const PeerResult& p : r.peers)
     std::printf("%-10s %-7s %-6s %-16s %-13s %9s %9.2f %13.6e %13.6e %9lld %8.0f %8s %s\n", "", "", "",
                 ("scipy-" + p.solver).c_str(), p.status.c_str(), "-", p.seconds, p.kappa_lo,

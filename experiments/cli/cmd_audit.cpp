@@ -79,7 +79,8 @@ int run_audit(int argc, char** argv) {
   bool data_free = false;
   int64_t probe_size = 0, threads = 2;
   double lanczos_seconds = 30;
-  std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre";
+  std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre",
+              certify = "none";
   int64_t heads = 0;
   po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
   desc.add_options()("help,h", "this help")
@@ -89,6 +90,9 @@ int run_audit(int argc, char** argv) {
       ("data-dir", po::value(&data_dir)->default_value(data_dir), "Fashion-MNIST files for the probe batch")
       ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | lanczos")
       ("lanczos-seconds", number_value(&lanczos_seconds), "lanczos: seconds per matrix")
+      ("certify", po::value(&certify)->default_value(certify),
+       "inertia-count certificates (status certified): none | inertia | auto (when three counts fit the "
+       "memory and time budget)")
       ("matrices", po::value(&matrices)->default_value(matrices), "comma list of matrix names or all")
       ("heads", po::value(&heads)->default_value(0), "heads, for .safetensors files without jacond config")
       ("skip", po::value(&skip)->default_value(skip), "skip mode, for .safetensors files without jacond config")
@@ -109,6 +113,7 @@ int run_audit(int argc, char** argv) {
     flags_cfg.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
     flags_cfg.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
     opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(method); });
+    opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
     opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(matrices); });
   });
   torch::set_num_threads(static_cast<int>(threads));

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "analysis/report/block_report.h"
+#include "analysis/spectral/inertia.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/block_source.h"
 #include "experiments/cli/cli_common.h"
@@ -18,7 +19,8 @@ namespace jacond::cli {
 namespace po = boost::program_options;
 
 int run_sweep(int argc, char** argv) {
-  std::string alpha_spec = "0:4:1", beta_spec = "0:2:0.5", c_spec = "3", skip = "none", kappa = "fast", out_dir;
+  std::string alpha_spec = "0:4:1", beta_spec = "0:2:0.5", c_spec = "3", skip = "none", kappa = "fast", certify = "none",
+              out_dir;
   std::string method = "auto";
   GklOptions gkl;
   std::string init = "ours";
@@ -44,12 +46,17 @@ int run_sweep(int argc, char** argv) {
       ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast | svd")
       ("lanczos-seconds", number_value(&gkl.max_seconds), "lanczos: seconds per matrix")
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
+      ("certify", po::value(&certify)->default_value(certify),
+       "inertia-count certificates (status certified): none | inertia | auto (when three counts fit the "
+       "memory and time budget)")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir)->default_value("results/sweep"), "output directory");
   if (!parse_options(argc, argv, desc)) return 0;
   std::vector<double> alphas, betas, cs;
   SkipMode mode{};
+  CertifyMode certify_mode{};
   check_usage([&] {
+    certify_mode = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
     if (seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
     if (n < 2) throw std::invalid_argument("--n must be >= 2");
     if (d < 1 || heads < 1 || mlp_ratio < 1 || d % heads != 0)
@@ -71,6 +78,7 @@ int run_sweep(int argc, char** argv) {
 
   BlockReportOptions opt;
   opt.lanczos = gkl;
+  opt.certify = certify_mode;
   opt.route = parse_kappa_route(method);
   opt.route = resolve_route(opt, n, d);
   if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;

@@ -303,6 +303,28 @@ TEST_F(CliTest, VerifyMomentsMentionsEq17_30seeds) {
 // ---------------------------------------------------------------------------------------------
 // jacond sweep
 
+// --certify inertia reaches the sweep: every nd × nd row that is not singular is certified, its
+// bracket holds the dense κ, and the bottom counts are filled in.
+TEST_F(CliTest, SweepCertifyInertiaCertifiesItsRows_1x1x1x1_n8_d16_h2) {
+  const std::string out = path("sweep-certified");
+  const RunResult r = run({"sweep", "--alpha", "2", "--beta", "0.6", "--c", "3", "--seeds", "1", "--n", "8", "--d", "16",
+                           "--heads", "2", "--certify", "inertia", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/sweep.csv");
+  int certified = 0;
+  for (const auto& row : csv.rows) {
+    SCOPED_TRACE(row.at("matrix") + "/" + row.at("space") + ": " + row.at("status") + " " + row.at("note"));
+    if (row.at("status") == "singular") continue;
+    if (row.at("matrix") == "E_sa") continue;  // ‖E_sa‖ only: its σ_min is not asked for
+    EXPECT_EQ(row.at("status"), "certified");
+    EXPECT_LE(std::stod(row.at("kappa_lo")), std::stod(row.at("kappa")));
+    EXPECT_GE(std::stod(row.at("kappa_hi")), std::stod(row.at("kappa")));
+    EXPECT_GE(std::stoi(row.at("within_1pct")), 1);
+    ++certified;
+  }
+  EXPECT_GE(certified, 2) << "K_sa and B_sa at least";
+}
+
 TEST_F(CliTest, SweepWritesOneRowPerGridPointAndMatrix_2x2x1x1_n6_d8_h2) {
   const std::string out = path("sweep");
   const RunResult r = run({"sweep", "--alpha", "0:1:1", "--beta", "0:0.5:0.5", "--c", "3", "--seeds", "1", "--n", "6",
@@ -415,6 +437,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"verify", "prop9"}, 2, "prop9"},
       {{"audit"}, 2, "checkpoint"},
       {{"audit", out, "--matrices", "W_nope"}, 2, "W_nope"},
+      {{"audit", out, "--certify", "maybe"}, 2, "--certify"},
+      {{"sweep", "--certify", "maybe"}, 2, "--certify"},
       {{"bench"}, 2, "benchmark"},
       {{"bench", "sprint"}, 2, "sprint"},
       {{"bench", "dense", "--sizes", "7"}, 2, "--sizes"},

@@ -214,6 +214,24 @@ TEST_F(TrainCli, AuditReadsTheCheckpointsAndAgreesWithTracking) {
       }
   }
   EXPECT_EQ(compared, 2);
+  // --certify inertia: the same K_sa rows, certified by inertia counts, and their κ unchanged.
+  r = run({"audit", run_dir, "--matrices", "K_sa", "--certify", "inertia", "--threads", "1", "--out", path("certified")});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  int certified = 0;
+  for (const auto& c : read_csv(path("certified") + "/audit.csv").rows) {
+    SCOPED_TRACE("step " + c.at("step") + " layer " + c.at("layer") + ": " + c.at("note"));
+    if (c.at("matrix") != "K_sa" || c.at("status") == "singular") continue;
+    EXPECT_EQ(c.at("status"), "certified");
+    EXPECT_LE(to_double(c.at("kappa_lo")), to_double(c.at("kappa")));
+    EXPECT_GE(to_double(c.at("kappa_hi")), to_double(c.at("kappa")));
+    for (const auto& a : audit.rows) {
+      if (a.at("step") == c.at("step") && a.at("matrix") == "K_sa" && a.at("layer") == c.at("layer")) {
+        EXPECT_NEAR(to_double(a.at("kappa")) / to_double(c.at("kappa")), 1.0, 1e-10);
+      }
+    }
+    ++certified;
+  }
+  EXPECT_GE(certified, 2);
   // Data-free: weights only, from the checkpoint's model.safetensors as a plain file too.
   r = run({"audit", jacond::models::list_checkpoints(run_dir).back().dir + "/model.safetensors", "--data-free",
            "--out", path("free")});
