@@ -88,14 +88,16 @@
 // holds, after j products, vectors of the Krylov space K_⌈j/2⌉(KᵀK, p_1); the smallest Rayleigh
 // quotient over that space is the Ritz value of the unrestarted run (CF), so no such method's
 // σ_min upper end (and hence no 1 % bracket) beats the unrestarted GKL's in products. On `ours`
-// blocks (nd 1 600–6 400, κ 3.6e5–9e6) that optimum stays 10–1e5 × above σ_min until the Krylov
-// space is almost the whole space (2·nd products): the bottom lies below a bulk spread over five
-// decades, and the Kaniel–Paige–Saad bound asks for ~κ/(2√(r² − 1))·ln(κ√nd) ≫ nd steps (r =
-// σ_2/σ_1 ≈ 4). So at ViT-S a 1 % bracket needs ~nd = 75 648 basis vectors (92 GB), which is a
+// and `timm` blocks (nd 1 600–6 400, κ 3.1e5–6.0e9) that optimum came within 10 % of σ_min only
+// when the Krylov space was the whole space (2·nd products; at 90 % of it, still 5–370 × above):
+// the bottom lies below a bulk spread over five decades, and the Kaniel–Paige–Saad bound asks for
+// ~κ/(2√(r² − 1))·ln(κ√nd) ≫ nd steps (r = σ_2/σ_1 ≈ 4). So at ViT-S a 1 % bracket needs ~nd = 75 648 basis vectors (92 GB), which is a
 // factorisation's job (the dense route, or the GPU), and below nd ≈ 24 000 the dense route of
-// `auto` is exact and faster than exhausting the Krylov space. The default stays a small thick
-// restart (96 / 32): at ViT scale it takes the most steps per second for the lower κ end, and
-// on the well-conditioned matrices (K_ffn, K_sab under `timm`) it converges in under 100 steps.
+// `auto` is exact and 40–80× faster than exhausting the Krylov space. The default stays a small
+// thick restart (96 / 32): at ViT-S it did 3–5× the products of a 512- or 2048-vector basis in
+// the same time (reorthogonalisation against a wide basis costs more than the product) and
+// reached the highest κ_lo, and on the well-conditioned matrices (K_ffn, K_sab under `timm`) it
+// converges in under 100 steps.
 //
 // Progress: GklOptions::progress, when set, is called at every estimate with the end, the
 // products used so far (all runs of the call) and the current bracket, so a benchmark can record
