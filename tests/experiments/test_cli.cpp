@@ -556,6 +556,35 @@ TEST_F(CliTest, BenchLanczosCompareMethodsTracesEveryEstimate_n12_d16_h2) {
   EXPECT_EQ(seen, (std::set<std::string>{"restart-24/max", "restart-24/min", "unrestarted/max", "unrestarted/min"}));
 }
 
+// experiments/bench/block_krylov_probe.py (the block-Krylov measurement of README "which σ_min
+// solver") on the weights and tokens the bench writes: its autograd Jacobian has jacond's dense κ
+// (an independent oracle for the inputs it reads), every recorded upper end lies at or above
+// σ_min (Courant–Fischer), and with the whole space built every block size reaches σ_min.
+TEST_F(CliTest, BlockKrylovProbeReadsTheBenchInputsAndBoundsSigmaMin_n8_d16_h2) {
+  if (std::system("/usr/bin/python3 -c 'import scipy, torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "python3 with scipy and torch not installed (scripts/setup.sh installs them)";
+  const std::string out = path("probe-inputs");
+  const RunResult r = run({"bench", "lanczos", "--sizes", "n8d16h2", "--inits", "ours", "--matrices", "K_sa", "--peers",
+                           "arpack", "--check-dense", "--seconds", "2", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const double dense_kappa = std::stod(read_csv(out + "/bench_lanczos.csv").rows.at(0).at("dense_kappa"));
+  const std::string dir = out + "/n8d16h2-ours", csv = path("probe.csv");
+  const std::string cmd = std::string("/usr/bin/python3 ") + JACOND_SOURCE_DIR +
+                          "/experiments/bench/block_krylov_probe.py --weights " + dir + "/weights.safetensors --tokens " +
+                          dir + "/tokens.safetensors --heads 2 --matrix K_sa --blocks 1,3 --out " + csv + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const Csv probe = read_csv(csv);
+  ASSERT_FALSE(probe.rows.empty());
+  std::map<std::string, double> last_ratio;
+  for (const auto& row : probe.rows) {
+    EXPECT_NEAR(std::stod(row.at("kappa")) / dense_kappa, 1.0, 1e-8);
+    EXPECT_GE(std::stod(row.at("ratio")), 1.0 - 1e-9) << "block " << row.at("block") << " at " << row.at("columns");
+    last_ratio[row.at("block")] = std::stod(row.at("ratio"));
+  }
+  ASSERT_EQ(last_ratio.size(), 2u);
+  for (const auto& [block, ratio] : last_ratio) EXPECT_NEAR(ratio, 1.0, 1e-8) << "block " << block;
+}
+
 TEST_F(CliTest, BlockMatricesSelectsRows_n8_d16_h2) {
   const std::string out = path("sel");
   const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none",
