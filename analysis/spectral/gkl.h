@@ -16,7 +16,9 @@
 //             each reorthogonalised against the whole basis (classical Gram–Schmidt twice); a
 //             breakdown (α or β ≤ eps·‖K‖) continues with a random orthogonal vector;
 //   estimate  SVD of B_j, Ritz triplets and η_i from the recurrence, the brackets below (every
-//             max(4, j/8) steps mid-sweep, and at the end of each sweep);
+//             max(4, j/8) steps mid-sweep, and at the end of each sweep; past `bidiagonal_from`
+//             steps without a restart, selected triplets of B_j's bidiagonal part every j/32
+//             steps: "Long sweeps" below);
 //   stop      bracket tight (or at the rounding allowance) after min_steps, Krylov space
 //             exhausted, σ_min under the noise floor, or budget spent;
 //   check     the wanted triplet's θ and η recomputed with two explicit products (the recurrence
