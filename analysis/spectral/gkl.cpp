@@ -411,9 +411,8 @@ Estimate GklRun::estimate(Index j, double beta_last) const {
 // triplets at the wanted end, δ + F as the allowance, and the unselected Ritz values as one Weyl
 // term; s doubles while that term sets the bracket's assumption-bearing end.
 void GklRun::bidiagonal_estimate(Index j, double beta_last, Estimate& e) const {
-  const Mat& B = B_;
-  const Vec d = B.diagonal().head(j);
-  const Vec superdiagonal = B.topLeftCorner(j, j).diagonal(1);
+  const Vec d = B_.diagonal().head(j);
+  const Vec superdiagonal = B_.topLeftCorner(j, j).diagonal(1);
   const double dropped = std::sqrt(offband_sq_);  // F
   for (Index s = std::max<Index>(2, keep_ + 1);; s *= 2) {
     const Selected sel = bidiagonal_select(d, superdiagonal, s, which_);

@@ -51,6 +51,11 @@ auto parse_flag(const std::string& flag, Parse&& parse) -> decltype(parse()) {
 
 /// A double option whose --help default is written as a person writes it ("0.6", not
 /// "0.59999999999999998"): the shortest decimal that reads back to the same double.
+/// Help text of `--certify` for commands that report block κs through block_reports (sweep, audit).
+inline constexpr const char* kCertifyHelp =
+    "inertia-count certificates (status certified): none | inertia | auto (when three counts fit the "
+    "memory and time budget)";
+
 boost::program_options::typed_value<double>* number_value(double* x);
 
 /// Parses a subcommand's options into the variables bound in `desc`. Returns false when

@@ -90,9 +90,7 @@ int run_audit(int argc, char** argv) {
       ("data-dir", po::value(&data_dir)->default_value(data_dir), "Fashion-MNIST files for the probe batch")
       ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | lanczos")
       ("lanczos-seconds", number_value(&lanczos_seconds), "lanczos: seconds per matrix")
-      ("certify", po::value(&certify)->default_value(certify),
-       "inertia-count certificates (status certified): none | inertia | auto (when three counts fit the "
-       "memory and time budget)")
+      ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
       ("matrices", po::value(&matrices)->default_value(matrices), "comma list of matrix names or all")
       ("heads", po::value(&heads)->default_value(0), "heads, for .safetensors files without jacond config")
       ("skip", po::value(&skip)->default_value(skip), "skip mode, for .safetensors files without jacond config")

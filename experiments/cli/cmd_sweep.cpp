@@ -46,9 +46,7 @@ int run_sweep(int argc, char** argv) {
       ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast | svd")
       ("lanczos-seconds", number_value(&gkl.max_seconds), "lanczos: seconds per matrix")
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
-      ("certify", po::value(&certify)->default_value(certify),
-       "inertia-count certificates (status certified): none | inertia | auto (when three counts fit the "
-       "memory and time budget)")
+      ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir)->default_value("results/sweep"), "output directory");
   if (!parse_options(argc, argv, desc)) return 0;

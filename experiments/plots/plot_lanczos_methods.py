@@ -62,15 +62,14 @@ def products_panel(ax, methods):
     ax.legend(fontsize=6)
 
 
-def trace_panel(ax, trace):
+def trace_panel(ax, trace, methods):
     runs = trace[(trace["method"] == "unrestarted") & (trace["end"] == "min") & trace["dense_sigma_min"].notna()]
     if runs.empty:
         ax.text(0.5, 0.5, "no unrestarted run with a dense truth", ha="center", transform=ax.transAxes)
         return
-    for (size, init, matrix), g in sorted(runs.groupby(["size", "init", "matrix"]), key=lambda kv: len(kv[1]) and kv[1]["products"].max()):
-        nd = int(size.split("d")[0][1:]) * int(size.split("d")[1].split("h")[0]) if size.startswith("n") else None
-        if nd is None:
-            nd = {"dense6400": 6400, "dense12480": 12480}.get(size)
+    keys = ["size", "init", "matrix", "method"]
+    runs = runs.merge(methods[keys + ["nd"]].drop_duplicates(), on=keys)  # nd of each run
+    for (nd, init, matrix), g in runs.groupby(["nd", "init", "matrix"]):
         gap = g["hi"] / g["dense_sigma_min"] - 1
         if gap.max() < 1:  # converged in the first steps (K_ffn, timm K_sab): nothing to see here
             continue
@@ -90,7 +89,7 @@ def main(png, dirs):
     trace = read_all(dirs, "bench_lanczos_trace.csv")
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
     products_panel(left, methods)
-    trace_panel(right, trace)
+    trace_panel(right, trace, methods)
     tmp = png + ".tmp.png"
     fig.savefig(tmp, dpi=130)
     os.replace(tmp, png)
