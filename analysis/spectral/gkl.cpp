@@ -254,6 +254,13 @@ struct Sweep {
   bool out_of_budget = false;  // products or seconds ran out (two products kept for the check)
 };
 
+// The end an estimate is for: which, its relative bracket width, and σ_max when known (rounding
+// allowance and noise floor; 0 for the largest end).
+struct Target {
+  Which which;
+  double rel_tol, scale_hint;
+};
+
 // One run of the thick-restart GKL of analysis/spectral/gkl.h on a tall operator A (rows ≥
 // cols): start vector, then sweeps of left/right steps with full reorthogonalisation, each
 // followed by the estimate, the stopping test, the explicit check of the wanted triplet, and a
@@ -263,6 +270,9 @@ class GklRun {
   GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
          const Vec& start, Budget& budget);
   SingularEnd run();
+  // After run() for the largest end: the same run goes on for σ_min from the basis it ended with
+  // ("Both ends from one run", analysis/spectral/gkl.h). Products and seconds are counted from here.
+  SingularEnd continue_for_smallest(double rel_tol, double sigma_max_hi);
 
  private:
   Sweep sweep();
@@ -270,34 +280,35 @@ class GklRun {
   double right_step(Index j);
   bool mid_basis_check_due(Index j) const;
   bool bidiagonal_estimate_due(Index j) const { return restarts_ == 0 && j >= bidiagonal_from_; }
-  Estimate estimate(Index j, double beta_last) const;
-  void bidiagonal_estimate(Index j, double beta_last, Estimate& e) const;
-  Estimate estimate_reported(Index j, double beta_last) const;
+  Estimate estimate(Index j, double beta_last, const Target& t) const;
+  void bidiagonal_estimate(Index j, double beta_last, const Target& t, Estimate& e) const;
+  Estimate estimate_reported(Index j, double beta_last, const Target& t) const;
   bool stop_on_estimate(const Estimate& e, const Sweep& sw) const;
-  bool finish(const Estimate& e, const Sweep& sw, SingularEnd& out);
+  bool finish(const Estimate& e, const Sweep& sw, const Target& t, SingularEnd& out);
   void thick_restart(const Estimate& e, Index kk);
 
   const OperatorRef& A_;
-  const Which which_;
-  const double rel_tol_, scale_hint_;
+  Target target_;           // the end this run iterates for (σ_max, then σ_min on continuation)
   Budget& budget_;
-  const Clock::time_point t0_;
+  Clock::time_point t0_;
   const Index m_, n_, k_, keep_, min_steps_, bidiagonal_from_;
   const std::function<void(const GklProgress&)> progress_;
   const double sqrtN_;
   std::mt19937_64 rng_;
   Mat P_, Q_, B_;           // K P_j = Q_j B_j on the first j columns; P_ has one column more
   Index nkept_ = 0;         // columns kept by the last thick restart
+  Index next_step_ = 0;     // the step the next sweep starts at (nkept_, or the continued basis)
   Index steps_ = 0;         // GKL steps taken
   Index restarts_ = 0;
   double scale_;            // running estimate of ‖K‖ for the breakdown tests
   double offband_sq_ = 0;   // before the first restart: Σ squares of B's entries above the superdiagonal
-  const Index products_at_start_;
+  Index products_at_start_;
+  Sweep last_;              // the sweep the run ended with (its basis is still in P_, Q_, B_)
 };
 
 GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
                const Vec& start, Budget& budget)
-    : A_(A), which_(which), rel_tol_(rel_tol), scale_hint_(scale_hint), budget_(budget), t0_(Clock::now()),
+    : A_(A), target_{which, rel_tol, scale_hint}, budget_(budget), t0_(Clock::now()),
       m_(A.rows), n_(A.cols), k_(std::max<Index>(1, std::min(opt.max_basis, n_))),
       keep_(std::max<Index>(1, std::min(opt.keep, k_ - 1))), min_steps_(std::min(opt.min_steps, n_)),
       bidiagonal_from_(std::max<Index>(2, opt.bidiagonal_from)), progress_(opt.progress),
@@ -309,9 +320,10 @@ GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double 
 SingularEnd GklRun::run() {
   for (;;) {
     const Sweep sw = sweep();
-    const Estimate e = estimate_reported(sw.kk, sw.beta_last);
+    const Estimate e = estimate_reported(sw.kk, sw.beta_last, target_);
     SingularEnd out;
-    if ((stop_on_estimate(e, sw) || sw.out_of_budget) && finish(e, sw, out)) return out;
+    last_ = sw;
+    if ((stop_on_estimate(e, sw) || sw.out_of_budget) && finish(e, sw, target_, out)) return out;
     thick_restart(e, sw.kk);
   }
 }
@@ -320,7 +332,7 @@ SingularEnd GklRun::run() {
 // budget runs out, or a mid-basis estimate has converged.
 Sweep GklRun::sweep() {
   Sweep sw;
-  Index j = nkept_;
+  Index j = next_step_;
   for (; j < k_; ++j) {
     left_step(j);
     sw.beta_last = right_step(j);
@@ -334,7 +346,7 @@ Sweep GklRun::sweep() {
       ++j;
       break;
     }
-    if (mid_basis_check_due(j + 1) && estimate_reported(j + 1, sw.beta_last).converged()) {
+    if (mid_basis_check_due(j + 1) && estimate_reported(j + 1, sw.beta_last, target_).converged()) {
       ++j;
       break;
     }
@@ -387,50 +399,50 @@ bool GklRun::mid_basis_check_due(Index j) const {
   return j < k_ && (j - nkept_) % every == 0 && j >= 2 && steps_ >= min_steps_;
 }
 
-Estimate GklRun::estimate(Index j, double beta_last) const {
+Estimate GklRun::estimate(Index j, double beta_last, const Target& t) const {
   Estimate e;
   if (bidiagonal_estimate_due(j)) {
-    bidiagonal_estimate(j, beta_last, e);
+    bidiagonal_estimate(j, beta_last, t, e);
   } else {
     e.svd = small_svd(B_.topLeftCorner(j, j));
-    e.delta = rounding_allowance(sqrtN_, scale_hint_, e.svd.s(0));
-    e.ritz = ritz_of(e.svd, beta_last, which_, e.delta);
-    e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
+    e.delta = rounding_allowance(sqrtN_, t.scale_hint, e.svd.s(0));
+    e.ritz = ritz_of(e.svd, beta_last, t.which, e.delta);
+    e.bracket = bracket_of(e.ritz, t.which, e.ritz.theta[0], e.delta);
   }
-  const double floor = static_cast<double>(std::max(m_, n_)) * kEps * std::max(scale_hint_, e.svd.s(0));
-  e.tight = tight(e.bracket, rel_tol_);
+  const double floor = static_cast<double>(std::max(m_, n_)) * kEps * std::max(t.scale_hint, e.svd.s(0));
+  e.tight = tight(e.bracket, t.rel_tol);
   // Rounding-limited only when the Ritz value that sets the bracket's assumption-bearing end is
   // at the allowance (a kept Ritz value with a large residual can hold the end open: then the
   // bracket can still shrink, and a lower end of 0 is no bracket at all).
   e.rounding_limited = e.ritz.eta_at(e.bracket.limiting) <= 2.0 * e.delta && e.bracket.lo > 0;
-  e.below_floor = which_ == Which::kSmallest && e.bracket.hi < floor;
+  e.below_floor = t.which == Which::kSmallest && e.bracket.hi < floor;
   return e;
 }
 
 // The estimate of "Long sweeps" (analysis/spectral/gkl.h): the bidiagonal part of B_j, s selected
 // triplets at the wanted end, δ + F as the allowance, and the unselected Ritz values as one Weyl
 // term; s doubles while that term sets the bracket's assumption-bearing end.
-void GklRun::bidiagonal_estimate(Index j, double beta_last, Estimate& e) const {
+void GklRun::bidiagonal_estimate(Index j, double beta_last, const Target& t, Estimate& e) const {
   const Vec d = B_.diagonal().head(j);
   const Vec superdiagonal = B_.topLeftCorner(j, j).diagonal(1);
   const double dropped = std::sqrt(offband_sq_);  // F
   for (Index s = std::max<Index>(2, keep_ + 1);; s *= 2) {
-    const Selected sel = bidiagonal_select(d, superdiagonal, s, which_);
+    const Selected sel = bidiagonal_select(d, superdiagonal, s, t.which);
     e.svd = sel.svd;
-    const double top = which_ == Which::kLargest ? sel.svd.s(0) : scale_;
-    e.delta = rounding_allowance(sqrtN_, scale_hint_, top) + dropped;
-    e.ritz = ritz_of(e.svd, beta_last, which_, e.delta);
+    const double top = t.which == Which::kLargest ? sel.svd.s(0) : scale_;
+    e.delta = rounding_allowance(sqrtN_, t.scale_hint, top) + dropped;
+    e.ritz = ritz_of(e.svd, beta_last, t.which, e.delta);
     const double rest_eta = beta_last / std::sqrt(2.0) + e.delta;  // |(U_B)_{j,i}| ≤ 1
-    if (!std::isnan(sel.next)) e.ritz.rest = which_ == Which::kLargest ? sel.next + rest_eta : sel.next - rest_eta;
-    e.bracket = bracket_of(e.ritz, which_, e.ritz.theta[0], e.delta);
+    if (!std::isnan(sel.next)) e.ritz.rest = t.which == Which::kLargest ? sel.next + rest_eta : sel.next - rest_eta;
+    e.bracket = bracket_of(e.ritz, t.which, e.ritz.theta[0], e.delta);
     if (e.bracket.limiting < e.ritz.theta.size() || s >= j) return;
   }
 }
 
 // estimate(), passed on to GklOptions::progress when one is set.
-Estimate GklRun::estimate_reported(Index j, double beta_last) const {
-  Estimate e = estimate(j, beta_last);
-  if (progress_) progress_({which_ == Which::kSmallest, budget_.used, steps_, e.bracket.lo, e.bracket.hi});
+Estimate GklRun::estimate_reported(Index j, double beta_last, const Target& t) const {
+  Estimate e = estimate(j, beta_last, t);
+  if (progress_) progress_({t.which == Which::kSmallest, budget_.used, steps_, e.bracket.lo, e.bracket.hi});
   return e;
 }
 
@@ -442,7 +454,7 @@ bool GklRun::stop_on_estimate(const Estimate& e, const Sweep& sw) const {
 
 // Checks the wanted Ritz triplet with two explicit products and, when the run ends here, fills
 // `out` and returns true. False: the recurrence residual was optimistic (lost orthogonality).
-bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
+bool GklRun::finish(const Estimate& e, const Sweep& sw, const Target& t, SingularEnd& out) {
   const Index idx = e.ritz.index[0];
   const Vec v = P_.leftCols(sw.kk) * e.svd.V.col(idx);
   const Vec u = Q_.leftCols(sw.kk) * e.svd.U.col(idx);
@@ -450,8 +462,8 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
   Ritz checked = e.ritz;
   checked.theta[0] = ex.theta;
   checked.eta[0] = std::max(e.ritz.eta[0], ex.eta + e.delta);
-  const Bracket b = bracket_of(checked, which_, ex.norm_kv, e.delta);
-  const bool ok = tight(b, rel_tol_) || sw.exhausted ||
+  const Bracket b = bracket_of(checked, t.which, ex.norm_kv, e.delta);
+  const bool ok = tight(b, t.rel_tol) || sw.exhausted ||
                   (e.rounding_limited && ex.eta <= 2.0 * e.delta && checked.eta_at(b.limiting) <= 2.0 * e.delta && b.lo > 0);
   if (!(ok || e.below_floor || sw.out_of_budget || budget_.exhausted(4))) return false;
   out.theta = ex.theta;
@@ -461,11 +473,28 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, SingularEnd& out) {
   out.u = u / u.norm();
   out.v = v / v.norm();
   out.converged = ok;
-  out.bound = sw.exhausted ? "exhausted" : (!tight(b, rel_tol_) && ok ? "weyl-rounding" : b.bound);
+  out.bound = sw.exhausted ? "exhausted" : (!tight(b, t.rel_tol) && ok ? "weyl-rounding" : b.bound);
   out.restarts = restarts_;
   out.products = budget_.used - products_at_start_;
   out.seconds = seconds_since(t0_);
   return true;
+}
+
+// The σ_max run's Krylov space, extended: estimate σ_min on the basis as it is (a well-conditioned
+// matrix often needs no further step), then sweep on from step kk when the basis has room, or
+// thick-restart on the smallest Ritz triplets when it is full.
+SingularEnd GklRun::continue_for_smallest(double rel_tol, double sigma_max_hi) {
+  target_ = {Which::kSmallest, rel_tol, sigma_max_hi};
+  scale_ = std::max(scale_, sigma_max_hi);
+  t0_ = Clock::now();
+  products_at_start_ = budget_.used;
+  const Sweep sw = last_;
+  const Estimate e = estimate_reported(sw.kk, sw.beta_last, target_);
+  SingularEnd out;
+  if ((stop_on_estimate(e, sw) || sw.out_of_budget || budget_.exhausted(4)) && finish(e, sw, target_, out)) return out;
+  if (sw.kk < k_ && !sw.exhausted) next_step_ = sw.kk;
+  else thick_restart(e, sw.kk);
+  return run();
 }
 
 // Thick restart: keep the ℓ wanted Ritz triplets, P_ℓ = P V_B[:, sel], Q_ℓ = Q U_B[:, sel],
@@ -485,7 +514,7 @@ void GklRun::thick_restart(const Estimate& e, Index kk) {
   Q_.leftCols(l) = Qnew;
   B_.setZero();
   for (Index i = 0; i < l; ++i) B_(i, i) = e.ritz.theta[i];
-  nkept_ = l;
+  nkept_ = next_step_ = l;
   ++restarts_;
 }
 
@@ -494,16 +523,27 @@ SingularEnd run_gkl(const OperatorRef& A, Which which, const GklOptions& opt, do
   return GklRun(A, which, opt, rel_tol, scale_hint, start, budget).run();
 }
 
-// The smallest end from two independent Gaussian starts (the confirmation of gkl.h). Each run
-// targets sqrt(1 + rel_tol) − 1, so that two brackets that both contain σ_min merge into one
-// of relative width ≤ rel_tol. Merging under (A2), "at most one run missed a singular value":
+// The first start of σ_min: the warm start when there is one (a run of its own), else the σ_max
+// run continued ("Both ends from one run" in gkl.h). `continued` says which.
+SingularEnd smallest_first(const OperatorRef& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
+                           const Vec& start, Budget& budget, GklRun& largest_run, bool& continued) {
+  continued = start.size() == 0;
+  return continued ? largest_run.continue_for_smallest(rel_tol, sigma_max_hi)
+                   : run_gkl(A, Which::kSmallest, opt, rel_tol, sigma_max_hi, start, budget);
+}
+
+// The smallest end from two independent starts (the confirmation of gkl.h): the first of
+// smallest_first, the second an independent Gaussian start. Each targets sqrt(1 + rel_tol) − 1,
+// so that two brackets that both contain σ_min merge into one of relative width ≤ rel_tol.
+// Merging under (A2), "at most one run missed a singular value":
 //   disjoint brackets: the run with the lower θ found a smaller singular value, so the other
 //                      missed it; its bracket is discarded;
 //   overlapping:       [min lo, min hi] (valid if either run is; the upper end is CF in both).
 SingularEnd smallest_confirmed(const OperatorRef& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
-                               const Vec& start, Budget& budget, std::string& verdict) {
+                               const Vec& start, Budget& budget, GklRun& largest_run, std::string& verdict) {
   const double each_tol = std::sqrt(1.0 + rel_tol) - 1.0;
-  SingularEnd first = run_gkl(A, Which::kSmallest, opt, each_tol, sigma_max_hi, start, budget);
+  bool continued = false;
+  const SingularEnd first = smallest_first(A, opt, each_tol, sigma_max_hi, start, budget, largest_run, continued);
   if (!first.converged || first.bound == "exhausted") return first;  // nothing to confirm (verdict stays empty)
   GklOptions second_opt = opt;
   second_opt.seed = opt.seed ^ 0x9e3779b97f4a7c15ULL;  // independent of the first start
@@ -521,6 +561,7 @@ SingularEnd smallest_confirmed(const OperatorRef& A, const GklOptions& opt, doub
                   (out.hi / out.lo - 1.0 <= rel_tol || out.bound == "weyl-rounding");
   verdict = !second.converged ? "second start unfinished" : disjoint ? "starts disagreed: one run had missed a singular value"
                                                                       : "two starts agree";
+  if (continued) verdict += " (first start: the sigma_max run, continued)";
   return out;
 }
 
@@ -557,13 +598,15 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
 
   LanczosCondition out;
   // σ_max to a twentieth of the κ tolerance (the top end usually converges fast).
-  out.largest = run_gkl(A, Which::kLargest, opt, opt.tolerance / 20, 0.0, warm.v_max, budget);
+  GklRun largest_run(A, Which::kLargest, opt, opt.tolerance / 20, 0.0, warm.v_max, budget);
+  out.largest = largest_run.run();
   const double max_ratio = out.largest.lo > 0 ? out.largest.hi / out.largest.lo : kInf;
   const double min_tol = std::max((1.0 + opt.tolerance) / max_ratio - 1.0, opt.tolerance / 20);
   std::string confirmation;
+  bool continued = false;
   out.smallest = opt.confirm_smallest
-                     ? smallest_confirmed(A, opt, min_tol, out.largest.hi, warm.v_min, budget, confirmation)
-                     : run_gkl(A, Which::kSmallest, opt, min_tol, out.largest.hi, warm.v_min, budget);
+                     ? smallest_confirmed(A, opt, min_tol, out.largest.hi, warm.v_min, budget, largest_run, confirmation)
+                     : smallest_first(A, opt, min_tol, out.largest.hi, warm.v_min, budget, largest_run, continued);
   out.warm.v_max = out.largest.v;
   out.warm.v_min = out.smallest.v;
 

@@ -10,7 +10,8 @@
 // A restart keeps the ℓ wanted Ritz pairs and p_{k+1} and continues the recurrence.
 // B_k's SVD is computed directly (LAPACKE dgesdd), never through B_kᵀB_k, so a Ritz value has
 // absolute error O(eps·σ_max), not the O(eps·σ_max²/σ) of Lanczos on KᵀK (docs/design.md §4).
-// One run per end (two for σ_min, see the confirmation under (A) below; gkl.cpp, class GklRun), in these steps:
+// One run for σ_max, continued for σ_min, and a second start for σ_min (the confirmation under (A)
+// and "Both ends from one run" below; gkl.cpp, class GklRun), each in these steps:
 //   start     p_1 Gaussian, or the warm start plus 1e-3 of a Gaussian;
 //   sweep     left step α_j q_j = K p_j − Q_{j−1} (…), right step β_j p_{j+1} = Kᵀ q_j − P_j (…),
 //             each reorthogonalised against the whole basis (classical Gram–Schmidt twice); a
@@ -60,8 +61,8 @@
 // default seed converged to a tight bracket around the SECOND smallest singular value, 0.0286
 // (found by the SciPy peer of `jacond bench lanczos --check-dense`; six other seeds found
 // 0.0191). So the smallest end, where a miss shifts κ, is run twice (confirm_smallest): from the
-// warm start (or a Gaussian) and from an independent Gaussian start, each to sqrt(1 + tol) − 1,
-// and merged (gkl.cpp, smallest_confirmed). A bracket then rests on the weaker assumption
+// warm start (or, without one, the σ_max run continued) and from an independent Gaussian start,
+// each to sqrt(1 + tol) − 1, and merged (gkl.cpp, smallest_confirmed). A bracket then rests on the weaker assumption
 //   (A2) at most one of two independent Gaussian starts misses the smallest singular value;
 // when the two disagree (disjoint brackets) the one with the lower Ritz value is kept and the
 // note says a miss was caught. Cost: about twice the smallest end's products. The guarding
@@ -69,6 +70,18 @@
 // Every bracket's `note` says which assumption it rests on.
 // Where the matrix fits a factorisation, analysis/spectral/inertia.h (certify_extremes) replaces
 // both assumption-bearing ends by inertia counts: status `certified`.
+//
+// Both ends from one run: the relations K P_j = Q_j B_j, Kᵀ Q_j = P_j B_jᵀ + β_j p_{j+1} e_jᵀ hold
+// whichever end the run iterates for, so (W) and (CF) bound σ_min from the smallest Ritz triplets
+// of the σ_max run's B_j as validly as from a run of its own. σ_min's first start therefore takes
+// that run's basis and goes on from it (gkl.cpp, GklRun::continue_for_smallest): an estimate on
+// the basis as it is, then more steps while there is room, then thick restarts keeping the
+// smallest triplets. The steps σ_max took are reused instead of repeated from a new start; on
+// well-conditioned blocks (K_ffn, K_sab under `timm`)
+// the basis that settled σ_max already brackets σ_min after min_steps, and the call costs two
+// runs instead of three (jacond bench lanczos: 150 → ~104 products at nd 6400). With a warm start
+// for σ_min (sweeps, checkpoints) that start is used instead: it is closer to the answer.
+// The guarding test is SigmaMinFromTheSigmaMaxBasisIsConfirmedAndContained (test_svd_bracket.cpp).
 //
 // Long sweeps (the unrestarted route, `max_basis` up to the whole space): before the first thick
 // restart B_j is upper bidiagonal up to the reorthogonalisation coefficients of the left steps

@@ -37,8 +37,11 @@ solver runs in a forked child process and this process kills it when the budget 
 so "did not converge in N s" is measured, not guessed; the products done by then are counted
 in shared memory.
 
+--repeats R: a route that converges in under 2 s is run R times (a new child each time, setup
+excluded as before) and "seconds" is the median; "seconds_runs" lists them all.
+
 Prints ONE JSON line on stdout:
-    {"status": "bracket" | "not-converged", "solver", "matrix", "seconds", "setup_s",
+    {"status": "bracket" | "not-converged", "solver", "matrix", "seconds", "seconds_runs", "setup_s",
      "products", "sigma_max_lo", "sigma_max_hi", "sigma_min_lo", "sigma_min_hi", "kappa_lo",
      "kappa_hi" (null when infinite), "tol_max", "tol_min" (the last svds tol of each end),
      "peak_rss_mb", "torch_version", "scipy_version", "threads", "note", ...}
@@ -232,6 +235,25 @@ def child_main(args, counter, events):
 
 
 def run(args):
+    """run_once, repeated (--repeats) while it converges in under REPEAT_BELOW_S: one run of a
+    fraction of a second is at the mercy of the scheduler, so the line reports the median of the
+    runs' seconds (every run's in seconds_runs; the other fields are the first run's)."""
+    first = run_once(args)
+    times = [first["seconds"]]
+    while len(times) < args.repeats and first["status"] == "bracket" and first["seconds"] < REPEAT_BELOW_S:
+        again = run_once(args)
+        if again["status"] != "bracket":
+            return again
+        times.append(again["seconds"])
+    first["seconds_runs"] = times
+    first["seconds"] = float(np.median(times))
+    return first
+
+
+REPEAT_BELOW_S = 2.0  # the same rule as jacond bench lanczos (kRepeatBelowSeconds)
+
+
+def run_once(args):
     """Runs the child under the budget and gathers its events into the result line."""
     ctx = multiprocessing.get_context("fork")
     counter, events = ctx.Value("q", 0), ctx.Queue()
@@ -297,9 +319,11 @@ def main():
     parser.add_argument("--ln-eps", type=float, default=1e-6)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="start vectors")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help=f"runs of a route that converges in under {REPEAT_BELOW_S:g} s (median seconds reported)")
     args = parser.parse_args()
-    if not args.seconds > 0 or not args.tol > 0 or args.basis < 2:
-        parser.error("--seconds and --tol must be > 0 and --basis >= 2")
+    if not args.seconds > 0 or not args.tol > 0 or args.basis < 2 or args.repeats < 1:
+        parser.error("--seconds and --tol must be > 0, --basis >= 2 and --repeats >= 1")
     print(json.dumps(run(args)), flush=True)
     return 0
 
