@@ -234,38 +234,63 @@ SingularValueCount count_singular_values_below(const Mat& K, double mu, int near
 
 namespace {
 
-// σ_min from the count at μ₁ = 1.01·σ̂ (header: nearest intervals), else from a count of 0 lower down.
+// The count's nearest intervals that lie below μ − δ, when they are `below` many and pairwise
+// disjoint: then they hold every singular value below μ − δ (header), and the first holds σ_min.
+bool all_located(const SingularValueCount& c, Index all, SingularInterval& lowest) {
+  std::vector<SingularInterval> below;
+  for (const auto& s : c.nearest)
+    if (s.hi < c.mu - c.delta) below.push_back(s);
+  for (size_t i = 1; i < below.size(); ++i)
+    if (!(below[i - 1].hi < below[i].lo)) return false;
+  if (c.below < 1 || static_cast<Index>(below.size()) != c.below || c.below > all) return false;
+  lowest = below.front();
+  return true;
+}
+
+void certify_located(const SingularValueCount& c, const SingularInterval& lowest, CertifiedExtremes& out,
+                     std::ostringstream& note) {
+  out.sigma_min_lo = lowest.lo;
+  out.sigma_min_hi = std::min(out.sigma_min_hi, lowest.hi);
+  out.min_certified = true;
+  note << "N(" << fmt(c.mu) << ")=" << c.below << " all located (delta " << fmt(c.delta) << ") ";
+}
+
+// σ_min from the count at μ₁ = 1.01·σ̂ (header: nearest intervals). When the rounding radius δ₁
+// is wider than that 1 % margin, the interval of σ_min is not below μ₁ − δ₁ and the count cannot
+// place it; one more count at μ₂ = σ̂ + max(1 %, 4 δ₁) (δ₂ ≈ δ₁: both are set by the same
+// factorisation's growth) usually can, and keeps the bracket as tight as the intervals. Failing
+// that, a count of 0 just below σ̂ gives σ_min ≥ μ₀ − δ₀ (a bracket δ₀ wide).
 void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::ostringstream& note) {
   const Index all = std::min(K.rows(), K.cols());
   const SingularValueCount c1 = count_singular_values_below(K, 1.01 * estimate, -1);
   ++out.factorisations;
   out.within_1pct = c1.below;
-  std::vector<SingularInterval> below;
-  for (const auto& s : c1.nearest)
-    if (s.hi < c1.mu - c1.delta) below.push_back(s);
-  bool disjoint = true;
-  for (size_t i = 1; i < below.size(); ++i) disjoint = disjoint && below[i - 1].hi < below[i].lo;
+  SingularInterval lowest;
   if (c1.below == 0) {
     out.sigma_min_lo = c1.mu - c1.delta;
     out.min_certified = true;
     note << "N(" << fmt(c1.mu) << ")=0 (delta " << fmt(c1.delta) << ") ";
-  } else if (disjoint && static_cast<Index>(below.size()) == c1.below && c1.below <= all) {
-    out.sigma_min_lo = below.front().lo;
-    out.sigma_min_hi = std::min(out.sigma_min_hi, below.front().hi);
-    out.min_certified = true;
-    note << "N(" << fmt(c1.mu) << ")=" << c1.below << " all located (delta " << fmt(c1.delta) << ") ";
-  } else {
-    // A cluster the shift-invert could not separate: confirm a lower end by a count of 0.
-    const double mu0 = (1 - 1e-3) * (below.empty() ? estimate : std::min(estimate, below.front().lo));
-    const SingularValueCount c0 = count_singular_values_below(K, mu0, 0);
+    return;
+  }
+  if (all_located(c1, all, lowest)) return certify_located(c1, lowest, out, note);
+  if (c1.delta > 0.0025 * estimate && 4 * c1.delta < estimate) {
+    const SingularValueCount c2 = count_singular_values_below(K, estimate + std::max(0.01 * estimate, 4 * c1.delta), -1);
     ++out.factorisations;
-    if (c0.below == 0) {
-      out.sigma_min_lo = mu0 - c0.delta;
-      out.min_certified = true;
-      note << "N(" << fmt(mu0) << ")=0 (delta " << fmt(c0.delta) << ") ";
-    } else {
-      note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " ";
-    }
+    if (all_located(c2, all, lowest)) return certify_located(c2, lowest, out, note);
+  }
+  // A cluster the shift-invert could not separate: confirm a lower end by a count of 0.
+  double below_lo = estimate;  // the lowest interval below μ₁ − δ₁, if any
+  for (const auto& s : c1.nearest)
+    if (s.hi < c1.mu - c1.delta) below_lo = std::min(below_lo, s.lo);
+  const double mu0 = (1 - 1e-3) * below_lo;
+  const SingularValueCount c0 = count_singular_values_below(K, mu0, 0);
+  ++out.factorisations;
+  if (c0.below == 0) {
+    out.sigma_min_lo = mu0 - c0.delta;
+    out.min_certified = true;
+    note << "N(" << fmt(mu0) << ")=0 (delta " << fmt(c0.delta) << ") ";
+  } else {
+    note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " ";
   }
 }
 

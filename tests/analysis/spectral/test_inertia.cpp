@@ -224,5 +224,27 @@ TEST(InertiaOnBlocks, CountsAndCertifiedReportsAgreeWithTheDenseSvd) {
   }
 }
 
+// A rounding radius wider than the 1 % margin of the first shift (bare K_sa of a timm-like block,
+// n 40, d 32, 2 heads: κ ≈ 1e9, δ₁ ≈ 2 % of σ_min): the interval holding σ_min then reaches above
+// μ₁ − δ₁ and the first count cannot place it. The second shift μ₂ = σ̂ + 4δ₁ (inertia.cpp,
+// certify_bottom) can, and the certified lower end stays within the interval's width (apply
+// error, ~1e-3 here) of σ_min; a count of 0 below σ̂, the fallback, would put it ≥ δ₀ lower.
+TEST(CertifyExtremes, RadiusWiderThanTheMarginIsMetByASecondShift) {
+  std::mt19937_64 rng(15);
+  const BlockWeights w = test::timm_like_block(32, 2, 128, 16);
+  const Mat X = test::gaussian(40, 32, 1.0, rng);
+  const Mat K = attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+  const Vec ref = singular_values(K);
+  const double smin = ref(ref.size() - 1), tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
+  const SingularValueCount c1 = count_singular_values_below(K, 1.01 * smin, 0);
+  ASSERT_GT(c1.delta, 0.01 * smin) << "the block no longer has a radius wider than the margin: the test tests nothing";
+  const CertifiedExtremes e = certify_extremes(K, smin, smin, ref(0), ref(0));
+  ASSERT_TRUE(e.min_certified) << e.note;
+  EXPECT_LE(e.sigma_min_lo, smin + tau) << e.note;
+  EXPECT_GE(e.sigma_min_hi, smin - tau) << e.note;
+  EXPECT_GT(e.sigma_min_lo, smin - 0.25 * c1.delta) << e.note;
+  EXPECT_NE(e.note.find("all located"), std::string::npos) << e.note;
+}
+
 }  // namespace
 }  // namespace jacond
