@@ -30,7 +30,7 @@ t0=$(date +%s)
 # file:line in reports). ccache when present: a rebuild after a small change takes seconds.
 args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
       -DCMAKE_CXX_COMPILER="$cxx" -DJACOND_BUILD_FUZZERS=ON -DJACOND_SANITIZE=address,undefined
-      -DJACOND_BUILD_TESTS=OFF -DJACOND_BUILD_BENCHMARKS=OFF)
+      -DJACOND_BUILD_TESTS=OFF -DJACOND_BUILD_BENCHMARKS=OFF -DJACOND_CUDA=OFF)
 if command -v ccache >/dev/null; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S . -B "$build" "${args[@]}" >"$build.configure.log" 2>&1 || { cat "$build.configure.log" >&2; exit 2; }
 rm -f "$build.configure.log"

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "analysis/core/lapack.h"
+#include "analysis/spectral/lu_lanczos.h"
 
 namespace jacond {
 
@@ -71,74 +72,50 @@ class GramOp {
   mutable Vec tmp_;
 };
 
-// Thrown by InverseGramOp when (AᵀA)⁻¹ x overflows, in its result or, through Lanczos's own
-// normalisation of a huge result, in the next x: A is numerically singular. A numerical outcome,
-// not a failure: condition_fast falls back to the SVD. (Before info was checked, LAPACKE's
-// refusal of the NaN x, info = −8, went unnoticed and the unsolved x was returned as y.)
-class NonFiniteSolve : public std::runtime_error {
+// The CPU backend of lu_lanczos_extremes (analysis/spectral/lu_lanczos.h): S is a square A
+// (LAPACKE getrf with partial pivoting, in place) or the upper-triangular R of a tall A's QR (no
+// factorisation left to do). Before the sweep that overflowed was checked, LAPACKE's refusal of a
+// NaN x (info = −8) went unnoticed and the unsolved x was returned as y.
+class CpuLuBackend {
  public:
-  NonFiniteSolve() : std::runtime_error("(A^T A)^-1 x overflowed: A is numerically singular") {}
-};
-
-// y = (AᵀA)⁻¹ x = A⁻¹ A⁻ᵀ x through a factorisation of square A: its top eigenvalue is
-// 1/σ_min². `F` holds getrf's packed LU with pivots, or an upper-triangular R (no pivots); the
-// caller has checked that no pivot / diagonal entry is exactly zero, so every solve is defined and
-// a nonzero info is a failure (LapackError).
-class InverseGramOp {
- public:
-  using Scalar = double;
-  InverseGramOp(const Mat& F, const std::vector<lapack_int>* ipiv) : F_(F), ipiv_(ipiv) {}
-  Index rows() const { return F_.rows(); }
-  Index cols() const { return F_.rows(); }
-  void perform_op(const double* x, double* y) const {
-    const lapack_int n = static_cast<lapack_int>(F_.rows());
+  CpuLuBackend(Mat& S, bool triangular) : S_(S), triangular_(triangular), gram_(S) {}
+  Index order() const { return S_.rows(); }
+  void gram(const double* x, double* y) const { gram_.perform_op(x, y); }
+  FactorOutcome factor() {
+    if (triangular_) return (S_.diagonal().array() == 0.0).any() ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
+    const lapack_int n = static_cast<lapack_int>(S_.rows());
+    ipiv_.resize(S_.rows());
+    const lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, n, n, S_.data(), n, ipiv_.data());
+    // info > 0: U(info, info) is exactly zero, A is exactly singular. That is the answer, not a
+    // failure (analysis/core/lapack.h): the caller's SVD gives the rank and status `singular`.
+    if (info > 0) return FactorOutcome::kExactlySingular;
+    check_lapack("LAPACKE_dgetrf", info);
+    return FactorOutcome::kFactored;
+  }
+  // y = A⁻¹ A⁻ᵀ x (or R⁻¹ R⁻ᵀ x). The _work entry points: plain LAPACKE_dgetrs/dtrtrs scan the
+  // whole n × n factor for NaN on every call (12 % of condition_fast's time at n = 3200). The
+  // factor is finite (condition_fast checked A; a factorisation of a finite matrix with nonzero
+  // pivots is finite) and x is checked here.
+  void inverse_gram(const double* x, double* y) const {
+    const lapack_int n = static_cast<lapack_int>(S_.rows());
     if (!Eigen::Map<const Vec>(x, n).allFinite()) throw NonFiniteSolve();
     std::copy(x, x + n, y);
-    // The _work entry points: plain LAPACKE_dgetrs/dtrtrs scan the whole n × n factor for NaN on
-    // every call (12 % of condition_fast's time at n = 3200). F is finite (condition_fast checked
-    // A; a factorisation of a finite matrix with nonzero pivots is finite) and x is checked above.
-    if (ipiv_) {
-      // Solve Aᵀ z = x, then A y = z.
-      check_lapack("LAPACKE_dgetrs", LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', n, 1, F_.data(), n, ipiv_->data(), y, n));
-      check_lapack("LAPACKE_dgetrs", LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'N', n, 1, F_.data(), n, ipiv_->data(), y, n));
-    } else {
-      // Solve Rᵀ z = x, then R y = z.
-      check_lapack("LAPACKE_dtrtrs", LAPACKE_dtrtrs_work(LAPACK_COL_MAJOR, 'U', 'T', 'N', n, 1, F_.data(), n, y, n));
-      check_lapack("LAPACKE_dtrtrs", LAPACKE_dtrtrs_work(LAPACK_COL_MAJOR, 'U', 'N', 'N', n, 1, F_.data(), n, y, n));
+    if (!triangular_) {  // Aᵀ z = x, then A y = z
+      check_lapack("LAPACKE_dgetrs", LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'T', n, 1, S_.data(), n, ipiv_.data(), y, n));
+      check_lapack("LAPACKE_dgetrs", LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, 'N', n, 1, S_.data(), n, ipiv_.data(), y, n));
+    } else {  // Rᵀ z = x, then R y = z
+      check_lapack("LAPACKE_dtrtrs", LAPACKE_dtrtrs_work(LAPACK_COL_MAJOR, 'U', 'T', 'N', n, 1, S_.data(), n, y, n));
+      check_lapack("LAPACKE_dtrtrs", LAPACKE_dtrtrs_work(LAPACK_COL_MAJOR, 'U', 'N', 'N', n, 1, S_.data(), n, y, n));
     }
     if (!Eigen::Map<const Vec>(y, n).allFinite()) throw NonFiniteSolve();
   }
  private:
-  const Mat& F_;
-  const std::vector<lapack_int>* ipiv_;
+  Mat& S_;
+  const bool triangular_;
+  GramOp gram_;
+  std::vector<lapack_int> ipiv_;
 };
 
-// Largest eigenvalue of a symmetric positive semi-definite operator by Spectra's Lanczos.
-// Returns false if it did not converge or overflowed (NonFiniteSolve, or Spectra's tridiagonal
-// eigensolver failing on non-finite Ritz values); a LapackError is a failure and propagates.
-// `products` accumulates operator applications.
-template <typename Op>
-bool top_eigenvalue(Op& op, double tol, double* value, Index* products) {
-  const Index n = op.rows();
-  const Index ncv = std::min<Index>(n, 24);
-  Spectra::SymEigsSolver<Op> eigs(op, 1, ncv);
-  try {
-    eigs.init();  // already one product
-    eigs.compute(Spectra::SortRule::LargestAlge, 500, tol);
-  } catch (const LapackError&) {
-    throw;
-  } catch (const std::runtime_error&) {
-    // Overflow (an inverse of a numerically singular matrix): no answer here.
-    *products += eigs.num_operations();
-    return false;
-  }
-  *products += eigs.num_operations();
-  if (eigs.info() != Spectra::CompInfo::Successful) return false;
-  *value = eigs.eigenvalues()(0);
-  return std::isfinite(*value);
-}
-
-constexpr double kLanczosTol = 1e-13;
 constexpr Index kFastMinSize = 48;  // below this the SVD is cheaper than setting up Lanczos
 
 }  // namespace
@@ -201,40 +178,19 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     F = A.topRows(cols).triangularView<Eigen::Upper>();
     A.resize(0, 0);
   }
-  const Mat& S = square ? A : F;  // square matrix with the same singular values
+  Mat& S = square ? A : F;  // square matrix with the same singular values
   // Kept only for the rare SVD fallback after getrf has overwritten A (square case).
   const Mat original = square ? A : Mat();
-
-  double lam_max = 0;
-  Index products = 0;
-  GramOp gram(S);
-  bool ok = top_eigenvalue(gram, kLanczosTol, &lam_max, &products);
-  r.sigma_max = std::sqrt(std::max(lam_max, 0.0));
-
-  std::vector<lapack_int> ipiv;
-  bool exactly_singular = false;
-  if (ok && square) {
-    ipiv.resize(cols);
-    const lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, cols, cols, A.data(), cols, ipiv.data());
-    // info > 0: U(info, info) is exactly zero, A is exactly singular. That is the answer, not a
-    // failure (analysis/core/lapack.h): the SVD below gives the rank and status `singular`.
-    exactly_singular = info > 0;
-    if (!exactly_singular) check_lapack("LAPACKE_dgetrf", info);
-  } else if (ok) {
-    exactly_singular = (F.diagonal().array() == 0.0).any();
-  }
-  if (ok && !exactly_singular) {
-    InverseGramOp inv(square ? A : F, square ? &ipiv : nullptr);
-    double lam_inv = 0;
-    ok = top_eigenvalue(inv, kLanczosTol, &lam_inv, &products);
-    r.sigma_min = ok && lam_inv > 0 ? 1.0 / std::sqrt(lam_inv) : 0.0;
-  } else if (exactly_singular) {
-    ok = false;  // let the SVD give the rank and the exact floor
-  }
-  r.products = products;
-  if (!ok) {
-    // Lanczos did not converge (pathological clustering): answer exactly with the SVD.
-    // A was overwritten by its LU factors: the SVD needs the original.
+  CpuLuBackend backend(S, !square);
+  const LuLanczosExtremes e = lu_lanczos_extremes(backend);
+  r.products = e.products;
+  r.sigma_max = e.sigma_max;
+  r.sigma_min = e.sigma_min;
+  if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
+    // Lanczos did not converge (pathological clustering, or numerically singular), or a pivot was
+    // exactly zero: answer exactly with the SVD. A was overwritten by its LU factors: the SVD
+    // needs the original.
+    const bool exactly_singular = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular;
     ConditionReport s = square ? condition_svd(original, matrix) : condition_svd(F, matrix);
     s.rows = rows;
     s.cols = cols;
@@ -242,13 +198,17 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     s.seconds = seconds_since(t0);
     return s;
   }
-  // Rank is not available without the full spectrum: report the lower bound we know
-  // (full rank if σ_min is above the floor).
-  finish_report(r);
-  r.rank = r.status == Status::kExact ? cols : -1;
-  if (r.status == Status::kSingular) r.note = "rank unknown (fast route); use --spectrum full";
+  finish_extremes_report(r);
   r.seconds = seconds_since(t0);
   return r;
+}
+
+void finish_extremes_report(ConditionReport& r) {
+  finish_report(r);
+  // Rank is not available without the full spectrum: report the lower bound we know (full rank
+  // if σ_min is above the floor).
+  r.rank = r.status == Status::kExact ? std::min(r.rows, r.cols) : -1;
+  if (r.status == Status::kSingular) r.note = "rank unknown (fast route); use --spectrum full";
 }
 
 ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix) {
@@ -284,7 +244,7 @@ double spectral_norm(const Mat& A) {
   GramOp gram(A.rows() >= A.cols() ? A : Mat(A.transpose()));
   double lam = 0;
   Index products = 0;
-  if (!top_eigenvalue(gram, kLanczosTol, &lam, &products)) return singular_values(A).maxCoeff();
+  if (!detail::top_eigenvalue(gram, &lam, &products)) return singular_values(A).maxCoeff();
   return std::sqrt(std::max(lam, 0.0));
 }
 

@@ -62,6 +62,11 @@ ConditionReport report_from_singular_values(const std::string& matrix, Index row
 /// Exact κ from the full spectrum.
 ConditionReport condition_svd(const Mat& A, const std::string& matrix);
 
+/// Fills κ, the bracket, the status (exact, or singular under the noise floor) and the rank (full,
+/// or −1 = unknown with a note) of a report whose σ_max and σ_min an exact extremes route computed
+/// (condition_fast and its CUDA twin).
+void finish_extremes_report(ConditionReport& r);
+
 /// Exact κ from σ_max and σ_min only (LU/QR + Lanczos). Falls back to the SVD for tiny
 /// matrices, if Lanczos does not converge, if an LU pivot is exactly zero (dgetrf info > 0: A is
 /// exactly singular) or if a solve overflows (A numerically singular); `note` says which. Throws

@@ -1,0 +1,201 @@
+// The CUDA backend of lu_lanczos_extremes; the math is in analysis/spectral/lu_lanczos.h, the
+// choices in analysis/cuda/dense_cuda.h.
+#include "analysis/cuda/dense_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+
+#include <chrono>
+#include <cstdint>
+#include <sstream>
+#include <vector>
+
+#include "analysis/spectral/lu_lanczos.h"
+
+namespace jacond::cuda {
+
+namespace {
+
+[[noreturn]] void fail(const char* call, const char* file, int line, const std::string& what) {
+  std::ostringstream os;
+  os << call << " failed at " << file << ":" << line << ": " << what;
+  throw CudaError(os.str());
+}
+
+void check(cudaError_t s, const char* call, const char* file, int line) {
+  if (s != cudaSuccess) fail(call, file, line, cudaGetErrorString(s));
+}
+void check(cublasStatus_t s, const char* call, const char* file, int line) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail(call, file, line, "cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+void check(cusolverStatus_t s, const char* call, const char* file, int line) {
+  if (s != CUSOLVER_STATUS_SUCCESS) fail(call, file, line, "cuSOLVER status " + std::to_string(static_cast<int>(s)));
+}
+
+#define JACOND_CUDA(call) check((call), #call, __FILE__, __LINE__)
+
+// One cudaMalloc'd buffer, freed on scope exit.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    if (count > 0) JACOND_CUDA(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+  size_t count() const { return count_; }
+ private:
+  T* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+struct Handles {
+  cublasHandle_t blas = nullptr;
+  cusolverDnHandle_t solver = nullptr;
+  cusolverDnParams_t params = nullptr;
+  Handles() {
+    JACOND_CUDA(cublasCreate(&blas));
+    JACOND_CUDA(cusolverDnCreate(&solver));
+    JACOND_CUDA(cusolverDnCreateParams(&params));
+  }
+  ~Handles() {
+    if (params) cusolverDnDestroyParams(params);
+    if (solver) cusolverDnDestroy(solver);
+    if (blas) cublasDestroy(blas);
+  }
+  Handles(const Handles&) = delete;
+  Handles& operator=(const Handles&) = delete;
+};
+
+void require_free_memory(size_t bytes, const std::string& what) {
+  size_t free_bytes = 0, total = 0;
+  JACOND_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  if (bytes > free_bytes) {
+    std::ostringstream os;
+    os << what << " needs " << static_cast<double>(bytes) / 1e9 << " GB of device memory, " << static_cast<double>(free_bytes) / 1e9
+       << " GB free of " << static_cast<double>(total) / 1e9;
+    throw CudaError(os.str());
+  }
+}
+
+// lu_lanczos_extremes' backend on the device: A (n × n, column-major) copied once; gram() by two
+// dgemv, factor() by Xgetrf in place, inverse_gram() by Xgetrs with Aᵀ then A.
+class CudaLuBackend {
+ public:
+  explicit CudaLuBackend(const Mat& A)
+      : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_), info_(1) {
+    JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
+  }
+  Index order() const { return n_; }
+
+  void gram(const double* x, double* y) {
+    const double one = 1.0, zero = 0.0;
+    upload(x);
+    JACOND_CUDA(cublasDgemv_64(h_.blas, CUBLAS_OP_N, n_, n_, &one, a_.get(), n_, x_.get(), 1, &zero, t_.get(), 1));
+    JACOND_CUDA(cublasDgemv_64(h_.blas, CUBLAS_OP_T, n_, n_, &one, a_.get(), n_, t_.get(), 1, &zero, x_.get(), 1));
+    download(y);
+  }
+
+  FactorOutcome factor() {
+    size_t device_bytes = 0, host_bytes = 0;
+    JACOND_CUDA(cusolverDnXgetrf_bufferSize(h_.solver, h_.params, n_, n_, CUDA_R_64F, a_.get(), n_, CUDA_R_64F,
+                                            &device_bytes, &host_bytes));
+    require_free_memory(device_bytes, "cusolverDnXgetrf's workspace");
+    DeviceBuffer<char> work(device_bytes);
+    std::vector<char> host_work(host_bytes);
+    JACOND_CUDA(cusolverDnXgetrf(h_.solver, h_.params, n_, n_, CUDA_R_64F, a_.get(), n_, ipiv_.get(), CUDA_R_64F,
+                                 work.get(), device_bytes, host_work.data(), host_bytes, info_.get()));
+    const int info = read_info("cusolverDnXgetrf");
+    // info > 0: U(info, info) is exactly zero (the CPU route's getrf outcome, the same answer).
+    return info > 0 ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
+  }
+
+  void inverse_gram(const double* x, double* y) {
+    if (!Eigen::Map<const Vec>(x, n_).allFinite()) throw NonFiniteSolve();
+    upload(x);
+    JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_T, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
+                                 CUDA_R_64F, x_.get(), n_, info_.get()));
+    read_info("cusolverDnXgetrs (transposed)");
+    JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_N, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
+                                 CUDA_R_64F, x_.get(), n_, info_.get()));
+    read_info("cusolverDnXgetrs");
+    download(y);
+    if (!Eigen::Map<const Vec>(y, n_).allFinite()) throw NonFiniteSolve();
+  }
+
+ private:
+  void upload(const double* x) { JACOND_CUDA(cudaMemcpy(x_.get(), x, sizeof(double) * n_, cudaMemcpyHostToDevice)); }
+  void download(double* y) { JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * n_, cudaMemcpyDeviceToHost)); }
+  // cuSOLVER's devInfo: < 0 is an argument error (a failure), > 0 the routine's own outcome.
+  int read_info(const char* call) {
+    int info = 0;
+    JACOND_CUDA(cudaMemcpy(&info, info_.get(), sizeof(int), cudaMemcpyDeviceToHost));
+    if (info < 0) fail(call, __FILE__, __LINE__, "argument " + std::to_string(-info) + " is invalid");
+    return info;
+  }
+
+  const int64_t n_;
+  Handles h_;
+  DeviceBuffer<double> a_, x_, t_;
+  DeviceBuffer<int64_t> ipiv_;
+  DeviceBuffer<int> info_;
+};
+
+}  // namespace
+
+bool device_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::string device_description() {
+  cudaDeviceProp prop{};
+  JACOND_CUDA(cudaGetDeviceProperties(&prop, 0));
+  size_t free_bytes = 0, total = 0;
+  JACOND_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  std::ostringstream os;
+  os << prop.name << " (" << static_cast<double>(free_bytes) / 1e9 << " GB free of " << static_cast<double>(total) / 1e9 << ")";
+  return os.str();
+}
+
+ConditionReport condition_fast(Mat A, const std::string& matrix) {
+  if (!A.allFinite()) throw std::invalid_argument("condition_fast (cuda): " + matrix + " contains NaN or inf");
+  if (A.rows() != A.cols()) {
+    ConditionReport r = jacond::condition_fast(std::move(A), matrix);
+    r.note += std::string(r.note.empty() ? "" : "; ") + "not square: CPU route";
+    return r;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const Index n = A.rows();
+  require_free_memory(sizeof(double) * (static_cast<size_t>(n) * n + 2 * n) + sizeof(int64_t) * n, matrix + " on the GPU");
+  LuLanczosExtremes e;
+  {
+    CudaLuBackend backend(A);
+    e = lu_lanczos_extremes(backend);
+  }
+  if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
+    ConditionReport s = condition_svd(A, matrix);
+    s.note = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
+                 ? "exactly singular pivot on the GPU; dense SVD (CPU) used"
+                 : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (CPU) used";
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
+  ConditionReport r;
+  r.matrix = matrix;
+  r.rows = r.cols = n;
+  r.method = "dense-lu-lanczos-cuda";
+  r.sigma_max = e.sigma_max;
+  r.sigma_min = e.sigma_min;
+  r.products = e.products;
+  finish_extremes_report(r);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace jacond::cuda
