@@ -276,6 +276,7 @@ class GklRun {
 
  private:
   Sweep sweep();
+  bool conclude(const Sweep& sw, bool extend, SingularEnd& out);
   void left_step(Index j);
   double right_step(Index j);
   bool mid_basis_check_due(Index j) const;
@@ -318,14 +319,22 @@ GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double 
 }
 
 SingularEnd GklRun::run() {
-  for (;;) {
-    const Sweep sw = sweep();
-    const Estimate e = estimate_reported(sw.kk, sw.beta_last, target_);
-    SingularEnd out;
-    last_ = sw;
-    if ((stop_on_estimate(e, sw) || sw.out_of_budget) && finish(e, sw, target_, out)) return out;
-    thick_restart(e, sw.kk);
-  }
+  for (SingularEnd out;;)
+    if (conclude(sweep(), false, out)) return out;
+}
+
+// After a sweep (or, on continuation, the basis the σ_max run ended with): the estimate, the
+// stopping test and the explicit check; true with `out` filled when the run ends here. Otherwise
+// the next sweep starts from a thick restart, or (`extend`, with room in the basis) from step kk.
+// The budget test ends a run whose budget is spent without another sweep: a continued basis, or
+// seconds that ran out during the estimate itself (a sweep sets out_of_budget for the rest).
+bool GklRun::conclude(const Sweep& sw, bool extend, SingularEnd& out) {
+  last_ = sw;
+  const Estimate e = estimate_reported(sw.kk, sw.beta_last, target_);
+  if ((stop_on_estimate(e, sw) || sw.out_of_budget || budget_.exhausted(4)) && finish(e, sw, target_, out)) return true;
+  if (extend && sw.kk < k_ && !sw.exhausted) next_step_ = sw.kk;
+  else thick_restart(e, sw.kk);
+  return false;
 }
 
 // Steps j = nkept, nkept + 1, … until the basis is full (k), the Krylov space is exhausted, the
@@ -488,13 +497,8 @@ SingularEnd GklRun::continue_for_smallest(double rel_tol, double sigma_max_hi) {
   scale_ = std::max(scale_, sigma_max_hi);
   t0_ = Clock::now();
   products_at_start_ = budget_.used;
-  const Sweep sw = last_;
-  const Estimate e = estimate_reported(sw.kk, sw.beta_last, target_);
   SingularEnd out;
-  if ((stop_on_estimate(e, sw) || sw.out_of_budget || budget_.exhausted(4)) && finish(e, sw, target_, out)) return out;
-  if (sw.kk < k_ && !sw.exhausted) next_step_ = sw.kk;
-  else thick_restart(e, sw.kk);
-  return run();
+  return conclude(last_, true, out) ? out : run();
 }
 
 // Thick restart: keep the ℓ wanted Ritz triplets, P_ℓ = P V_B[:, sel], Q_ℓ = Q U_B[:, sel],

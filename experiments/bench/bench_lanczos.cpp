@@ -84,12 +84,6 @@ constexpr Index kDenseCheckMaxNd = 12500;  // condition_fast in ≤ ~2 min and 2
 // median reported (scipy_svds_route.py REPEAT_BELOW_S: the same rule for the peers).
 constexpr double kRepeatBelowSeconds = 2.0;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
 std::string joined(const std::vector<double>& v) {
   std::string out;
   for (double x : v) out += (out.empty() ? "" : ";") + fmt(x);

@@ -21,6 +21,7 @@
 #include "analysis/jacobians/block.h"
 #include "analysis/spectral/condition.h"
 #include "experiments/claims/verify.h"
+#include "experiments/cli/cli_common.h"
 
 namespace jacond::cli {
 
@@ -33,12 +34,6 @@ Mat draw_logits(Index n, double alpha, double beta, std::mt19937_64& rng) {
     for (Index i = 0; i < n; ++i) M(i, j) = alpha * N(rng);
   M.diagonal().array() += beta;
   return M;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 double quantile(std::vector<double> v, double q) {

@@ -1,5 +1,6 @@
 #include "experiments/cli/cli_common.h"
 
+#include <algorithm>
 #include <unistd.h>
 
 #include <array>
@@ -62,6 +63,12 @@ void ensure_directory(const std::string& dir) {
 }
 
 std::string fmt(double x) { return format_number(x); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
 
 void ResultsTable::add(const std::vector<std::string>& knob_values, const ConditionReport& r) {
   if (knob_values.size() != knobs_.size()) throw std::logic_error("ResultsTable: knob count mismatch");

@@ -91,6 +91,9 @@ class ResultsTable {
 /// Number formatting for CSV/JSON: shortest round-trip, "inf"/"nan" spelled out.
 std::string fmt(double x);
 
+/// The median of v (mean of the middle two for an even count); v non-empty.
+double median(std::vector<double> v);
+
 /// run.json: the command line, versions, git revision, threads and any extra fields.
 nlohmann::json run_metadata(int argc, char** argv);
 
