@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <sstream>
@@ -146,6 +147,31 @@ class CudaLuBackend {
   DeviceBuffer<int> info_;
 };
 
+// Device bytes of cusolverDnXgesvd (values only) on a rows × cols matrix, rows ≥ cols: A, S and
+// the workspace cuSOLVER asks for.
+size_t gesvd_device_bytes(Handles& h, int64_t rows, int64_t cols, size_t* host_bytes) {
+  size_t device_work = 0;
+  JACOND_CUDA(cusolverDnXgesvd_bufferSize(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, nullptr, rows, CUDA_R_64F,
+                                          nullptr, CUDA_R_64F, nullptr, 1, CUDA_R_64F, nullptr, 1, CUDA_R_64F,
+                                          &device_work, host_bytes));
+  return sizeof(double) * (static_cast<size_t>(rows) * cols + cols) + device_work;
+}
+
+// Device bytes of condition_fast on an n × n matrix: A, three vectors, the pivots and Xgetrf's
+// workspace.
+size_t getrf_device_bytes(Handles& h, int64_t n) {
+  size_t device_work = 0, host_work = 0;
+  JACOND_CUDA(cusolverDnXgetrf_bufferSize(h.solver, h.params, n, n, CUDA_R_64F, nullptr, n, CUDA_R_64F, &device_work,
+                                          &host_work));
+  return sizeof(double) * (static_cast<size_t>(n) * n + 3 * n) + sizeof(int64_t) * n + device_work;
+}
+
+size_t free_device_bytes() {
+  size_t free_bytes = 0, total = 0;
+  JACOND_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+}
+
 }  // namespace
 
 bool device_available() {
@@ -196,6 +222,54 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   finish_extremes_report(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+Vec singular_values(Mat A) {
+  if (!A.allFinite()) throw std::invalid_argument("singular_values (cuda): matrix contains NaN or inf");
+  if (A.rows() < A.cols()) A.transposeInPlace();  // σ(A) = σ(Aᵀ); gesvd wants rows ≥ cols
+  const int64_t rows = A.rows(), cols = A.cols();
+  Vec s(cols);
+  if (cols == 0) return s;
+  Handles h;
+  size_t host_bytes = 0;
+  const size_t device_bytes = gesvd_device_bytes(h, rows, cols, &host_bytes);
+  require_free_memory(device_bytes, "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
+  DeviceBuffer<double> a(static_cast<size_t>(rows) * cols), sv(cols);
+  const size_t work_bytes = device_bytes - sizeof(double) * (a.count() + sv.count());
+  DeviceBuffer<char> work(work_bytes);
+  DeviceBuffer<int> info(1);
+  std::vector<char> host_work(host_bytes);
+  JACOND_CUDA(cudaMemcpy(a.get(), A.data(), sizeof(double) * a.count(), cudaMemcpyHostToDevice));
+  JACOND_CUDA(cusolverDnXgesvd(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, a.get(), rows, CUDA_R_64F, sv.get(),
+                               CUDA_R_64F, nullptr, 1, CUDA_R_64F, nullptr, 1, CUDA_R_64F, work.get(), work_bytes,
+                               host_work.data(), host_bytes, info.get()));
+  int devinfo = 0;
+  JACOND_CUDA(cudaMemcpy(&devinfo, info.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  if (devinfo < 0) fail("cusolverDnXgesvd", __FILE__, __LINE__, "argument " + std::to_string(-devinfo) + " is invalid");
+  if (devinfo > 0)
+    fail("cusolverDnXgesvd", __FILE__, __LINE__, std::to_string(devinfo) + " superdiagonals did not converge to zero");
+  JACOND_CUDA(cudaMemcpy(s.data(), sv.get(), sizeof(double) * cols, cudaMemcpyDeviceToHost));
+  return s;  // gesvd returns them descending
+}
+
+bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const {
+  // The host assembles A: its 8·rows·cols bytes within the budget's memory (no time on the GPU).
+  // A non-square A takes the CPU route (condition_fast above): the CPU's rule.
+  if (!jacond::fits(DenseCost{8.0 * static_cast<double>(rows) * static_cast<double>(cols), 0}, budget)) return false;
+  if (route == DenseRoute::kFast && rows != cols) return CpuDenseDevice().fits(route, rows, cols, budget);  // the CPU route
+  Handles h;
+  size_t host_bytes = 0;
+  const size_t need = route == DenseRoute::kSvd ? gesvd_device_bytes(h, std::max(rows, cols), std::min(rows, cols), &host_bytes)
+                                                : getrf_device_bytes(h, rows);
+  return need <= free_device_bytes();
+}
+
+std::shared_ptr<const DenseDevice> cuda_dense_device() {
+  int count = 0;
+  const cudaError_t s = cudaGetDeviceCount(&count);
+  if (s != cudaSuccess) fail("cudaGetDeviceCount", __FILE__, __LINE__, cudaGetErrorString(s));
+  if (count == 0) fail("cudaGetDeviceCount", __FILE__, __LINE__, "no CUDA device");
+  return std::make_shared<CudaDenseDevice>();
 }
 
 }  // namespace jacond::cuda

@@ -17,11 +17,14 @@
 // CudaError before anything is allocated. Plain cudaMalloc, no managed memory.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "analysis/core/types.h"
 #include "analysis/spectral/condition.h"
+#include "analysis/spectral/dense_device.h"
 
 namespace jacond::cuda {
 
@@ -41,5 +44,30 @@ std::string device_description();
 /// as on the CPU; so does a non-square A (the block Jacobians are square). Throws
 /// std::invalid_argument on NaN/inf, CudaError on a device failure.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
+
+/// All singular values of A, descending, on the GPU (cusolverDnXgesvd, jobu = jobvt = 'N', the
+/// 64-bit API; a wide A is transposed first, gesvd wants rows ≥ cols). The twin of
+/// singular_values in condition.h: std::invalid_argument on NaN/inf, CudaError when gesvd does
+/// not converge (devInfo > 0) or the device fails.
+Vec singular_values(Mat A);
+
+/// The GPU as a DenseDevice (analysis/spectral/dense_device.h). fits(): the assembled matrix
+/// within the host budget's memory, and the route's device working set (A, its LU or gesvd
+/// workspace, as cuSOLVER's buffer-size queries state it) within the device's free memory.
+/// No time prediction: the GPU's factorisation rate is not modelled, so `auto` on this device is
+/// decided by memory alone.
+class CudaDenseDevice final : public DenseDevice {
+ public:
+  std::string name() const override { return "cuda"; }
+  std::string description() const override { return device_description(); }
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
+    return cuda::condition_fast(std::move(A), matrix);
+  }
+  Vec singular_values(Mat A) const override { return cuda::singular_values(std::move(A)); }
+  bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
+};
+
+/// The GPU as a DenseDevice; throws CudaError naming the reason when no device can be used.
+std::shared_ptr<const DenseDevice> cuda_dense_device();
 
 }  // namespace jacond::cuda

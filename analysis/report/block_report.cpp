@@ -1,5 +1,6 @@
 #include "analysis/report/block_report.h"
 
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -57,10 +58,17 @@ bool auto_prefers_dense(Index rows, Index cols, const DenseBudget& budget, int t
   return fits(fast_route_cost(rows, cols, threads), budget);
 }
 
+namespace {
+const DenseDevice& device_or_host(const std::shared_ptr<const DenseDevice>& device) {
+  return device ? *device : *cpu_dense_device();
+}
+}  // namespace
+
 KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
   if (opt.route != KappaRoute::kAuto) return opt.route;
   const DenseBudget budget{opt.dense_max_bytes, opt.lanczos.max_seconds};
-  return auto_prefers_dense(n * d, n * d, budget, get_threads()) ? KappaRoute::kFast : KappaRoute::kLanczos;
+  return device_or_host(opt.device).fits(DenseRoute::kFast, n * d, n * d, budget) ? KappaRoute::kFast
+                                                                                  : KappaRoute::kLanczos;
 }
 
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
@@ -71,19 +79,27 @@ bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
   return fits(three, DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
 }
 
-ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route) {
+ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route,
+                                const std::shared_ptr<const DenseDevice>& device) {
   // A is taken by value and moved on: condition_fast factorises its argument in place, so a
   // temporary (or a matrix the caller is done with) is never copied (80 MB at n·d = 3200).
+  const DenseDevice& dev = device_or_host(device);
   switch (route) {
-    case KappaRoute::kSvd: return condition_svd(A, name);
+    case KappaRoute::kSvd: {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Index rows = A.rows(), cols = A.cols();
+      ConditionReport r = report_from_singular_values(name, rows, cols, dev.singular_values(std::move(A)),
+                                                      dev.name() == "cpu" ? "dense-svd" : "dense-svd-" + dev.name());
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return r;
+    }
     case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
     case KappaRoute::kAuto:
-      if (!auto_prefers_dense(A.rows(), A.cols(), DenseBudget{}, get_threads()))
-        return condition_lanczos(DenseMatrixOp(A), name).report;
+      if (!dev.fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{})) return condition_lanczos(DenseMatrixOp(A), name).report;
       break;
     case KappaRoute::kFast: break;
   }
-  return condition_fast(std::move(A), name);
+  return dev.condition_fast(std::move(A), name);
 }
 
 namespace {
@@ -157,8 +173,8 @@ void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip
 // κ of one assembled nd × nd matrix by `route`, certified when opt asks for it (the factorisation
 // then works on a copy: the counts need K itself).
 ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
-  if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route);
-  const ConditionReport r = condition_dense(K, name, route);
+  if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route, opt.device);
+  const ConditionReport r = condition_dense(K, name, route, opt.device);
   return certify_report(r, K, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max);
 }
 

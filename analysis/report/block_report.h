@@ -22,6 +22,7 @@
 #include "analysis/jacobians/block.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_cost.h"
+#include "analysis/spectral/dense_device.h"
 #include "analysis/spectral/gkl.h"
 #include "analysis/spectral/inertia.h"
 
@@ -32,8 +33,8 @@ namespace jacond {
 ///   kSvd      dense, exact: the full spectrum
 ///   kLanczos  matrix-free certified bracket (analysis/spectral/gkl.h) on the operators of
 ///             analysis/operators/operators.h: K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn (and ln-complements)
-///   kAuto     kFast when the matrix fits the dense route's memory and time budget
-///             (auto_prefers_dense, analysis/spectral/dense_cost.h), else kLanczos
+///   kAuto     kFast when the matrix fits the dense route's memory and time budget on the chosen
+///             device (DenseDevice::fits, analysis/spectral/dense_device.h), else kLanczos
 /// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
 enum class KappaRoute { kFast, kSvd, kLanczos, kAuto };
 
@@ -74,12 +75,16 @@ struct BlockReportOptions {
   /// kLanczos warm starts, keyed "matrix/space" (e.g. "K_sab/full"): read if present, then
   /// overwritten with this call's vectors, so a sweep or a series of checkpoints can chain.
   std::map<std::string, GklWarmStart>* warm = nullptr;
+  /// Where the dense routes (kFast, kSvd) run (analysis/spectral/dense_device.h); null: the host.
+  /// Assembly, the token block-diagonal K_mlp / K_ffn, the per-head matrices, the matrix-free
+  /// route and the certificates stay on the host.
+  std::shared_ptr<const DenseDevice> device;
 };
 
 /// True when `matrix` is among opt.matrices (or opt.matrices is empty).
 bool wants(const BlockReportOptions& opt, const std::string& matrix);
 
-/// The route block_reports takes for an n × d input (resolves kAuto).
+/// The route block_reports takes for an n × d input (resolves kAuto by opt.device's fits).
 KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d);
 
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
@@ -88,9 +93,10 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
 /// True when block_reports certifies an N × N matrix under `opt` (opt.certify and the budget).
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols);
 
-/// κ of a dense matrix by the chosen route (kLanczos runs GKL on the dense matrix; kAuto by
-/// auto_prefers_dense with the default budget).
-ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route);
+/// κ of a dense matrix by the chosen route on `device` (null: the host; kLanczos runs GKL on the
+/// dense matrix, on the host; kAuto by device->fits with the default budget).
+ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route,
+                                const std::shared_ptr<const DenseDevice>& device = nullptr);
 
 /// Spectral norm of E_sa and σ_min of B_sa etc. are read from the reports; this finds one.
 const ConditionReport& find_report(const std::vector<ConditionReport>& reports, const std::string& matrix,

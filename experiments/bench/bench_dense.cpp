@@ -17,6 +17,7 @@
 #include "experiments/bench/bench_dense.h"
 #include "experiments/bench/python_route.h"
 #include "experiments/cli/cli_common.h"
+#include "experiments/cli/device_option.h"
 #include "models/init/init.h"
 #include "models/io/safetensors.h"
 #include "models/track/bridge.h"
@@ -74,11 +75,16 @@ std::vector<Shape> parse_sizes(const std::string& spec) {
   return out;
 }
 
+std::string exact_route_name(const DenseDevice& device) {
+  return device.name() == "cpu" ? "jacond-exact-kappa" : "jacond-exact-kappa-" + device.name();
+}
+
 // jacond in-process: forward + dense K + (condition_fast | condition_svd), `repeat` times.
 // K lives only inside one iteration, so at most one K (plus the κ routine's own copy) exists.
-RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spectrum, int repeat) {
+RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spectrum, int repeat,
+                             const DenseDevice& device) {
   RouteResult best;
-  best.route = full_spectrum ? "jacond-full-spectrum" : "jacond-exact-kappa";
+  best.route = full_spectrum ? "jacond-full-spectrum" : exact_route_name(device);
   std::vector<double> totals;
   for (int r = 0; r < repeat; ++r) {
     const auto t0 = Clock::now();
@@ -91,7 +97,7 @@ RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spec
         K = attention_jacobian(w, cache, AttentionPart::kFull);
       }
       assembly = seconds_since(t0);
-      rep = full_spectrum ? condition_svd(K, "K_sa") : condition_fast(std::move(K), "K_sa");
+      rep = full_spectrum ? condition_svd(K, "K_sa") : device.condition_fast(std::move(K), "K_sa");
     }
     const double total = seconds_since(t0);
     totals.push_back(total);
@@ -193,7 +199,8 @@ struct Options {
   uint64_t seed = 0;
   std::string init = "timm", out_dir = "results/bench-dense", python = "/usr/bin/python3";
   std::string script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/torch_dense_route.py";
-  std::string sizes = "1024,3200,6400";
+  std::string sizes = "1024,3200,6400", device = "cpu";
+  std::shared_ptr<const DenseDevice> dense_device;  // --device other than cpu: a fourth route
   bool skip_python = false;
   std::vector<Shape> shapes;
 };
@@ -244,6 +251,7 @@ bool parse_bench_options(int argc, char** argv, Options& o) {
     ("skip-python", po::bool_switch(&o.skip_python), "time jacond's routes only")
     ("repeat", po::value(&o.repeat)->default_value(o.repeat), "runs per route; the best is reported");
   // clang-format on
+  add_device_option(opts, &o.device);
   po::variables_map vm;
   if (!parse_options(argc, argv, opts, nullptr, &vm)) return false;
   check_usage([&] {
@@ -251,6 +259,7 @@ bool parse_bench_options(int argc, char** argv, Options& o) {
     if (o.repeat < 1) throw std::invalid_argument("--repeat must be >= 1, got " + std::to_string(o.repeat));
     parse_flag("--init", [&] { return models::parse_init_scheme(o.init); });
     o.shapes = shapes_from_options(vm, o.sizes);
+    validate_device_name(o.device);
     if (!o.skip_python) {
       if (!fs::exists(o.script)) throw std::invalid_argument("--script: " + o.script + " does not exist");
       if (::access(o.python.c_str(), X_OK) != 0) throw std::invalid_argument("--python: " + o.python + " is not executable");
@@ -289,6 +298,13 @@ SizeResult measure_size(const Options& o, const Shape& s, std::string& error) {
   res.full = run_jacond_route(w, X, true, o.repeat);
   std::printf(" %.3fs", res.full.total_s);
   res.exact_vs_full = compare(res.exact, res.full);
+  if (o.dense_device) {
+    std::printf(", %s exact ...", o.device.c_str());
+    std::fflush(stdout);
+    res.device_exact = run_jacond_route(w, X, false, o.repeat, *o.dense_device);
+    std::printf(" %.3fs", res.device_exact->total_s);
+    res.device_vs_exact = compare(*res.device_exact, res.exact);
+  }
   if (!o.skip_python) {
     std::printf(", torch ...");
     std::fflush(stdout);
@@ -328,6 +344,7 @@ int run_bench_dense(int argc, char** argv) {
   Options o;
   if (!parse_bench_options(argc, argv, o)) return 0;
   set_threads(o.threads);
+  if (o.device != "cpu") o.dense_device = select_dense_device(o.device);
   ensure_directory(o.out_dir);
   print_banner(o);
   std::vector<SizeResult> results;
@@ -341,7 +358,7 @@ int run_bench_dense(int argc, char** argv) {
   std::printf("\nagreement: |kappa_a - kappa_b|/kappa_b <= max(1e-6, 45*eps*kappa): sigma_min of a dense fp64 route is\n"
               "  off by O(eps*sigma_max), so relative kappa differences of O(eps*kappa) are noise (1e-6 up to kappa~1e8).\n");
   write_outputs(o.out_dir, argc, argv, results, o.init, o.seed, o.threads, o.repeat, o.python, o.script,
-                o.skip_python, error);
+                o.skip_python, error, o.dense_device.get());
   std::printf("wrote %s/bench_dense.csv and %s/run.json\n", o.out_dir.c_str(), o.out_dir.c_str());
   if (!error.empty()) throw std::runtime_error(error);
   for (const auto& r : results)

@@ -13,6 +13,10 @@
 //   jacond exact κ      forward + closed-form dense K (attention_jacobian) + condition_fast:
 //                       LU (2/3 N³, BLAS-3) and Lanczos for σ_max and σ_min, N = n·d.
 //   jacond full spectrum forward + dense K + condition_svd (LAPACKE dgesdd, all σ).
+//   jacond exact, GPU   with --device cuda: the same assembly (host) + the CUDA twin of
+//                       condition_fast (analysis/cuda/dense_cuda.h); its time against the CPU exact
+//                       route's is the GPU speed-up (cpu_exact_over_this), and its κ must agree
+//                       with the CPU's to the tolerance below.
 //   torch               experiments/bench/torch_dense_route.py in a subprocess:
 //                       torch.autograd.functional.jacobian(SA, X) (one reverse pass per output
 //                       entry), reshape to (nd, nd), torch.linalg.svdvals, κ = s[0]/s[-1], fp64.
@@ -44,6 +48,7 @@
 
 #include "analysis/jacobians/block.h"
 #include "analysis/spectral/condition.h"
+#include "analysis/spectral/dense_device.h"
 
 namespace jacond::cli {
 
@@ -99,14 +104,22 @@ struct SizeResult {
   double logit_scale = 0;
   std::string dir;
   RouteResult exact, full;
+  std::optional<RouteResult> device_exact;  // --device cuda: the exact route on the GPU
   std::optional<TorchResult> torch;
-  Agreement exact_vs_torch, full_vs_torch, exact_vs_full;
+  Agreement exact_vs_torch, full_vs_torch, exact_vs_full, device_vs_exact;
   bool torch_failed = false;
-  bool pass() const { return !torch_failed && exact_vs_torch.pass && full_vs_torch.pass && exact_vs_full.pass; }
+  bool pass() const {
+    return !torch_failed && exact_vs_torch.pass && full_vs_torch.pass && exact_vs_full.pass && device_vs_exact.pass;
+  }
 };
 
-/// jacond in-process: forward + dense K + (condition_fast | condition_svd), the best of `repeat`.
-RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spectrum, int repeat);
+/// "jacond-exact-kappa" on the host, "jacond-exact-kappa-<device>" elsewhere.
+std::string exact_route_name(const DenseDevice& device);
+
+/// jacond in-process: forward + dense K + (condition_fast | condition_svd), the best of `repeat`;
+/// condition_fast on `device` (route jacond-exact-kappa, or jacond-exact-kappa-<device>).
+RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spectrum, int repeat,
+                             const DenseDevice& device = *cpu_dense_device());
 
 /// The Python route (torch_dense_route.py) in a subprocess on DIR/{weights,tokens}.safetensors.
 TorchResult run_torch_route(const std::string& python, const std::string& script, const std::string& dir,
@@ -115,13 +128,13 @@ TorchResult run_torch_route(const std::string& python, const std::string& script
 /// κ agreement of two routes (see the header comment).
 Agreement compare(const RouteResult& a, const RouteResult& b);
 
-/// The two stdout tables (times and ratios; the time split).
+/// The stdout tables (times and ratios; the time split; with a device, GPU against CPU).
 void print_tables(const std::vector<SizeResult>& results);
 
 /// DIR/bench_dense.csv and DIR/run.json, both atomic.
 void write_outputs(const std::string& out_dir, int argc, char** argv, const std::vector<SizeResult>& results,
                    const std::string& init, uint64_t seed, int threads, int repeat, const std::string& python,
-                   const std::string& script, bool skip_python, const std::string& error);
+                   const std::string& script, bool skip_python, const std::string& error, const DenseDevice* device = nullptr);
 
 }  // namespace bench_dense
 }  // namespace jacond::cli

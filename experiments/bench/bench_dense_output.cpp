@@ -35,6 +35,7 @@ std::string sci(double x, const char* f = "%.2e") {
 
 std::string csv_row(const SizeResult& s, const std::string& init, uint64_t seed, int threads, double logit_scale,
                     int repeat, const RouteResult& r, const Agreement& vs_torch, double torch_total) {
+  const bool on_device = s.device_exact && r.route == s.device_exact->route;
   std::ostringstream os;
   os << s.shape.N() << ',' << s.shape.n << ',' << s.shape.d << ',' << s.shape.heads << ",K_sa," << init << ','
      << seed << ',' << threads << ',' << fmt(logit_scale) << ',' << repeat << ',' << r.route << ',' << r.method << ','
@@ -42,7 +43,8 @@ std::string csv_row(const SizeResult& s, const std::string& init, uint64_t seed,
      << (r.route == "torch" ? std::string("1") : std::isnan(torch_total) ? std::string() : fmt(torch_total / r.total_s))
      << ',' << fmt(r.sigma_max) << ',' << fmt(r.sigma_min) << ',' << fmt(r.kappa) << ',' << to_string(r.status) << ','
      << (vs_torch.checked ? fmt(vs_torch.rel_diff) : "") << ',' << (vs_torch.checked ? fmt(vs_torch.tol) : "") << ','
-     << vs_torch.verdict << '\n';
+     << vs_torch.verdict << ',' << (on_device ? fmt(s.exact.total_s / r.total_s) : "") << ','
+     << (on_device ? fmt(s.device_vs_exact.rel_diff) : "") << ',' << (on_device ? s.device_vs_exact.verdict : "") << '\n';
   return os.str();
 }
 
@@ -105,15 +107,29 @@ void print_tables(const std::vector<SizeResult>& results) {
                 t ? sci(r.torch->route.kappa_s, "%.3f").c_str() : "-",
                 t ? sci(r.torch->wall_s, "%.3f").c_str() : "-");
   }
+  bool any_device = false;
+  for (const auto& r : results) any_device = any_device || r.device_exact.has_value();
+  if (!any_device) return;
+  std::printf("\nthe exact route on the device (same assembly on the host; kappa = the device's LU+Lanczos):\n");
+  std::printf("%6s | %12s %12s %9s | %12s %12s | %14s %14s %9s %6s\n", "N", "cpu total", "device total", "cpu/dev",
+              "cpu kappa_s", "dev kappa_s", "kappa cpu", "kappa device", "rel diff", "agree");
+  for (const auto& r : results) {
+    if (!r.device_exact) continue;
+    const RouteResult& g = *r.device_exact;
+    std::printf("%6lld | %11.3fs %11.3fs %9s | %11.3fs %11.3fs | %14s %14s %9s %6s\n", static_cast<long long>(r.shape.N()),
+                r.exact.total_s, g.total_s, ratio_str(r.exact.total_s, g.total_s).c_str(), r.exact.kappa_s, g.kappa_s,
+                kappa_str(r.exact).c_str(), kappa_str(g).c_str(), sci(r.device_vs_exact.rel_diff).c_str(),
+                r.device_vs_exact.verdict.c_str());
+  }
 }
 
 void write_outputs(const std::string& out_dir, int argc, char** argv, const std::vector<SizeResult>& results,
                    const std::string& init, uint64_t seed, int threads, int repeat, const std::string& python,
-                   const std::string& script, bool skip_python, const std::string& error) {
+                   const std::string& script, bool skip_python, const std::string& error, const DenseDevice* device) {
   std::string csv =
       "N,n,d,heads,matrix,init,seed,threads,logit_scale,repeat,route,method,assembly_s,kappa_s,total_s,"
       "total_median_s,torch_over_this,sigma_max,sigma_min,kappa,status,kappa_rel_diff_vs_torch,kappa_tol,"
-      "agree_with_torch\n";
+      "agree_with_torch,cpu_exact_over_this,kappa_rel_diff_vs_cpu_exact,agree_with_cpu_exact\n";
   nlohmann::json sizes = nlohmann::json::array();
   std::string torch_version;
   for (const auto& s : results) {
@@ -121,6 +137,7 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
     const double torch_total = s.torch ? s.torch->route.total_s : std::nan("");
     csv += csv_row(s, init, seed, threads, lscale, repeat, s.exact, s.exact_vs_torch, torch_total);
     csv += csv_row(s, init, seed, threads, lscale, repeat, s.full, s.full_vs_torch, torch_total);
+    if (s.device_exact) csv += csv_row(s, init, seed, threads, lscale, repeat, *s.device_exact, Agreement{}, torch_total);
     nlohmann::json j;
     j["N"] = s.shape.N();
     j["n"] = s.shape.n;
@@ -131,6 +148,10 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
     j["jacond_exact"] = route_json(s.exact);
     j["jacond_full"] = route_json(s.full);
     j["exact_vs_full"] = agreement_json(s.exact_vs_full);
+    if (s.device_exact) {
+      j["jacond_exact_device"] = route_json(*s.device_exact);
+      j["device_vs_exact"] = agreement_json(s.device_vs_exact);
+    }
     if (s.torch) {
       csv += csv_row(s, init, seed, threads, lscale, repeat, s.torch->route, Agreement{}, torch_total);
       j["torch"] = route_json(s.torch->route);
@@ -160,6 +181,11 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
                    {"torch", skip_python ? "skipped (--skip-python)"
                                          : "torch.autograd.functional.jacobian + torch.linalg.svdvals (" + script +
                                                ")"}};
+  if (device) {
+    run["routes"][exact_route_name(*device)] =
+        "attention_forward + attention_jacobian (host) + condition_fast on " + device->description();
+    run["device"] = {{"name", device->name()}, {"description", device->description()}};
+  }
   run["python"] = python;
   if (!torch_version.empty()) run["torch_version"] = torch_version;
   run["kappa_tolerance"] = "rel diff <= max(1e-6, 45*eps*kappa); both routes must agree on status singular";

@@ -14,6 +14,7 @@
 
 #include "analysis/core/threads.h"
 #include "experiments/cli/cli_common.h"
+#include "experiments/cli/device_option.h"
 #include "experiments/cli/commands.h"
 #include "models/io/checkpoint.h"
 #include "models/track/conditioning.h"
@@ -80,7 +81,7 @@ int run_audit(int argc, char** argv) {
   int64_t probe_size = 0, threads = 2;
   double lanczos_seconds = 30;
   std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre",
-              certify = "none";
+              certify = "none", device = "cpu";
   int64_t heads = 0;
   po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
   desc.add_options()("help,h", "this help")
@@ -97,6 +98,7 @@ int run_audit(int argc, char** argv) {
       ("norm", po::value(&norm)->default_value(norm), "pre | post, for .safetensors files without jacond config")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/torch threads")
       ("out", po::value(&out_dir), "write DIR/audit.csv and DIR/run.json");
+  add_device_option(desc, &device);
   po::positional_options_description pos;
   pos.add("ckpt", -1);
   if (!parse_options(argc, argv, desc, &pos)) return 0;
@@ -113,10 +115,12 @@ int run_audit(int argc, char** argv) {
     opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(method); });
     opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
     opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(matrices); });
+    validate_device_name(device);
   });
   torch::set_num_threads(static_cast<int>(threads));
   set_threads(static_cast<int>(threads));
   opts.block.lanczos.max_seconds = lanczos_seconds;
+  opts.block.device = select_dense_device(device);
   std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
   opts.warm = &warm;
 
@@ -163,6 +167,7 @@ int run_audit(int argc, char** argv) {
     nlohmann::json meta = run_metadata(argc, argv);
     meta["rows"] = rows;
     meta["checkpoints"] = all;
+    meta["device"] = device_json(*opts.block.device);
     write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
     std::cout << "wrote " << out_dir << "/audit.csv (" << rows << " rows) and run.json\n";
   }

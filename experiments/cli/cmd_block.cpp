@@ -9,6 +9,7 @@
 #include "experiments/cli/block_source.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/device_option.h"
 
 namespace jacond::cli {
 
@@ -16,7 +17,7 @@ namespace po = boost::program_options;
 
 int run_block(int argc, char** argv) {
   BlockSource src;
-  std::string skip = "none", kappa = "fast", method = "auto", matrices = "all", certify = "none", out_dir;
+  std::string skip = "none", kappa = "fast", method = "auto", matrices = "all", certify = "none", device = "cpu", out_dir;
   int threads = 2;
   GklOptions gkl;
   po::options_description desc("jacond block: condition numbers of one ViT block's Jacobians");
@@ -39,6 +40,7 @@ int run_block(int argc, char** argv) {
       ("lanczos-basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "lanczos: Krylov basis before a restart")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir), "write DIR/results.csv and DIR/run.json");
+  add_device_option(desc, &device);
   if (!parse_options(argc, argv, desc)) return 0;
   BlockReportOptions opt;
   SkipMode mode{};
@@ -54,9 +56,11 @@ int run_block(int argc, char** argv) {
     opt.route = parse_kappa_route(method);
     opt.certify = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
     opt.matrices = parse_flag("--matrices", [&] { return parse_matrix_names(matrices, block_matrix_names()); });
+    validate_device_name(device);
   });
   gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
   set_threads(threads);
+  opt.device = select_dense_device(device);
   const LoadedBlock blk = load_block(src);
 
   opt.lanczos = gkl;
@@ -68,7 +72,7 @@ int run_block(int argc, char** argv) {
             << " skip=" << skip << " logit_scale=" << blk.weights.effective_logit_scale()
             << (src.from_files() ? " weights=" + src.weights + " layer=" + std::to_string(src.layer)
                                  : " init=" + src.init + " seed=" + std::to_string(src.seed))
-            << "\n";
+            << " device=" << opt.device->description() << "\n";
   print_reports(reports);
   bool all_converged = true;
   for (const auto& r : reports) {
@@ -92,6 +96,7 @@ int run_block(int argc, char** argv) {
     write_file_atomic(out_dir + "/results.csv", table.to_csv());
     nlohmann::json meta = run_metadata(argc, argv);
     meta["rows"] = table.size();
+    meta["device"] = device_json(*opt.device);
     write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
     std::cout << "wrote " << out_dir << "/results.csv (" << table.size() << " rows) and run.json\n";
   }

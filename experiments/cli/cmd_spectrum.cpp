@@ -8,7 +8,8 @@
 //   J_l, Jhat_l        ∂X2/∂θ (attention params) and ∂X2/∂θ̂ (MLP params) of the block on its
 //                      tokens: J_ℓ, Ĵ_ℓ of §4.2 for L = 1, m = 1 (nd × (4d²+4d), nd × (2d·hidden+hidden+d))
 // Methods:
-//   dense  all singular values (LAPACKE gesdd on the matrix assembled from products) ->
+//   dense  all singular values (LAPACKE gesdd on the matrix assembled from products; with
+//          --device cuda, cuSOLVER's gesvd on the GPU, method dense-svd-cuda) ->
 //          spectrum.csv: index,sigma,sigma_over_max  (descending; min(rows, cols) rows)
 //   slq    stochastic Lanczos quadrature density of KᵀK (or KKᵀ when K is wide), matrix-free
 //          (analysis/spectral/slq.h): Rademacher probes, --steps Lanczos steps with full
@@ -17,7 +18,8 @@
 //          density.csv: log10_sigma,sigma,density        (density per unit log10 σ, ∫ = 1)
 //          nodes.csv:   probe,sigma,weight,below_floor   (weights sum to 1)
 //   auto   dense when the SVD's memory (half of physical memory) and predicted time
-//          (--dense-seconds) fit, the rule of analysis/spectral/dense_cost.h; else slq
+//          (--dense-seconds) fit, the rule of analysis/spectral/dense_cost.h; else slq (on
+//          --device cuda: when the matrix fits half of RAM and gesvd fits the GPU's free memory)
 // --matrix M writes DIR/spectrum.csv (or density.csv + nodes.csv); --matrices A,B,... computes
 // only those and writes DIR/A/..., DIR/B/.... Every output directory also gets run.json
 // (command line, sizes, method, products, seconds).
@@ -36,6 +38,7 @@
 #include "experiments/cli/block_source.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/device_option.h"
 
 namespace jacond::cli {
 
@@ -45,6 +48,7 @@ namespace {
 
 struct SpectrumOptions {
   std::string method = "auto", out_dir;
+  std::shared_ptr<const DenseDevice> device = cpu_dense_device();  // --device: where the dense SVD runs
   int probes = 8, steps = 80, points = 400;
   double dense_seconds = 120;
   double width = 0.05;
@@ -55,24 +59,27 @@ template <typename Op>
 nlohmann::json spectrum_of(const Op& op, const SpectrumOptions& o, uint64_t seed) {
   nlohmann::json info;
   const auto t0 = std::chrono::steady_clock::now();
-  const bool dense = o.method == "dense" || (o.method == "auto" && fits(svd_route_cost(op.rows(), op.cols(), get_threads()), DenseBudget{0, o.dense_seconds}));
+  const bool dense =
+      o.method == "dense" || (o.method == "auto" && o.device->fits(DenseRoute::kSvd, op.rows(), op.cols(), DenseBudget{0, o.dense_seconds}));
   info["rows"] = op.rows();
   info["cols"] = op.cols();
   std::ostringstream csv;
   if (dense) {
-    Vec sv = singular_values(op.rows() < op.cols() ? dense_from_transpose_products(op) : dense_from_products(op));
+    Vec sv = o.device->singular_values(op.rows() < op.cols() ? dense_from_transpose_products(op) : dense_from_products(op));
     std::sort(sv.data(), sv.data() + sv.size(), std::greater<double>());
     const double tol = noise_floor(op.rows(), op.cols(), sv(0));
     const Index rank = (sv.array() > tol).count();
     csv << "index,sigma,sigma_over_max\n";
     for (Index i = 0; i < sv.size(); ++i) csv << i << "," << fmt(sv(i)) << "," << fmt(sv(i) / sv(0)) << "\n";
-    info["method"] = "dense-svd";
+    info["method"] = o.device->name() == "cpu" ? "dense-svd" : "dense-svd-" + o.device->name();
+    info["device"] = device_json(*o.device);
     info["sigma_max"] = sv(0);
     info["sigma_min"] = sv(sv.size() - 1);
     info["rank"] = rank;
     info["status"] = sv(sv.size() - 1) > tol ? "exact" : "singular";
-    std::printf("dense-svd: %lldx%lld sigma_max=%.6e sigma_min=%.6e rank=%lld (tol %.2e) %s\n",
-                static_cast<long long>(op.rows()), static_cast<long long>(op.cols()), sv(0), sv(sv.size() - 1),
+    std::printf("%s: %lldx%lld sigma_max=%.6e sigma_min=%.6e rank=%lld (tol %.2e) %s\n",
+                info["method"].get<std::string>().c_str(), static_cast<long long>(op.rows()), static_cast<long long>(op.cols()),
+                sv(0), sv(sv.size() - 1),
                 static_cast<long long>(rank), tol, sv(sv.size() - 1) > tol ? "exact" : "singular");
     if (!o.out_dir.empty()) write_file_atomic(o.out_dir + "/spectrum.csv", csv.str());
   } else {
@@ -165,7 +172,7 @@ void write_run_json(int argc, char** argv, const std::string& dir, const std::st
 int run_spectrum(int argc, char** argv) {
   BlockSource src;
   SpectrumOptions o;
-  std::string matrix, matrices, skip = "none";
+  std::string matrix, matrices, skip = "none", device = "cpu";
   int threads = 2;
   po::options_description desc("jacond spectrum: singular values of one block's Jacobian (dense list or SLQ density) as CSV");
   desc.add_options()("help,h", "this help")
@@ -182,6 +189,7 @@ int run_spectrum(int argc, char** argv) {
       ("width", number_value(&o.width), "slq: Gaussian broadening in log10 sigma")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&o.out_dir), "write DIR/spectrum.csv (dense) or DIR/density.csv + nodes.csv (slq), and run.json");
+  add_device_option(desc, &device);
   if (!parse_options(argc, argv, desc)) return 0;
   std::vector<std::string> names;
   bool per_matrix_dirs = false;
@@ -197,8 +205,10 @@ int run_spectrum(int argc, char** argv) {
     if (!(o.dense_seconds >= 0)) throw std::invalid_argument("--dense-seconds must be >= 0");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
     mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
+    validate_device_name(device);
   });
   set_threads(threads);
+  o.device = select_dense_device(device);
   const LoadedBlock blk = load_block(src);
   const BlockWeights& w = blk.weights;
   const BlockForward f = block_forward(w, blk.tokens, mode);

@@ -12,6 +12,7 @@
 #include "experiments/cli/block_source.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/device_option.h"
 #include "models/init/init.h"
 
 namespace jacond::cli {
@@ -21,7 +22,7 @@ namespace po = boost::program_options;
 int run_sweep(int argc, char** argv) {
   std::string alpha_spec = "0:4:1", beta_spec = "0:2:0.5", c_spec = "3", skip = "none", kappa = "fast", certify = "none",
               out_dir;
-  std::string method = "auto";
+  std::string method = "auto", device = "cpu";
   GklOptions gkl;
   std::string init = "ours";
   int seeds = 2, threads = 2;
@@ -49,6 +50,7 @@ int run_sweep(int argc, char** argv) {
       ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&out_dir)->default_value("results/sweep"), "output directory");
+  add_device_option(desc, &device);
   if (!parse_options(argc, argv, desc)) return 0;
   std::vector<double> alphas, betas, cs;
   SkipMode mode{};
@@ -70,6 +72,7 @@ int run_sweep(int argc, char** argv) {
     cs = parse_range(c_spec, "c");
     mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
     parse_flag("--init", [&] { return models::parse_init_scheme(init); });
+    validate_device_name(device);
   });
   set_threads(threads);
   ensure_directory(out_dir);
@@ -77,6 +80,7 @@ int run_sweep(int argc, char** argv) {
   BlockReportOptions opt;
   opt.lanczos = gkl;
   opt.certify = certify_mode;
+  opt.device = select_dense_device(device);
   opt.route = parse_kappa_route(method);
   opt.route = resolve_route(opt, n, d);
   if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
@@ -106,6 +110,7 @@ int run_sweep(int argc, char** argv) {
   write_file_atomic(out_dir + "/sweep.csv", table.to_csv());
   nlohmann::json meta = run_metadata(argc, argv);
   meta["grid_points"] = total;
+  meta["device"] = device_json(*opt.device);
   meta["note"] = "||E_sa||_2 is the sigma_max column of the E_sa rows";
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << out_dir << "/sweep.csv (" << table.size() << " rows, " << total << " grid points x seeds)\n";

@@ -37,7 +37,7 @@ std::vector<jacond::ConditionReport> post_norm_reports(const jacond::BlockWeight
   const std::pair<const char*, jacond::AttentionPart> parts[] = {
       {"K_sa", jacond::AttentionPart::kFull}, {"B_sa", jacond::AttentionPart::kB}, {"E_sa", jacond::AttentionPart::kE}};
   for (const auto& [name, part] : parts)
-    if (wanted(opt.matrices, name)) out.push_back(jacond::condition_dense(jacond::attention_jacobian(w, c, part), name, route));
+    if (wanted(opt.matrices, name)) out.push_back(jacond::condition_dense(jacond::attention_jacobian(w, c, part), name, route, opt.block.device));
   if (wanted(opt.matrices, "attention"))
     for (jacond::Index h = 0; h < w.heads; ++h) {
       jacond::ConditionReport a = jacond::condition_svd(c.A[h], "attention");

@@ -114,6 +114,44 @@ TEST_F(CliTest, BlockFromInitWritesTidyResults_n8_d16_h2) {
   EXPECT_EQ(meta["rows"].get<size_t>(), csv.rows.size());
 }
 
+// --device cuda has three honest outcomes, by how jacond was built and where it runs: without the
+// CUDA back end a usage error (2) that says so; with it but no GPU (CI) exit 1 naming the missing
+// device; on a GPU the nd × nd rows come from the device's route with the host's κ.
+TEST_F(CliTest, BlockDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
+  const std::vector<std::string> base = {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--matrices",
+                                         "K_sa,K_sab,K_ffn"};
+  std::vector<std::string> gpu_args = base, cpu_args = base;
+  const std::string gpu_out = path("gpu"), cpu_out = path("cpu");
+  gpu_args.insert(gpu_args.end(), {"--device", "cuda", "--out", gpu_out});
+  cpu_args.insert(cpu_args.end(), {"--device", "cpu", "--out", cpu_out});
+  const RunResult gpu = run(gpu_args);
+  ASSERT_TRUE(gpu.exited) << gpu.describe();
+  if (contains(gpu.err, "built without the CUDA back end")) {
+    EXPECT_EQ(gpu.code, 2) << gpu.describe();
+    return;
+  }
+  if (contains(gpu.err, "no usable GPU")) {
+    EXPECT_EQ(gpu.code, 1) << gpu.describe();
+    EXPECT_EQ(std::count(gpu.err.begin(), gpu.err.end(), '\n'), 1) << gpu.describe();  // one line
+    EXPECT_FALSE(fs::exists(gpu_out + "/results.csv"));
+    return;
+  }
+  ASSERT_EQ(gpu.code, 0) << gpu.describe();
+  const RunResult cpu = run(cpu_args);
+  ASSERT_TRUE(cpu.exited && cpu.code == 0) << cpu.describe();
+  const Csv g = read_csv(gpu_out + "/results.csv"), c = read_csv(cpu_out + "/results.csv");
+  ASSERT_EQ(g.rows.size(), c.rows.size());
+  for (size_t i = 0; i < g.rows.size(); ++i) {
+    const std::string m = g.rows[i].at("matrix");
+    EXPECT_EQ(g.rows[i].at("method"), m == "K_ffn" ? c.rows[i].at("method") : "dense-lu-lanczos-cuda") << m;
+    EXPECT_EQ(g.rows[i].at("status"), c.rows[i].at("status")) << m;
+    if (g.rows[i].at("status") == "exact") {
+      EXPECT_NEAR(to_double(g.rows[i].at("kappa")) / to_double(c.rows[i].at("kappa")), 1.0, 1e-9) << m;
+    }
+  }
+  EXPECT_EQ(json::parse(slurp(gpu_out + "/run.json"))["device"]["name"], "cuda");
+}
+
 TEST_F(CliTest, BlockSkipNoneIsSingularWithExactLnComplement_n8_d16_h2) {
   const std::string out = path("none");
   const RunResult r =
@@ -444,6 +482,11 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench"}, 2, "benchmark"},
       {{"bench", "sprint"}, 2, "sprint"},
       {{"bench", "dense", "--sizes", "7"}, 2, "--sizes"},
+      {{"block", "--device", "tpu"}, 2, "--device"},
+      {{"sweep", "--device", "gpu"}, 2, "--device"},
+      {{"spectrum", "--matrix", "K_sa", "--device", "metal"}, 2, "--device"},
+      {{"audit", out, "--device", "rocm"}, 2, "--device"},
+      {{"bench", "dense", "--device", "xla"}, 2, "--device"},
       {{"bench", "lanczos", "--inits", "zeros"}, 2, "zeros"},
       {{"bench", "lanczos", "--peers", "magic"}, 2, "magic"},
       {{"bench", "lanczos", "--sizes", "n5d7h2"}, 2, "n5d7h2"},

@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
+#include <utility>
 #include <limits>
 #include <random>
 
 #include "analysis/cuda/dense_cuda.h"
 #include "analysis/jacobians/jacobians.h"
+#include "analysis/report/block_report.h"
 #include "analysis/spectral/condition.h"
 #include "support/constructed_spectrum.h"
 #include "support/paper_inits.h"
@@ -73,6 +76,70 @@ TEST(DenseCuda, RejectsNonFiniteInputBeforeTouchingTheDevice) {
   Mat A = Mat::Identity(60, 60);
   A(3, 4) = std::numeric_limits<double>::quiet_NaN();
   EXPECT_THROW(cuda::condition_fast(A, "A"), std::invalid_argument);
+}
+
+// cuSOLVER's gesvd against LAPACKE's gesdd: both backward stable, so every σ_i agrees to
+// O(n·eps·σ_max) absolutely; tall, wide and square.
+TEST(DenseCuda, SingularValuesAgreeWithTheCpuSvd) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(11);
+  for (const auto& [rows, cols] : {std::pair<Index, Index>{120, 120}, {150, 90}, {70, 130}}) {
+    const Mat A = test::gaussian(rows, cols, 1.0, rng);
+    const Vec cpu = singular_values(A), gpu = cuda::singular_values(A);
+    ASSERT_EQ(gpu.size(), cpu.size());
+    const double tol = static_cast<double>(std::max(rows, cols)) * kEps * cpu(0) * 10;
+    for (Index i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu(i), cpu(i), tol) << rows << "x" << cols << " sigma_" << i;
+  }
+}
+
+// fits(): the ViT-S attention Jacobian (nd 75 648: 45.8 GB) on an 80 GB card, not a 2 × larger
+// one; and never past the host budget given.
+TEST(DenseCuda, FitsByTheDevicesFreeMemoryAndTheHostBudget) {
+  REQUIRE_DEVICE();
+  const auto gpu = cuda::cuda_dense_device();
+  const DenseBudget roomy{1e12, 120};
+  EXPECT_TRUE(gpu->fits(DenseRoute::kFast, 6400, 6400, roomy));
+  EXPECT_FALSE(gpu->fits(DenseRoute::kFast, 6400, 6400, DenseBudget{1e8, 120}));  // 328 MB > the host's 100 MB
+  EXPECT_FALSE(gpu->fits(DenseRoute::kFast, 200000, 200000, roomy));            // 320 GB
+  std::cout << "device: " << gpu->description() << ", ViT-S K_sa fits: " << gpu->fits(DenseRoute::kFast, 75648, 75648, roomy)
+            << "\n";
+}
+
+// The whole of block_reports on the GPU against the host: every nd × nd row from the device's
+// route, each σ as expect_same_report requires; the other rows identical.
+TEST(DenseCuda, BlockReportsOnTheGpuMatchTheHost) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(9);
+  const BlockWeights w = test::ours_like_block(32, 2, 128, 4);
+  const Mat X = test::gaussian(40, 32, 1.0, rng);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  const auto host = block_reports(w, X, SkipMode::kFull, opt);
+  opt.device = cuda::cuda_dense_device();
+  const auto gpu = block_reports(w, X, SkipMode::kFull, opt);
+  ASSERT_EQ(gpu.size(), host.size());
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (gpu[i].method == "dense-lu-lanczos-cuda") {
+      expect_same_report(host[i], gpu[i]);
+    } else {
+      EXPECT_EQ(gpu[i].method, host[i].method) << gpu[i].matrix;
+      EXPECT_EQ(gpu[i].kappa, host[i].kappa) << gpu[i].matrix;
+    }
+  }
+  int on_device = 0;
+  for (const auto& r : gpu) on_device += r.method == "dense-lu-lanczos-cuda";
+  EXPECT_EQ(on_device, 4);  // K_sa, B_sa, E_sa, K_sab
+}
+
+// Without a device, cuda_dense_device says so in a CudaError (the CLI's "no usable GPU").
+TEST(DenseCuda, NoDeviceIsACudaErrorNamingTheCall) {
+  if (cuda::device_available()) GTEST_SKIP() << "a CUDA device is present";
+  try {
+    cuda::cuda_dense_device();
+    FAIL() << "expected CudaError";
+  } catch (const cuda::CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaGetDeviceCount"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -179,5 +179,89 @@ TEST(CertifiedReports, BothRoutesCertifyAndContainTheDenseKappa) {
   }
 }
 
+// The dense routes go through BlockReportOptions::device (analysis/spectral/dense_device.h): a
+// device that answers with the host's numbers under its own method name, and records what it
+// was asked. This is the device-generic logic of the GPU back end, exercised without a GPU.
+class RecordingDevice final : public DenseDevice {
+ public:
+  explicit RecordingDevice(bool fits) : fits_(fits) {}
+  std::string name() const override { return "recording"; }
+  std::string description() const override { return "a host device that records its calls"; }
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
+    fast_calls.push_back(matrix);
+    ConditionReport r = jacond::condition_fast(std::move(A), matrix);
+    r.method += "-recording";
+    return r;
+  }
+  Vec singular_values(Mat A) const override {
+    ++svd_calls;
+    return jacond::singular_values(std::move(A));
+  }
+  bool fits(DenseRoute, Index, Index, const DenseBudget&) const override {
+    ++fits_calls;
+    return fits_;
+  }
+  mutable std::vector<std::string> fast_calls;
+  mutable int svd_calls = 0, fits_calls = 0;
+
+ private:
+  bool fits_;
+};
+
+TEST(DenseDeviceRouting, DenseRouteSolvesEveryNdByNdMatrixOnTheDeviceWithTheHostsNumbersN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  BlockReportOptions host;
+  host.route = KappaRoute::kFast;
+  const auto expected = block_reports(w, X, SkipMode::kNone, host);
+  auto device = std::make_shared<RecordingDevice>(true);
+  BlockReportOptions on_device = host;
+  on_device.device = device;
+  const auto got = block_reports(w, X, SkipMode::kNone, on_device);
+  // K_sa, B_sa, E_sa, and K_sab twice (full and ln-complement): the nd × nd matrices, and only those.
+  EXPECT_EQ(device->fast_calls, (std::vector<std::string>{"K_sa", "B_sa", "E_sa", "K_sab", "K_sab"}));
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(got[i].matrix + " on " + got[i].space);
+    const bool nd_by_nd = got[i].matrix == "K_sa" || got[i].matrix == "B_sa" || got[i].matrix == "E_sa" || got[i].matrix == "K_sab";
+    EXPECT_EQ(got[i].method, nd_by_nd ? expected[i].method + "-recording" : expected[i].method);
+    EXPECT_EQ(got[i].sigma_max, expected[i].sigma_max);
+    EXPECT_EQ(got[i].sigma_min, expected[i].sigma_min);
+  }
+}
+
+TEST(DenseDeviceRouting, SvdRouteTakesTheDevicesSingularValuesN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 3);
+  const Mat X = test::random_tokens(6, 8, 4);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kSvd;
+  opt.matrices = {"K_sa", "E_sa"};
+  const auto host = block_reports(w, X, SkipMode::kFull, opt);
+  auto device = std::make_shared<RecordingDevice>(true);
+  opt.device = device;
+  const auto got = block_reports(w, X, SkipMode::kFull, opt);
+  EXPECT_EQ(device->svd_calls, 2);
+  ASSERT_EQ(got.size(), host.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].method, "dense-svd-recording");
+    EXPECT_EQ(host[i].method, "dense-svd");
+    EXPECT_EQ(got[i].kappa, host[i].kappa);
+  }
+}
+
+// `auto` asks the device, not the host's cost model: a device that holds nothing sends even a
+// tiny block to the matrix-free route; one that holds everything keeps it dense.
+TEST(DenseDeviceRouting, AutoIsDecidedByTheDevicesFitsN6D8) {
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kAuto;
+  EXPECT_EQ(resolve_route(opt, 6, 8), KappaRoute::kFast);  // the host: a 48 × 48 matrix fits
+  opt.device = std::make_shared<RecordingDevice>(false);
+  EXPECT_EQ(resolve_route(opt, 6, 8), KappaRoute::kLanczos);
+  opt.device = std::make_shared<RecordingDevice>(true);
+  EXPECT_EQ(resolve_route(opt, 197, 384), KappaRoute::kFast);  // ViT-S: the host alone says lanczos
+  opt.device = nullptr;
+  EXPECT_EQ(resolve_route(opt, 197, 384), KappaRoute::kLanczos);
+}
+
 }  // namespace
 }  // namespace jacond

@@ -1,0 +1,30 @@
+#include "analysis/spectral/dense_device.h"
+
+#include <utility>
+
+#include "analysis/core/threads.h"
+
+namespace jacond {
+
+std::string CpuDenseDevice::description() const {
+  return "cpu (LAPACKE/OpenBLAS, " + std::to_string(get_threads()) + " threads)";
+}
+
+ConditionReport CpuDenseDevice::condition_fast(Mat A, const std::string& matrix) const {
+  return jacond::condition_fast(std::move(A), matrix);
+}
+
+Vec CpuDenseDevice::singular_values(Mat A) const { return jacond::singular_values(std::move(A)); }
+
+bool CpuDenseDevice::fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const {
+  const int threads = get_threads();
+  return jacond::fits(route == DenseRoute::kFast ? fast_route_cost(rows, cols, threads) : svd_route_cost(rows, cols, threads),
+                      budget);
+}
+
+std::shared_ptr<const DenseDevice> cpu_dense_device() {
+  static const std::shared_ptr<const DenseDevice> cpu = std::make_shared<CpuDenseDevice>();
+  return cpu;
+}
+
+}  // namespace jacond

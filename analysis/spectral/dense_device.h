@@ -1,0 +1,57 @@
+// Where the dense exact routes run: the host (LAPACKE/OpenBLAS) or a back end such as the GPU
+// (analysis/cuda/dense_cuda.h). The analysis core stays device-agnostic: block_reports,
+// `jacond spectrum` and the benchmarks take a DenseDevice and call its two routines; a back end
+// implements the same two with the same contract, so a report does not depend on where it was
+// computed beyond its `method` (e.g. dense-lu-lanczos vs dense-lu-lanczos-cuda) and round-off.
+//
+//   condition_fast(A)    κ by one LU and two Lanczos runs (analysis/spectral/lu_lanczos.h); status
+//                        exact or singular, as condition_fast in condition.h
+//   singular_values(A)   every singular value, descending (condition.h: singular_values)
+//   fits(route, r, c, budget)  the `auto` rule (analysis/spectral/dense_cost.h) on this device:
+//                        whether the route's working set for an r × c matrix fits the budget, and
+//                        its predicted time where this device has a measured rate (the host's)
+//
+// What stays on the host on every device: assembling the matrix (the closed-form Jacobians of
+// analysis/jacobians), the per-token spectra of K_mlp/K_ffn (d × d blocks), the per-head softmax
+// and attention maps, and the inertia certificates (analysis/spectral/inertia.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "analysis/core/types.h"
+#include "analysis/spectral/condition.h"
+#include "analysis/spectral/dense_cost.h"
+
+namespace jacond {
+
+/// The two dense routes: condition_fast (κ from the extremes) and the full spectrum.
+enum class DenseRoute { kFast, kSvd };
+
+class DenseDevice {
+ public:
+  virtual ~DenseDevice() = default;
+  /// "cpu", "cuda", ... (the `--device` value).
+  virtual std::string name() const = 0;
+  /// A one-line description for run.json and logs (the GPU's name and free memory).
+  virtual std::string description() const = 0;
+  virtual ConditionReport condition_fast(Mat A, const std::string& matrix) const = 0;
+  virtual Vec singular_values(Mat A) const = 0;
+  virtual bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const = 0;
+};
+
+/// The host: condition_fast and singular_values of condition.h; fits() is dense_cost.h's rule with
+/// fast_route_cost / svd_route_cost at get_threads() threads.
+class CpuDenseDevice final : public DenseDevice {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override;
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override;
+  Vec singular_values(Mat A) const override;
+  bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
+};
+
+/// The shared host device (what a null DenseDevice pointer means everywhere).
+std::shared_ptr<const DenseDevice> cpu_dense_device();
+
+}  // namespace jacond

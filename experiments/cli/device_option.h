@@ -1,0 +1,30 @@
+// `--device cpu|cuda`: where the dense exact routes run (analysis/spectral/dense_device.h), for
+// block, sweep, spectrum, audit, train's tracking and bench dense.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "analysis/spectral/dense_device.h"
+
+namespace jacond::cli {
+
+/// Adds --device to `desc`, bound to `device` (default "cpu").
+void add_device_option(boost::program_options::options_description& desc, std::string* device);
+
+/// Checks the --device value without touching a device: "cpu", or "cuda" in a jacond built with
+/// the CUDA back end (JACOND_CUDA, docs/design.md §10). Throws std::invalid_argument naming the
+/// value otherwise (a usage error: exit 2).
+void validate_device_name(const std::string& device);
+
+/// The DenseDevice for a validated --device value. "cuda" without a usable GPU throws
+/// std::runtime_error naming the reason (exit 1: the flag is right, this machine has no device).
+std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device);
+
+/// run.json fields of a device: {"name": ..., "description": ...}.
+nlohmann::json device_json(const DenseDevice& device);
+
+}  // namespace jacond::cli
