@@ -1,6 +1,10 @@
 #include "analysis/jacobians/jacobians.h"
 
+#include <cstdint>
 #include <stdexcept>
+#include <vector>
+
+#include "analysis/core/threads.h"
 
 namespace jacond {
 
@@ -14,48 +18,69 @@ Mat TokenBlockDiagonal::to_dense() const {
   return D;
 }
 
+namespace {
+
+// Per-head factors of K_sa's terms (paper Eq. 10/13), computed once.
+struct AttentionHeadFactors {
+  const Mat* A = nullptr;  // A_h, n × n
+  Mat C;                   // W^V_h W^O_h, d × d (B term)
+  Mat P, R, U;             // V_h W^O_h, A_h P, Q_h W^K_hᵀ, n × d (E term through K)
+};
+
+}  // namespace
+
+// Assembled column by column: column (l, b) of K, viewed as an n × d matrix over (i, a), is
+//   B:          Σ_h C_h[b, a] · A_h[i, l]                                  ((W^V_h W^O_h)ᵀ ⊗ A_h)
+//   E through K: Σ_h s · A_h[i, l] U_h[i, b] · (P_h[l, a] − R_h[i, a])
+//   E through Q: for i = l only, D_l[a, b],  D_i = Σ_h s · [P_hᵀ diag(p_i) Kq_h − R_h[i,:]ᵀ (p_iᵀ Kq_h)]
+// Each column is written once with every head's terms while it is in cache (K is 45.8 GB at
+// ViT-S, so passes over it, not flops, are the cost), and the column blocks b are independent, so
+// they run on get_threads() threads (parallel_for) with a result that does not depend on the count.
 Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part) {
   const Index n = c.Y.rows(), d = w.d, dh = w.head_dim(), N = n * d;
   const double s = w.effective_logit_scale();
-  Mat K = Mat::Zero(N, N);
+  const bool with_b = part != AttentionPart::kE, with_e = part != AttentionPart::kB;
 
+  std::vector<AttentionHeadFactors> heads(w.heads);
+  std::vector<Mat> D(with_e ? n : 0, Mat::Zero(d, d));  // through Q, summed over heads
   for (Index h = 0; h < w.heads; ++h) {
-    const Mat& A = c.A[h];
+    AttentionHeadFactors& f = heads[h];
+    f.A = &c.A[h];
     const auto Woh = w.Wo.middleRows(h * dh, dh);  // d_h × d
-
-    if (part != AttentionPart::kE) {
-      // B term: (W^V_h W^O_h)ᵀ ⊗ A_h, block (a, b) of size n×n is C_h[b, a] · A_h.
-      const Mat C = w.Wv.middleCols(h * dh, dh) * Woh;  // d × d
-      for (Index b = 0; b < d; ++b)
-        for (Index a = 0; a < d; ++a) K.block(a * n, b * n, n, n).noalias() += C(b, a) * A;
-    }
-    if (part == AttentionPart::kB) continue;
-
-    const Mat P = c.V.middleCols(h * dh, dh) * Woh;                              // n × d
-    const Mat R = A * P;                                                        // n × d
-    const Mat U = c.Q.middleCols(h * dh, dh) * w.Wk.middleCols(h * dh, dh).transpose();  // n × d
-    const Mat Kq = c.K.middleCols(h * dh, dh) * w.Wq.middleCols(h * dh, dh).transpose(); // n × d
-
-    // Through K: column (l, b), viewed as an n×d matrix over (i, a):
-    //   s · A[i,l] U[i,b] · (P[l,a] − R[i,a]).
-    for (Index b = 0; b < d; ++b) {
-      for (Index l = 0; l < n; ++l) {
-        const Vec wgt = s * A.col(l).cwiseProduct(U.col(b));  // over i
-        Eigen::Map<Mat> col(K.col(l + b * n).data(), n, d);
-        col.noalias() += wgt * P.row(l);
-        col -= (R.array().colwise() * wgt.array()).matrix();
-      }
-    }
-    // Through Q: token-diagonal block of token i, (a, b):
-    //   s · [Pᵀ diag(p_i) Kq − R[i,:]ᵀ (p_iᵀ Kq)][a, b].
-    const Mat AKq = A * Kq;  // row i = p_iᵀ Kq
-    for (Index i = 0; i < n; ++i) {
-      const Mat Di = s * (P.transpose() * A.row(i).transpose().asDiagonal() * Kq -
-                          R.row(i).transpose() * AKq.row(i));
-      for (Index b = 0; b < d; ++b)
-        for (Index a = 0; a < d; ++a) K(vec_index(i, a, n), vec_index(i, b, n)) += Di(a, b);
-    }
+    if (with_b) f.C = w.Wv.middleCols(h * dh, dh) * Woh;
+    if (!with_e) continue;
+    f.P = c.V.middleCols(h * dh, dh) * Woh;
+    f.R = *f.A * f.P;
+    f.U = c.Q.middleCols(h * dh, dh) * w.Wk.middleCols(h * dh, dh).transpose();
+    const Mat Kq = c.K.middleCols(h * dh, dh) * w.Wq.middleCols(h * dh, dh).transpose();  // n × d
+    const Mat AKq = *f.A * Kq;  // row i = p_iᵀ Kq
+    for (Index i = 0; i < n; ++i)
+      D[i] += s * (f.P.transpose() * f.A->row(i).transpose().asDiagonal() * Kq - f.R.row(i).transpose() * AKq.row(i));
   }
+
+  Mat K(N, N);  // every column is set below
+  parallel_for(d, [&](std::int64_t b) {
+    std::vector<double> wgt_storage(n);  // (a Map, not a Vec: GCC 12 misreads Eigen's free as use-after-free)
+    Eigen::Map<Vec> wgt(wgt_storage.data(), n);
+    for (Index l = 0; l < n; ++l) {
+      Eigen::Map<Mat> col(K.col(l + b * n).data(), n, d);
+      col.setZero();
+      for (const AttentionHeadFactors& f : heads) {
+        // One pass over the column per head (lazyProduct: outer products evaluated coefficient-wise).
+        if (!with_e) {
+          col.noalias() += f.A->col(l).lazyProduct(f.C.row(b));
+          continue;
+        }
+        wgt = s * f.A->col(l).cwiseProduct(f.U.col(b));  // over i
+        if (with_b)
+          col.noalias() += f.A->col(l).lazyProduct(f.C.row(b)) + wgt.lazyProduct(f.P.row(l)) -
+                           (f.R.array().colwise() * wgt.array()).matrix();
+        else
+          col.noalias() += wgt.lazyProduct(f.P.row(l)) - (f.R.array().colwise() * wgt.array()).matrix();
+      }
+      if (with_e) col.row(l) += D[l].col(b).transpose();
+    }
+  });
   return K;
 }
 

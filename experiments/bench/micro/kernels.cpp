@@ -101,9 +101,10 @@ BENCHMARK(BM_SabVjp)->Apply(vit_sizes);
 BENCHMARK(BM_FfnJvp)->Apply(vit_sizes);
 BENCHMARK(BM_FfnVjp)->Apply(vit_sizes);
 
-// Dense K_sa assembly and its exact κ at N = n·d up to the auto threshold (4096).
+// Dense K_sa assembly (args n, d, heads, threads: its column blocks run on parallel_for) and its
+// exact κ (1 thread) at N = n·d = 1024, 3200 (and 6400 for the assembly).
 void BM_DenseKsaAssembly(benchmark::State& state) {
-  set_threads(1);
+  set_threads(static_cast<int>(state.range(3)));
   const Case c(state.range(0), state.range(1), state.range(2));
   for (auto _ : state) benchmark::DoNotOptimize(attention_jacobian(c.w, c.f.attn, AttentionPart::kFull).data());
 }
@@ -116,7 +117,9 @@ void BM_DenseKappaFast(benchmark::State& state) {
 void dense_sizes(benchmark::internal::Benchmark* b) {
   b->Args({32, 32, 2})->Args({50, 64, 4})->Unit(benchmark::kMillisecond);
 }
-BENCHMARK(BM_DenseKsaAssembly)->Apply(dense_sizes);
+BENCHMARK(BM_DenseKsaAssembly)
+    ->Args({32, 32, 2, 1})->Args({50, 64, 4, 1})->Args({100, 64, 4, 1})->Args({100, 64, 4, 2})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DenseKappaFast)->Apply(dense_sizes);
 
 // The factorisation rates behind `auto`'s cost model (analysis/spectral/dense_cost.h), on a

@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 
+#include "analysis/core/threads.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
 #include "support/random_block.h"
@@ -104,6 +105,20 @@ TEST_P(JacobianTest, AttentionOperatorMatchesDense) {
     EXPECT_LT(rel_error(operator_transpose_to_dense(op), K.transpose()), test::kSameMathRounding)
         << "part " << int(part);
   }
+}
+
+// attention_jacobian splits its columns over threads (parallel_for): each column is computed by
+// one thread with the same arithmetic, so the matrix is bitwise the same for any thread count.
+TEST_P(JacobianTest, AttentionAssemblyDoesNotDependOnTheThreadCount) {
+  const int before = get_threads();
+  const AttentionCache c = attention_forward(w, X);
+  set_threads(1);
+  const Mat one = attention_jacobian(w, c), one_e = attention_jacobian(w, c, AttentionPart::kE);
+  set_threads(3);
+  const Mat three = attention_jacobian(w, c), three_e = attention_jacobian(w, c, AttentionPart::kE);
+  set_threads(before);
+  EXPECT_TRUE(one == three);
+  EXPECT_TRUE(one_e == three_e);
 }
 
 TEST_P(JacobianTest, LayerNormMatchesFiniteDifferences) {

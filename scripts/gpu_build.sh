@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine of the device tool, as root): builds jacond with the CUDA back end
+# and runs the tests, in one command. Usage:
+#   bash scripts/gpu_build.sh [ctest -R regex]       (no regex: the whole suite)
+# Needs .carry/debs from scripts/gpu_fetch.sh (carried). Unpacks them with dpkg -x into
+# $JACOND_GPU_PREFIX (default /tmp/jacond-prefix), sets up what Debian's alternatives would have
+# (libblas/liblapack -> OpenBLAS), links the Fashion-MNIST folder where jacond looks for it, and
+# configures against Python's CUDA LibTorch (torch.utils.cmake_prefix_path; JACOND_TORCH_PREFIX
+# overrides). Builds with -k 0, so a target that does not compile against that LibTorch is reported
+# and every other target still builds and is tested. Writes $build/env.sh (LD_LIBRARY_PATH) for
+# later commands: source it before running build-gpu/experiments/jacond.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=${JACOND_GPU_PREFIX:-/tmp/jacond-prefix}
+debs=${JACOND_GPU_DEBS:-$PWD/.carry/debs}
+build=${JACOND_GPU_BUILD:-build-gpu}
+if ! ls "$debs"/*.deb >/dev/null 2>&1; then
+  echo "gpu_build: no .deb files in $debs: run scripts/gpu_fetch.sh on the development machine and carry .carry" >&2
+  exit 2
+fi
+
+rm -rf "$prefix" && mkdir -p "$prefix"
+for f in "$debs"/*.deb; do dpkg -x "$f" "$prefix"; done
+lib=$prefix/usr/lib/x86_64-linux-gnu
+for n in libblas.so.3 liblapack.so.3 libopenblas.so.0; do ln -sf "openblas-pthread/$n" "$lib/$n"; done
+ln -sf libopenblas.so.0 "$lib/libopenblas.so"
+ln -sf libblas.so.3 "$lib/libblas.so"
+ln -sf liblapack.so.3 "$lib/liblapack.so"
+export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+data=$prefix/usr/share/datasets/fashion-mnist
+if [ -d "$data" ] && [ ! -e /usr/share/datasets/fashion-mnist ]; then
+  mkdir -p /usr/share/datasets && ln -s "$data" /usr/share/datasets/fashion-mnist
+fi
+
+torch_prefix=${JACOND_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
+echo "gpu_build: prefix $prefix, LibTorch from $torch_prefix, $(nvcc --version | tail -1), $(c++ --version | head -1)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJACOND_CUDA=ON -DJACOND_BUILD_BENCHMARKS=OFF \
+  -DBLA_VENDOR=OpenBLAS -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_LIBRARY_PATH="$lib" \
+  -DCMAKE_INCLUDE_PATH="$prefix/usr/include" >"$build.configure.log" 2>&1 || {
+  tail -40 "$build.configure.log"
+  echo "gpu_build: configure failed ($build.configure.log)" >&2
+  exit 1
+}
+echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >"$build/env.sh"
+built=0
+cmake --build "$build" -j"$(nproc)" -- -k 0 >"$build.build.log" 2>&1 && built=1
+if [ "$built" = 0 ]; then
+  grep -E "^FAILED|error:" "$build.build.log" | head -40
+  echo "gpu_build: some targets failed to build ($build.build.log); testing what built" >&2
+fi
+cd "$build"
+ctest_args=(--output-on-failure -j"$(nproc)")
+if [ $# -gt 0 ]; then ctest_args+=(-R "$1"); fi
+set +e
+ctest "${ctest_args[@]}"
+rc=$?
+set -e
+[ "$built" = 1 ] || exit 1
+exit $rc

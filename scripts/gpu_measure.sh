@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Run THERE (the GPU machine), after scripts/gpu_build.sh in the same `run` call: the GPU
+# measurements of issue 11, into ${OUT:-results/gpu} (the device tool returns $OUT; at most 8
+# files come back, so everything printed goes to one log, gpu_measure.log):
+#   1. the GPU tests (test_dense_cuda, the CLI's --device cuda test);
+#   2. bench dense at nd 6400: the GPU's exact route against the CPU's on 16 and 2 threads
+#      (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
+#   3. ViT-S: exact kappa of the bare attention Jacobian K_sa (n 197, d 384, 6 heads; nd 75 648,
+#      45.8 GB) on the GPU, timed (vit-s/: results.csv, run.json).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${JACOND_GPU_BUILD:-build-gpu}
+out=${OUT:-results/gpu}
+mkdir -p "$out"
+# shellcheck disable=SC1090
+source "$build/env.sh"
+J=$build/experiments/jacond
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  (cd "$build" && ctest -R "DenseCuda|DeviceCuda" --output-on-failure)
+  for t in 16 2; do
+    echo "\$ jacond bench dense --sizes 6400 --device cuda --skip-python --threads $t --repeat 3"
+    "$J" bench dense --sizes 6400 --device cuda --skip-python --threads "$t" --repeat 3 --out "$out/bench-dense-t$t"
+    rm -rf "$out/bench-dense-t$t/size-6400"  # the weights and tokens it wrote: inputs, not results
+  done
+  echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
+  time "$J" block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \
+    --out "$out/vit-s"
+} 2>&1 | tee "$out/gpu_measure.log"
