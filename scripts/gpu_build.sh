@@ -32,21 +32,22 @@ if [ -d "$data" ] && [ ! -e /usr/share/datasets/fashion-mnist ]; then
   mkdir -p /usr/share/datasets && ln -s "$data" /usr/share/datasets/fashion-mnist
 fi
 
+mkdir -p "$build"
 torch_prefix=${JACOND_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 echo "gpu_build: prefix $prefix, LibTorch from $torch_prefix, $(nvcc --version | tail -1), $(c++ --version | head -1)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJACOND_CUDA=ON -DJACOND_BUILD_BENCHMARKS=OFF \
   -DBLA_VENDOR=OpenBLAS -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_LIBRARY_PATH="$lib" \
-  -DCMAKE_INCLUDE_PATH="$prefix/usr/include" >"$build.configure.log" 2>&1 || {
-  tail -40 "$build.configure.log"
-  echo "gpu_build: configure failed ($build.configure.log)" >&2
+  -DCMAKE_INCLUDE_PATH="$prefix/usr/include" >"$build/configure.log" 2>&1 || {
+  tail -40 "$build/configure.log"
+  echo "gpu_build: configure failed ($build/configure.log)" >&2
   exit 1
 }
 echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >"$build/env.sh"
 built=0
-cmake --build "$build" -j"$(nproc)" -- -k 0 >"$build.build.log" 2>&1 && built=1
+cmake --build "$build" -j"$(nproc)" -- -k 0 >"$build/build.log" 2>&1 && built=1
 if [ "$built" = 0 ]; then
-  grep -E "^FAILED|error:" "$build.build.log" | head -40
-  echo "gpu_build: some targets failed to build ($build.build.log); testing what built" >&2
+  grep -E "^FAILED|error:" "$build/build.log" | head -40
+  echo "gpu_build: some targets failed to build ($build/build.log); testing what built" >&2
 fi
 cd "$build"
 ctest_args=(--output-on-failure -j"$(nproc)")

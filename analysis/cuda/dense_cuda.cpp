@@ -205,10 +205,12 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     e = lu_lanczos_extremes(backend);
   }
   if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
-    ConditionReport s = condition_svd(A, matrix);
+    // The full spectrum on the device too (the LU's memory is free again): at ViT scale the CPU's
+    // SVD would take hours.
+    ConditionReport s = report_from_singular_values(matrix, n, n, cuda::singular_values(std::move(A)), "dense-svd-cuda");
     s.note = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
-                 ? "exactly singular pivot on the GPU; dense SVD (CPU) used"
-                 : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (CPU) used";
+                 ? "exactly singular pivot on the GPU; dense SVD (GPU) used"
+                 : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (GPU) used";
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return s;
   }

@@ -60,7 +60,7 @@ TEST(DenseCuda, AgreesWithTheCpuRouteOnABareAttentionJacobian) {
 }
 
 // An exactly zero column: getrf on the device reports a zero pivot (devInfo > 0), and the route
-// answers with the SVD, as the CPU route does.
+// answers with the full spectrum (on the device), as the CPU route does.
 TEST(DenseCuda, ExactlySingularFallsBackToTheSvd) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(5);
@@ -69,6 +69,8 @@ TEST(DenseCuda, ExactlySingularFallsBackToTheSvd) {
   const ConditionReport r = cuda::condition_fast(A, "A");
   EXPECT_EQ(r.status, Status::kSingular) << r.note;
   EXPECT_NE(r.note.find("exactly singular pivot on the GPU"), std::string::npos) << r.note;
+  EXPECT_EQ(r.method, "dense-svd-cuda");
+  EXPECT_EQ(r.rank, 79);
 }
 
 // Checked on the host before any device call: runs without a GPU.
