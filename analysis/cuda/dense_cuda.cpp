@@ -207,7 +207,7 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
     // The full spectrum on the device too (the LU's memory is free again): at ViT scale the CPU's
     // SVD would take hours.
-    ConditionReport s = report_from_singular_values(matrix, n, n, cuda::singular_values(std::move(A)), "dense-svd-cuda");
+    ConditionReport s = CudaDenseDevice().condition_svd(std::move(A), matrix);
     s.note = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
                  ? "exactly singular pivot on the GPU; dense SVD (GPU) used"
                  : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (GPU) used";
@@ -266,11 +266,15 @@ bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const Dense
   return need <= free_device_bytes();
 }
 
-std::shared_ptr<const DenseDevice> cuda_dense_device() {
+void require_device() {
   int count = 0;
   const cudaError_t s = cudaGetDeviceCount(&count);
   if (s != cudaSuccess) fail("cudaGetDeviceCount", __FILE__, __LINE__, cudaGetErrorString(s));
   if (count == 0) fail("cudaGetDeviceCount", __FILE__, __LINE__, "no CUDA device");
+}
+
+std::shared_ptr<const DenseDevice> cuda_dense_device() {
+  require_device();
   return std::make_shared<CudaDenseDevice>();
 }
 

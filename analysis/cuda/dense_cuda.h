@@ -68,7 +68,10 @@ class CudaDenseDevice final : public DenseDevice {
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
 };
 
-/// The GPU as a DenseDevice; throws CudaError naming the reason when no device can be used.
+/// Throws CudaError naming the reason when no CUDA device can be used.
+void require_device();
+
+/// The GPU as a DenseDevice (after require_device()).
 std::shared_ptr<const DenseDevice> cuda_dense_device();
 
 }  // namespace jacond::cuda

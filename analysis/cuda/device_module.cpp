@@ -10,7 +10,7 @@
 extern "C" __attribute__((visibility("default"))) jacond::DenseDevice* jacond_cuda_dense_device_create(char* error,
                                                                                                        size_t error_size) {
   try {
-    jacond::cuda::cuda_dense_device();  // throws CudaError when no device can be used
+    jacond::cuda::require_device();
     return new jacond::cuda::CudaDenseDevice();
   } catch (const std::exception& e) {
     std::snprintf(error, error_size, "%s", e.what());

@@ -1,6 +1,5 @@
 #include "analysis/report/block_report.h"
 
-#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -85,14 +84,7 @@ ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route
   // temporary (or a matrix the caller is done with) is never copied (80 MB at n·d = 3200).
   const DenseDevice& dev = device_or_host(device);
   switch (route) {
-    case KappaRoute::kSvd: {
-      const auto t0 = std::chrono::steady_clock::now();
-      const Index rows = A.rows(), cols = A.cols();
-      ConditionReport r = report_from_singular_values(name, rows, cols, dev.singular_values(std::move(A)),
-                                                      dev.name() == "cpu" ? "dense-svd" : "dense-svd-" + dev.name());
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return r;
-    }
+    case KappaRoute::kSvd: return dev.condition_svd(std::move(A), name);
     case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
     case KappaRoute::kAuto:
       if (!dev.fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{})) return condition_lanczos(DenseMatrixOp(A), name).report;

@@ -1,10 +1,21 @@
 #include "analysis/spectral/dense_device.h"
 
+#include <chrono>
 #include <utility>
 
 #include "analysis/core/threads.h"
 
 namespace jacond {
+
+std::string DenseDevice::svd_method() const { return name() == "cpu" ? "dense-svd" : "dense-svd-" + name(); }
+
+ConditionReport DenseDevice::condition_svd(Mat A, const std::string& matrix) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Index rows = A.rows(), cols = A.cols();
+  ConditionReport r = report_from_singular_values(matrix, rows, cols, singular_values(std::move(A)), svd_method());
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
 
 std::string CpuDenseDevice::description() const {
   return "cpu (LAPACKE/OpenBLAS, " + std::to_string(get_threads()) + " threads)";

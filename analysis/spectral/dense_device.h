@@ -38,6 +38,12 @@ class DenseDevice {
   virtual ConditionReport condition_fast(Mat A, const std::string& matrix) const = 0;
   virtual Vec singular_values(Mat A) const = 0;
   virtual bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const = 0;
+
+  /// The method name of this device's full spectrum: "dense-svd" on the host, "dense-svd-<name>"
+  /// elsewhere.
+  std::string svd_method() const;
+  /// κ from singular_values(A): condition_svd's report (condition.h), method svd_method(), timed.
+  ConditionReport condition_svd(Mat A, const std::string& matrix) const;
 };
 
 /// The host: condition_fast and singular_values of condition.h; fits() is dense_cost.h's rule with

@@ -6,6 +6,7 @@
 
 #include "experiments/bench/bench_dense.h"
 #include "experiments/cli/cli_common.h"
+#include "experiments/cli/device_option.h"
 
 namespace jacond::cli::bench_dense {
 
@@ -184,7 +185,7 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
   if (device) {
     run["routes"][exact_route_name(*device)] =
         "attention_forward + attention_jacobian (host) + condition_fast on " + device->description();
-    run["device"] = {{"name", device->name()}, {"description", device->description()}};
+    run["device"] = device_json(*device);
   }
   run["python"] = python;
   if (!torch_version.empty()) run["torch_version"] = torch_version;

@@ -71,7 +71,7 @@ nlohmann::json spectrum_of(const Op& op, const SpectrumOptions& o, uint64_t seed
     const Index rank = (sv.array() > tol).count();
     csv << "index,sigma,sigma_over_max\n";
     for (Index i = 0; i < sv.size(); ++i) csv << i << "," << fmt(sv(i)) << "," << fmt(sv(i) / sv(0)) << "\n";
-    info["method"] = o.device->name() == "cpu" ? "dense-svd" : "dense-svd-" + o.device->name();
+    info["method"] = o.device->svd_method();
     info["device"] = device_json(*o.device);
     info["sigma_max"] = sv(0);
     info["sigma_min"] = sv(sv.size() - 1);
