@@ -3,10 +3,13 @@
 # measurements of issue 11, into ${OUT:-results/gpu} (the device tool returns $OUT; at most 8
 # files come back, so everything printed goes to one log, gpu_measure.log):
 #   1. the GPU tests (test_dense_cuda, the CLI's --device cuda test);
-#   2. bench dense at nd 6400: the GPU's exact route against the CPU's on 16 and 2 threads
-#      (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
+#   2. bench dense at nd 6400: the GPU's exact and mixed routes against the CPU's exact route on 16
+#      and 2 threads (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
 #   3. ViT-S: exact kappa of the bare attention Jacobian K_sa (n 197, d 384, 6 heads; nd 75 648,
-#      45.8 GB) on the GPU, timed (vit-s/: results.csv, run.json).
+#      45.8 GB) on the GPU, timed (vit-s/: results.csv, run.json);
+#   4. on a GPU with >= 100 GB (the H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
+#      nd 151 296) by the mixed route: its fp32 LU (92 GB) on the device, GMRES-IR against the
+#      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${JACOND_GPU_BUILD:-build-gpu}
@@ -26,4 +29,12 @@ J=$build/experiments/jacond
   echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
   time "$J" block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \
     --out "$out/vit-s"
+  mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  if [ "${mem_mib:-0}" -ge 100000 ]; then
+    echo "\$ jacond block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda --threads 16"
+    time "$J" block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda \
+      --threads 16 --out "$out/vit-b"
+  else
+    echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
+  fi
 } 2>&1 | tee "$out/gpu_measure.log"

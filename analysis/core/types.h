@@ -18,6 +18,9 @@ using Index = Eigen::Index;
 using Mat = Eigen::MatrixXd;
 using Vec = Eigen::VectorXd;
 using RowVec = Eigen::RowVectorXd;
+/// fp32 twins, for the mixed-precision route only (analysis/spectral/mixed_lu.h): the analysis is fp64.
+using MatF = Eigen::MatrixXf;
+using VecF = Eigen::VectorXf;
 
 /// vec(X): column-major flattening of an n×d matrix into R^{nd}.
 inline Vec vec(const Mat& X) { return Eigen::Map<const Vec>(X.data(), X.size()); }

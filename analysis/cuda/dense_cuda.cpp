@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "analysis/spectral/lu_lanczos.h"
+#include "analysis/spectral/mixed_lu.h"
 
 namespace jacond::cuda {
 
@@ -84,6 +85,29 @@ void require_free_memory(size_t bytes, const std::string& what) {
   }
 }
 
+// cuSOLVER's devInfo: < 0 is an argument error (a failure), > 0 the routine's own outcome.
+int read_info(const DeviceBuffer<int>& info_buffer, const char* call) {
+  int info = 0;
+  JACOND_CUDA(cudaMemcpy(&info, info_buffer.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  if (info < 0) fail(call, __FILE__, __LINE__, "argument " + std::to_string(-info) + " is invalid");
+  return info;
+}
+
+// LU with partial pivoting of the n × n device matrix `a` (fp64 or fp32: `type`) in place, by
+// cusolverDnXgetrf with the workspace it asks for. info > 0: U(info, info) is exactly zero, the
+// CPU's getrf outcome and the same answer (kExactlySingular).
+FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, int64_t* ipiv,
+                             const DeviceBuffer<int>& info) {
+  size_t device_bytes = 0, host_bytes = 0;
+  JACOND_CUDA(cusolverDnXgetrf_bufferSize(h.solver, h.params, n, n, type, a, n, type, &device_bytes, &host_bytes));
+  require_free_memory(device_bytes, "cusolverDnXgetrf's workspace");
+  DeviceBuffer<char> work(device_bytes);
+  std::vector<char> host_work(host_bytes);
+  JACOND_CUDA(cusolverDnXgetrf(h.solver, h.params, n, n, type, a, n, ipiv, type, work.get(), device_bytes,
+                               host_work.data(), host_bytes, info.get()));
+  return read_info(info, "cusolverDnXgetrf") > 0 ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
+}
+
 // lu_lanczos_extremes' backend on the device: A (n × n, column-major) copied once; gram() by two
 // dgemv, factor() by Xgetrf in place, inverse_gram() by Xgetrs with Aᵀ then A.
 class CudaLuBackend {
@@ -102,29 +126,17 @@ class CudaLuBackend {
     download(y);
   }
 
-  FactorOutcome factor() {
-    size_t device_bytes = 0, host_bytes = 0;
-    JACOND_CUDA(cusolverDnXgetrf_bufferSize(h_.solver, h_.params, n_, n_, CUDA_R_64F, a_.get(), n_, CUDA_R_64F,
-                                            &device_bytes, &host_bytes));
-    require_free_memory(device_bytes, "cusolverDnXgetrf's workspace");
-    DeviceBuffer<char> work(device_bytes);
-    std::vector<char> host_work(host_bytes);
-    JACOND_CUDA(cusolverDnXgetrf(h_.solver, h_.params, n_, n_, CUDA_R_64F, a_.get(), n_, ipiv_.get(), CUDA_R_64F,
-                                 work.get(), device_bytes, host_work.data(), host_bytes, info_.get()));
-    const int info = read_info("cusolverDnXgetrf");
-    // info > 0: U(info, info) is exactly zero (the CPU route's getrf outcome, the same answer).
-    return info > 0 ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
-  }
+  FactorOutcome factor(double /*sigma_max*/) { return getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_); }
 
   void inverse_gram(const double* x, double* y) {
     if (!Eigen::Map<const Vec>(x, n_).allFinite()) throw NonFiniteSolve();
     upload(x);
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_T, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
                                  CUDA_R_64F, x_.get(), n_, info_.get()));
-    read_info("cusolverDnXgetrs (transposed)");
+    read_info(info_, "cusolverDnXgetrs (transposed)");
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_N, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
                                  CUDA_R_64F, x_.get(), n_, info_.get()));
-    read_info("cusolverDnXgetrs");
+    read_info(info_, "cusolverDnXgetrs");
     download(y);
     if (!Eigen::Map<const Vec>(y, n_).allFinite()) throw NonFiniteSolve();
   }
@@ -132,17 +144,38 @@ class CudaLuBackend {
  private:
   void upload(const double* x) { JACOND_CUDA(cudaMemcpy(x_.get(), x, sizeof(double) * n_, cudaMemcpyHostToDevice)); }
   void download(double* y) { JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * n_, cudaMemcpyDeviceToHost)); }
-  // cuSOLVER's devInfo: < 0 is an argument error (a failure), > 0 the routine's own outcome.
-  int read_info(const char* call) {
-    int info = 0;
-    JACOND_CUDA(cudaMemcpy(&info, info_.get(), sizeof(int), cudaMemcpyDeviceToHost));
-    if (info < 0) fail(call, __FILE__, __LINE__, "argument " + std::to_string(-info) + " is invalid");
-    return info;
-  }
 
   const int64_t n_;
   Handles h_;
   DeviceBuffer<double> a_, x_, t_;
+  DeviceBuffer<int64_t> ipiv_;
+  DeviceBuffer<int> info_;
+};
+
+// mixed_lu.h's factor concept on the device: fl₃₂(A) (n × n, column-major) copied once,
+// factor() by Xgetrf in fp32 in place, solve() by Xgetrs in fp32 (a host vector of n floats each
+// way: 4n bytes against the 4n² the solve reads on the device).
+class CudaLu32 {
+ public:
+  explicit CudaLu32(const MatF& A) : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), v_(n_), ipiv_(n_), info_(1) {
+    JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(float) * a_.count(), cudaMemcpyHostToDevice));
+  }
+  Index order() const { return n_; }
+
+  FactorOutcome factor() { return getrf_in_place(h_, n_, CUDA_R_32F, a_.get(), ipiv_.get(), info_); }
+
+  void solve(float* v, bool transposed) {
+    JACOND_CUDA(cudaMemcpy(v_.get(), v, sizeof(float) * n_, cudaMemcpyHostToDevice));
+    JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, n_, 1, CUDA_R_32F,
+                                 a_.get(), n_, ipiv_.get(), CUDA_R_32F, v_.get(), n_, info_.get()));
+    read_info(info_, "cusolverDnXgetrs (fp32)");
+    JACOND_CUDA(cudaMemcpy(v, v_.get(), sizeof(float) * n_, cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  const int64_t n_;
+  Handles h_;
+  DeviceBuffer<float> a_, v_;
   DeviceBuffer<int64_t> ipiv_;
   DeviceBuffer<int> info_;
 };
@@ -224,6 +257,18 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   finish_extremes_report(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) {
+  const Index n = A32.rows();
+  if (n != A32.cols() || n != A.order)
+    throw std::invalid_argument("condition_mixed (cuda): " + matrix + " is " + std::to_string(n) + "x" +
+                                std::to_string(A32.cols()) + ", its operator of order " + std::to_string(A.order));
+  if (!A32.allFinite()) throw std::invalid_argument("condition_mixed (cuda): " + matrix + " contains NaN or inf in fp32");
+  require_free_memory(sizeof(float) * (static_cast<size_t>(n) * n + n) + sizeof(int64_t) * n, matrix + " in fp32 on the GPU");
+  CudaLu32 lu(A32);
+  A32.resize(0, 0);  // the host copy is no longer needed (4n² bytes: 92 GB at ViT-B)
+  return condition_mixed_with(lu, A, matrix, "dense-lu32-refined-lanczos-cuda");
 }
 
 Vec singular_values(Mat A) {

@@ -25,12 +25,15 @@
 #include "analysis/core/types.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_device.h"
+#include "analysis/spectral/lu_lanczos.h"
 
 namespace jacond::cuda {
 
-class CudaError : public std::runtime_error {
+/// A failed CUDA, cuBLAS or cuSOLVER call (a DeviceError: Lanczos lets it through, see
+/// analysis/spectral/lu_lanczos.h).
+class CudaError : public DeviceError {
  public:
-  using std::runtime_error::runtime_error;
+  using DeviceError::DeviceError;
 };
 
 /// True when a CUDA device can be used (driver present, at least one device).
@@ -45,6 +48,15 @@ std::string device_description();
 /// non-square A takes the CPU route (the block Jacobians are square). Throws
 /// std::invalid_argument on NaN/inf, CudaError on a device failure.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
+
+/// κ from the fp32 LU of A32 = fl₃₂(A) on the GPU, each solve refined to fp64 against the operator
+/// A on the host (analysis/spectral/mixed_lu.h: the algorithm and its bounds; the CPU's
+/// condition_mixed is the same algorithm with LAPACKE's sgetrf). Method
+/// "dense-lu32-refined-lanczos-cuda". Device memory: 4n² bytes and cuSOLVER's workspace, half of
+/// condition_fast's; ViT-B's K_sa (n = 151 296, 92 GB) fits one H200. Not-converged (κ NaN, noted)
+/// when the refinement fails; the caller falls back (block_report.cpp). Throws
+/// std::invalid_argument on a shape mismatch or NaN/inf, CudaError on a device failure.
+ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix);
 
 /// All singular values of A, descending, on the GPU (cusolverDnXgesvd, jobu = jobvt = 'N', the
 /// 64-bit API; a wide A is transposed first, gesvd wants rows ≥ cols). The twin of
@@ -65,6 +77,9 @@ class CudaDenseDevice final : public DenseDevice {
     return cuda::condition_fast(std::move(A), matrix);
   }
   Vec singular_values(Mat A) const override { return cuda::singular_values(std::move(A)); }
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {
+    return cuda::condition_mixed(std::move(A32), A, matrix);
+  }
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "analysis/core/threads.h"
@@ -36,7 +37,11 @@ struct AttentionHeadFactors {
 // Each column is written once with every head's terms while it is in cache (K is 45.8 GB at
 // ViT-S, so passes over it, not flops, are the cost), and the column blocks b are independent, so
 // they run on get_threads() threads (parallel_for) with a result that does not depend on the count.
-Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part) {
+// Every column is computed in fp64; an fp32 K (Scalar = float) gets each column rounded once.
+template <typename Scalar>
+Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> assemble_attention_jacobian(const BlockWeights& w,
+                                                                                  const AttentionCache& c,
+                                                                                  AttentionPart part) {
   const Index n = c.Y.rows(), d = w.d, dh = w.head_dim(), N = n * d;
   const double s = w.effective_logit_scale();
   const bool with_b = part != AttentionPart::kE, with_e = part != AttentionPart::kB;
@@ -58,12 +63,16 @@ Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, Attention
       D[i] += s * (f.P.transpose() * f.A->row(i).transpose().asDiagonal() * Kq - f.R.row(i).transpose() * AKq.row(i));
   }
 
-  Mat K(N, N);  // every column is set below
+  Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> K(N, N);  // every column is set below
   parallel_for(d, [&](std::int64_t b) {
     std::vector<double> wgt_storage(n);  // (a Map, not a Vec: GCC 12 misreads Eigen's free as use-after-free)
     Eigen::Map<Vec> wgt(wgt_storage.data(), n);
+    std::vector<double> column_storage(std::is_same_v<Scalar, double> ? 0 : N);  // fp32: one fp64 column
     for (Index l = 0; l < n; ++l) {
-      Eigen::Map<Mat> col(K.col(l + b * n).data(), n, d);
+      double* column = nullptr;
+      if constexpr (std::is_same_v<Scalar, double>) column = K.col(l + b * n).data();
+      else column = column_storage.data();
+      Eigen::Map<Mat> col(column, n, d);
       col.setZero();
       for (const AttentionHeadFactors& f : heads) {
         // One pass over the column per head (lazyProduct: outer products evaluated coefficient-wise).
@@ -79,9 +88,18 @@ Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, Attention
           col.noalias() += wgt.lazyProduct(f.P.row(l)) - (f.R.array().colwise() * wgt.array()).matrix();
       }
       if (with_e) col.row(l) += D[l].col(b).transpose();
+      if constexpr (!std::is_same_v<Scalar, double>) K.col(l + b * n) = Eigen::Map<const Vec>(column, N).cast<Scalar>();
     }
   });
   return K;
+}
+
+Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part) {
+  return assemble_attention_jacobian<double>(w, c, part);
+}
+
+MatF attention_jacobian_fp32(const BlockWeights& w, const AttentionCache& c, AttentionPart part) {
+  return assemble_attention_jacobian<float>(w, c, part);
 }
 
 Mat attention_map_jacobian(const BlockWeights& w, const AttentionCache& c, Index head) {

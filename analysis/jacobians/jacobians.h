@@ -41,6 +41,12 @@ struct TokenBlockDiagonal {
 /// K_sa, B_sa or E_sa of bare attention at the cached input (nd × nd).
 Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);
 
+/// The same matrix rounded to fp32, for the mixed route (analysis/spectral/mixed_lu.h): each column
+/// computed in fp64 and rounded once, so it equals attention_jacobian(…).cast<float>() exactly,
+/// without ever holding the fp64 matrix (4N² bytes at the peak instead of 12N²: ViT-B's K_sa is
+/// 92 GB this way, 275 GB the other).
+MatF attention_jacobian_fp32(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);
+
 /// A'_h = ∂vec A_h/∂vec Y of one head (n² × nd; paper Eq. 10), row i + k·n for A_h[i,k]:
 ///   ∂A[i,k]/∂Y[j,b] = s Σ_l J_i[k,l] (δ_ij Kq[l,b] + δ_lj U[i,b]),  J_i = diag(p_i) − p_i p_iᵀ,
 ///   Kq = K_h (W^Q_h)ᵀ, U = Q_h (W^K_h)ᵀ.

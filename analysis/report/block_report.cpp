@@ -14,14 +14,16 @@ KappaRoute parse_kappa_route(const std::string& s) {
   if (s == "auto") return KappaRoute::kAuto;
   if (s == "dense" || s == "fast") return KappaRoute::kFast;
   if (s == "svd") return KappaRoute::kSvd;
+  if (s == "mixed") return KappaRoute::kMixed;
   if (s == "lanczos") return KappaRoute::kLanczos;
-  throw std::invalid_argument("unknown kappa method '" + s + "' (expected auto|dense|fast|svd|lanczos)");
+  throw std::invalid_argument("unknown kappa method '" + s + "' (expected auto|dense|fast|svd|mixed|lanczos)");
 }
 
 std::string to_string(KappaRoute r) {
   switch (r) {
     case KappaRoute::kFast: return "dense";
     case KappaRoute::kSvd: return "svd";
+    case KappaRoute::kMixed: return "mixed";
     case KappaRoute::kLanczos: return "lanczos";
     case KappaRoute::kAuto: return "auto";
   }
@@ -78,6 +80,22 @@ bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
   return fits(three, DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
 }
 
+namespace {
+
+// kMixed's fallback: the fp64 LU route (`dense` assembles the matrix again) when the refinement
+// failed and the device holds the fp64 matrix; otherwise the not-converged report stands.
+template <typename Dense>
+ConditionReport unless_refinement_failed(ConditionReport mixed, const DenseDevice& dev, const Dense& dense) {
+  if (mixed.status != Status::kNotConverged || !dev.fits(DenseRoute::kFast, mixed.rows, mixed.cols, DenseBudget{}))
+    return mixed;
+  ConditionReport r = dev.condition_fast(dense(), mixed.matrix);
+  r.note = mixed.note + "; fp64 LU route used" + (r.note.empty() ? "" : "; " + r.note);
+  r.seconds += mixed.seconds;
+  return r;
+}
+
+}  // namespace
+
 ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route,
                                 const std::shared_ptr<const DenseDevice>& device) {
   // A is taken by value and moved on: condition_fast factorises its argument in place, so a
@@ -85,6 +103,12 @@ ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route
   const DenseDevice& dev = device_or_host(device);
   switch (route) {
     case KappaRoute::kSvd: return dev.condition_svd(std::move(A), name);
+    case KappaRoute::kMixed: {
+      if (A.rows() != A.cols()) break;  // the mixed route is for square matrices
+      const DenseMatrixOp op(A);
+      ConditionReport mixed = dev.condition_mixed(A.cast<float>(), linear_map(op), name);
+      return unless_refinement_failed(std::move(mixed), dev, [&] { return std::move(A); });
+    }
     case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
     case KappaRoute::kAuto:
       if (!dev.fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{})) return condition_lanczos(DenseMatrixOp(A), name).report;
@@ -170,23 +194,44 @@ ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, c
   return certify_report(r, K, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max);
 }
 
-// The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast or kSvd);
-// the token block-diagonal K_mlp / K_ffn by their per-token blocks.
+// kMixed on one square matrix: `dense32` assembles its fp32 rounding, factorised on the device;
+// residuals by its matrix-free fp64 operator `op`; `dense` assembles it in fp64 only for a fallback
+// or a certificate.
+template <typename Op, typename Dense, typename Dense32>
+ConditionReport mixed_report(const Op& op, const std::string& name, const BlockReportOptions& opt, const Dense& dense,
+                             const Dense32& dense32) {
+  const DenseDevice& dev = device_or_host(opt.device);
+  const ConditionReport r = unless_refinement_failed(dev.condition_mixed(dense32(), linear_map(op), name), dev, dense);
+  if (r.status == Status::kNotConverged || !wants_certificate(opt, r.rows, r.cols)) return r;
+  return certify_report(r, dense(), r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max);
+}
+
+// The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast, kSvd or
+// kMixed); the token block-diagonal K_mlp / K_ffn by their per-token blocks.
 void dense_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
                    const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
-  for (const auto& [name, part] : kAttentionParts)
-    if (wants(opt, name)) out.push_back(dense_report(attention_jacobian(w, f.attn, part), name, route, opt));
+  for (const auto& [name, part] : kAttentionParts) {
+    if (!wants(opt, name)) continue;
+    const auto K = [&, p = part] { return attention_jacobian(w, f.attn, p); };
+    const auto K32 = [&, p = part] { return attention_jacobian_fp32(w, f.attn, p); };
+    out.push_back(route == KappaRoute::kMixed ? mixed_report(AttentionJacobianOp(w, f.attn, part), name, opt, K, K32)
+                                              : dense_report(K(), name, route, opt));
+  }
   const Index n = f.X.rows();
   const bool can_restrict = w.d >= 3;
   if (wants(opt, "K_sab")) {
     Mat Ksab = sab_jacobian(w, f);
     ConditionReport restricted;
     const bool restricts = !sab_residual(skip) && can_restrict;
-    if (restricts) {
+    if (restricts) {  // nd × n(d − 2): kMixed takes kFast (condition_dense)
       restricted = dense_report(right_multiply_tokenwise(Ksab, n, ln_bases(f.ln1)), "K_sab", route, opt);
       restricted.space = "ln-complement";
     }
-    out.push_back(dense_report(std::move(Ksab), "K_sab", route, opt));  // the full space; Ksab is done with
+    if (route == KappaRoute::kMixed)
+      out.push_back(mixed_report(SabJacobianOp(w, f), "K_sab", opt, [&] { return Ksab; },
+                                 [&] { return MatF(Ksab.cast<float>()); }));
+    else
+      out.push_back(dense_report(std::move(Ksab), "K_sab", route, opt));  // the full space; Ksab is done with
     if (restricts) out.push_back(restricted);
   }
   if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp"));

@@ -31,12 +31,16 @@ namespace jacond {
 /// How κ of the nd × nd matrices is computed:
 ///   kFast     dense, exact: LU/QR + Lanczos (condition_fast; K_mlp/K_ffn per-token SVDs)
 ///   kSvd      dense, exact: the full spectrum
+///   kMixed    dense, exact: the LU of the matrix in fp32 (half the memory and the factorisation
+///             time of kFast), each solve refined to fp64 against the matrix-free operator
+///             (analysis/spectral/mixed_lu.h); where the refinement fails (κ·u₃₂ too large) the
+///             matrix takes kFast, noted. Non-square matrices (ln-complements) take kFast.
 ///   kLanczos  matrix-free certified bracket (analysis/spectral/gkl.h) on the operators of
 ///             analysis/operators/operators.h: K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn (and ln-complements)
 ///   kAuto     kFast when the matrix fits the dense route's memory and time budget on the chosen
 ///             device (DenseDevice::fits, analysis/spectral/dense_device.h), else kLanczos
 /// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
-enum class KappaRoute { kFast, kSvd, kLanczos, kAuto };
+enum class KappaRoute { kFast, kSvd, kMixed, kLanczos, kAuto };
 
 /// The one `auto` rule of jacond (block, sweep, audit, train tracking; spectrum applies it to the
 /// SVD route), stated in analysis/spectral/dense_cost.h: a rows × cols matrix takes the dense route
@@ -52,7 +56,7 @@ const std::vector<std::string>& block_matrix_names();
 /// "" or "all" gives {} (= every matrix).
 std::vector<std::string> parse_matrix_names(const std::string& spec, const std::vector<std::string>& valid);
 
-/// "auto" | "dense" (= "fast") | "fast" | "svd" | "lanczos"; anything else throws
+/// "auto" | "dense" (= "fast") | "fast" | "svd" | "mixed" | "lanczos"; anything else throws
 /// std::invalid_argument naming the value.
 KappaRoute parse_kappa_route(const std::string& s);
 std::string to_string(KappaRoute r);
@@ -75,7 +79,7 @@ struct BlockReportOptions {
   /// kLanczos warm starts, keyed "matrix/space" (e.g. "K_sab/full"): read if present, then
   /// overwritten with this call's vectors, so a sweep or a series of checkpoints can chain.
   std::map<std::string, GklWarmStart>* warm = nullptr;
-  /// Where the dense routes (kFast, kSvd) run (analysis/spectral/dense_device.h); null: the host.
+  /// Where the dense routes (kFast, kSvd, kMixed) run (analysis/spectral/dense_device.h); null: the host.
   /// Assembly, the token block-diagonal K_mlp / K_ffn, the per-head matrices, the matrix-free
   /// route and the certificates stay on the host.
   std::shared_ptr<const DenseDevice> device;
@@ -94,7 +98,8 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols);
 
 /// κ of a dense matrix by the chosen route on `device` (null: the host; kLanczos runs GKL on the
-/// dense matrix, on the host; kAuto by device->fits with the default budget).
+/// dense matrix, on the host; kMixed refines against A itself; kAuto by device->fits with the
+/// default budget).
 ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route,
                                 const std::shared_ptr<const DenseDevice>& device = nullptr);
 

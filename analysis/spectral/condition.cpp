@@ -81,7 +81,7 @@ class CpuLuBackend {
   CpuLuBackend(Mat& S, bool triangular) : S_(S), triangular_(triangular), gram_(S) {}
   Index order() const { return S_.rows(); }
   void gram(const double* x, double* y) const { gram_.perform_op(x, y); }
-  FactorOutcome factor() {
+  FactorOutcome factor(double /*sigma_max*/) {
     if (triangular_) return (S_.diagonal().array() == 0.0).any() ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
     const lapack_int n = static_cast<lapack_int>(S_.rows());
     ipiv_.resize(S_.rows());

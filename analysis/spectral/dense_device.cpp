@@ -27,6 +27,10 @@ ConditionReport CpuDenseDevice::condition_fast(Mat A, const std::string& matrix)
 
 Vec CpuDenseDevice::singular_values(Mat A) const { return jacond::singular_values(std::move(A)); }
 
+ConditionReport CpuDenseDevice::condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const {
+  return jacond::condition_mixed(std::move(A32), A, matrix);
+}
+
 bool CpuDenseDevice::fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const {
   const int threads = get_threads();
   return jacond::fits(route == DenseRoute::kFast ? fast_route_cost(rows, cols, threads) : svd_route_cost(rows, cols, threads),

@@ -7,6 +7,9 @@
 //   condition_fast(A)    κ by one LU and two Lanczos runs (analysis/spectral/lu_lanczos.h); status
 //                        exact or singular, as condition_fast in condition.h
 //   singular_values(A)   every singular value, descending (condition.h: singular_values)
+//   condition_mixed(A32, A)  κ from an fp32 LU of A32 = fl₃₂(A) refined to fp64 against the
+//                        operator A (analysis/spectral/mixed_lu.h); not-converged when κ·u₃₂ is too
+//                        large for the refinement, and the caller falls back to condition_fast
 //   fits(route, r, c, budget)  the `auto` rule (analysis/spectral/dense_cost.h) on this device:
 //                        whether the route's working set for an r × c matrix fits the budget, and
 //                        its predicted time where this device has a measured rate (the host's)
@@ -22,6 +25,7 @@
 #include "analysis/core/types.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_cost.h"
+#include "analysis/spectral/mixed_lu.h"
 
 namespace jacond {
 
@@ -37,6 +41,7 @@ class DenseDevice {
   virtual std::string description() const = 0;
   virtual ConditionReport condition_fast(Mat A, const std::string& matrix) const = 0;
   virtual Vec singular_values(Mat A) const = 0;
+  virtual ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const = 0;
   virtual bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const = 0;
 
   /// The method name of this device's full spectrum: "dense-svd" on the host, "dense-svd-<name>"
@@ -46,7 +51,7 @@ class DenseDevice {
   ConditionReport condition_svd(Mat A, const std::string& matrix) const;
 };
 
-/// The host: condition_fast and singular_values of condition.h; fits() is dense_cost.h's rule with
+/// The host: condition_fast and singular_values of condition.h, condition_mixed of mixed_lu.h; fits() is dense_cost.h's rule with
 /// fast_route_cost / svd_route_cost at get_threads() threads.
 class CpuDenseDevice final : public DenseDevice {
  public:
@@ -54,6 +59,7 @@ class CpuDenseDevice final : public DenseDevice {
   std::string description() const override;
   ConditionReport condition_fast(Mat A, const std::string& matrix) const override;
   Vec singular_values(Mat A) const override;
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override;
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
 };
 

@@ -13,7 +13,9 @@
 // Backend concept (CPU: LAPACKE in condition.cpp; CUDA: cuBLAS/cuSOLVER in analysis/cuda/):
 //   Index order() const;                                  n, A is n × n
 //   void gram(const double* x, double* y);                y = AᵀA x          (host vectors)
-//   FactorOutcome factor();                               factorise A in place (after gram's use)
+//   FactorOutcome factor(double sigma_max);               factorise A in place (after gram's use);
+//                                                         σ_max for backends whose solves test a
+//                                                         residual against ‖A‖₂ (mixed_lu.h)
 //   void inverse_gram(const double* x, double* y);        y = (AᵀA)⁻¹ x; throws NonFiniteSolve
 //                                                         when the result overflows
 // Vectors are host vectors of length n: a product moves 2n doubles to and from a device, against
@@ -41,6 +43,13 @@ namespace jacond {
 class NonFiniteSolve : public std::runtime_error {
  public:
   NonFiniteSolve() : std::runtime_error("(A^T A)^-1 x overflowed: A is numerically singular") {}
+};
+
+/// A back end's own failure (a CUDA call, analysis/cuda/dense_cuda.h): never an outcome of the
+/// algorithm, so top_eigenvalue lets it through instead of reporting "did not converge".
+class DeviceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 enum class FactorOutcome { kFactored, kExactlySingular };
@@ -72,8 +81,9 @@ class BackendGramOp {
 };
 
 // Top eigenvalue of a symmetric positive semi-definite operator; false if Lanczos did not converge
-// or overflowed (NonFiniteSolve, or Spectra's tridiagonal solver failing on non-finite Ritz
-// values). A LapackError (or a device error) is a failure and propagates.
+// or overflowed (NonFiniteSolve, a failed refinement in mixed_lu.h, or Spectra's tridiagonal
+// solver failing on non-finite Ritz values). A LapackError or a DeviceError is a failure and
+// propagates.
 template <typename Op>
 bool top_eigenvalue(Op& op, double* value, Index* products) {
   Spectra::SymEigsSolver<Op> eigs(op, 1, std::min<Index>(op.rows(), 24));
@@ -81,6 +91,8 @@ bool top_eigenvalue(Op& op, double* value, Index* products) {
     eigs.init();
     eigs.compute(Spectra::SortRule::LargestAlge, 500, kLuLanczosTol);
   } catch (const LapackError&) {
+    throw;
+  } catch (const DeviceError&) {
     throw;
   } catch (const std::runtime_error&) {
     *products += eigs.num_operations();
@@ -102,7 +114,7 @@ LuLanczosExtremes lu_lanczos_extremes(Backend& backend) {
   detail::BackendGramOp<Backend, false> gram(backend);
   if (!detail::top_eigenvalue(gram, &lam_max, &out.products)) return out;
   out.sigma_max = std::sqrt(std::max(lam_max, 0.0));
-  if (backend.factor() == FactorOutcome::kExactlySingular) {
+  if (backend.factor(out.sigma_max) == FactorOutcome::kExactlySingular) {
     out.outcome = LuLanczosExtremes::Outcome::kExactlySingular;
     return out;
   }

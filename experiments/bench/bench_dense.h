@@ -17,6 +17,10 @@
 //                       condition_fast (analysis/cuda/dense_cuda.h); its time against the CPU exact
 //                       route's is the GPU speed-up (cpu_exact_over_this), and its κ must agree
 //                       with the CPU's to the tolerance below.
+//   jacond mixed κ      forward + dense K rounded to fp32 + condition_mixed (analysis/spectral/
+//                       mixed_lu.h): the fp32 LU refined to fp64 against the matrix-free K_sa
+//                       operator; with --device cuda also on the device. Each is compared with the
+//                       CPU exact route (cpu_exact_over_this, kappa_rel_diff_vs_cpu_exact).
 //   torch               experiments/bench/torch_dense_route.py in a subprocess:
 //                       torch.autograd.functional.jacobian(SA, X) (one reverse pass per output
 //                       entry), reshape to (nd, nd), torch.linalg.svdvals, κ = s[0]/s[-1], fp64.
@@ -99,26 +103,39 @@ struct Agreement {
   std::string why;
 };
 
+/// A route measured against the CPU exact one (the device's exact route, the mixed routes).
+struct VersusExact {
+  RouteResult route;
+  Agreement agreement;
+};
+
 struct SizeResult {
   Shape shape;
   double logit_scale = 0;
   std::string dir;
   RouteResult exact, full;
-  std::optional<RouteResult> device_exact;  // --device cuda: the exact route on the GPU
+  /// jacond-mixed-kappa; with --device cuda also jacond-exact-kappa-cuda and jacond-mixed-kappa-cuda.
+  std::vector<VersusExact> versus_exact;
   std::optional<TorchResult> torch;
-  Agreement exact_vs_torch, full_vs_torch, exact_vs_full, device_vs_exact;
+  Agreement exact_vs_torch, full_vs_torch, exact_vs_full;
   bool torch_failed = false;
   bool pass() const {
-    return !torch_failed && exact_vs_torch.pass && full_vs_torch.pass && exact_vs_full.pass && device_vs_exact.pass;
+    bool ok = !torch_failed && exact_vs_torch.pass && full_vs_torch.pass && exact_vs_full.pass;
+    for (const auto& v : versus_exact) ok = ok && v.agreement.pass;
+    return ok;
   }
 };
 
-/// "jacond-exact-kappa" on the host, "jacond-exact-kappa-<device>" elsewhere.
-std::string exact_route_name(const DenseDevice& device);
+/// What run_jacond_route computes after the assembly: condition_fast, condition_svd, or
+/// condition_mixed (K rounded to fp32, residuals by the matrix-free K_sa operator).
+enum class JacondRoute { kExact, kFull, kMixed };
 
-/// jacond in-process: forward + dense K + (condition_fast | condition_svd), the best of `repeat`;
-/// condition_fast on `device` (route jacond-exact-kappa, or jacond-exact-kappa-<device>).
-RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, bool full_spectrum, int repeat,
+/// "jacond-exact-kappa" / "jacond-full-spectrum" / "jacond-mixed-kappa" on the host, with
+/// "-<device>" appended elsewhere.
+std::string route_name(JacondRoute route, const DenseDevice& device);
+
+/// jacond in-process: forward + dense K + the route's κ on `device`, the best of `repeat`.
+RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
                              const DenseDevice& device = *cpu_dense_device());
 
 /// The Python route (torch_dense_route.py) in a subprocess on DIR/{weights,tokens}.safetensors.

@@ -89,7 +89,7 @@ int run_audit(int argc, char** argv) {
       ("data-free", po::bool_switch(&data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
       ("probe-size", po::value(&probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
       ("data-dir", po::value(&data_dir)->default_value(data_dir), "Fashion-MNIST files for the probe batch")
-      ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | lanczos")
+      ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | mixed (fp32 LU refined to fp64) | lanczos")
       ("lanczos-seconds", number_value(&lanczos_seconds), "lanczos: seconds per matrix")
       ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
       ("matrices", po::value(&matrices)->default_value(matrices), "comma list of matrix names or all")

@@ -31,7 +31,7 @@ int run_block(int argc, char** argv) {
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else lanczos) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
         "converge)")
-      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum)")
+      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h)")
       ("certify", po::value(&certify)->default_value(certify),
        "inertia-count certificates of K_sa/B_sa/E_sa/K_sab (analysis/spectral/inertia.h): none | inertia | auto "
        "(when three LDL^T factorisations of the (2nd)^2 augmented matrix fit half of RAM and 3x --lanczos-seconds)")
@@ -46,7 +46,8 @@ int run_block(int argc, char** argv) {
   SkipMode mode{};
   check_usage([&] {
     src.validate();
-    if (kappa != "fast" && kappa != "svd") throw std::invalid_argument("--kappa must be fast or svd, got '" + kappa + "'");
+    if (kappa != "fast" && kappa != "svd" && kappa != "mixed")
+      throw std::invalid_argument("--kappa must be fast, svd or mixed, got '" + kappa + "'");
     if (method != "auto" && method != "dense" && method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
@@ -66,6 +67,7 @@ int run_block(int argc, char** argv) {
   opt.lanczos = gkl;
   opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
   if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
+  if (opt.route == KappaRoute::kFast && kappa == "mixed") opt.route = KappaRoute::kMixed;
   const std::vector<ConditionReport> reports = block_reports(blk.weights, blk.tokens, mode, opt);
 
   std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads

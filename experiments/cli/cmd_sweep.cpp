@@ -44,7 +44,7 @@ int run_sweep(int argc, char** argv) {
       ("method", po::value(&method)->default_value(method),
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else lanczos) | dense | lanczos (matrix-free bracket, warm-started along the grid)")
-      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast | svd")
+      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast | svd | mixed (fp32 LU refined to fp64)")
       ("lanczos-seconds", number_value(&gkl.max_seconds), "lanczos: seconds per matrix")
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
       ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
@@ -62,7 +62,7 @@ int run_sweep(int argc, char** argv) {
     if (d < 1 || heads < 1 || mlp_ratio < 1 || d % heads != 0)
       throw std::invalid_argument("--d, --heads, --mlp-ratio must be >= 1 and --d divisible by --heads");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
-    if (kappa != "fast" && kappa != "svd") throw std::invalid_argument("--kappa must be fast or svd");
+    if (kappa != "fast" && kappa != "svd" && kappa != "mixed") throw std::invalid_argument("--kappa must be fast, svd or mixed");
     if (method != "auto" && method != "dense" && method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0))
@@ -84,6 +84,7 @@ int run_sweep(int argc, char** argv) {
   opt.route = parse_kappa_route(method);
   opt.route = resolve_route(opt, n, d);
   if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
+  if (opt.route == KappaRoute::kFast && kappa == "mixed") opt.route = KappaRoute::kMixed;
   opt.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};  // the sweep's columns; nothing else is computed
   std::map<std::string, GklWarmStart> warm;  // chained along the grid (lanczos route)
   opt.warm = &warm;

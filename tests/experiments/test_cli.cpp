@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -651,6 +653,55 @@ TEST_F(CliTest, BlockMatricesSelectsRows_n8_d16_h2) {
   // K_sab over the full space and the LN complement; softmax full and on 1⟂ for each of 2 heads.
   EXPECT_EQ(rows, (std::multiset<std::string>{"K_sab/full", "K_sab/ln-complement", "softmax/full", "softmax/full",
                                               "softmax/ones-complement", "softmax/ones-complement"}));
+}
+
+// `--kappa mixed`: the nd × nd rows by the fp32 LU refined to fp64 (analysis/spectral/mixed_lu.h),
+// with the fp64 route's κ (within that header's Bound 1: 8·√N·u·κ relative) and its note.
+TEST_F(CliTest, BlockKappaMixedGivesTheFastRoutesKappa_n8_d16_h2) {
+  std::map<std::string, std::map<std::string, std::string>> by_route;  // route -> matrix -> row's kappa
+  for (const std::string kappa : {"fast", "mixed"}) {
+    const std::string out = path("mixed-" + kappa);
+    const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "full",
+                             "--matrices", "K_sa,B_sa,K_sab", "--method", "dense", "--kappa", kappa, "--out", out});
+    ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+    for (const auto& row : read_csv(out + "/results.csv").rows) {
+      by_route[kappa][row.at("matrix")] = row.at("kappa");
+      if (kappa == "mixed") {
+        EXPECT_EQ(row.at("method"), "dense-lu32-refined-lanczos") << row.at("matrix");
+        EXPECT_NE(row.at("note").find("fp32 LU refined to fp64"), std::string::npos) << row.at("note");
+      }
+    }
+  }
+  ASSERT_EQ(by_route["mixed"].size(), 3u);
+  for (const auto& [matrix, kappa] : by_route["fast"]) {
+    const double want = std::stod(kappa), got = std::stod(by_route["mixed"].at(matrix));
+    EXPECT_LT(std::abs(got - want) / want, 8 * std::sqrt(128.0) * 1.11e-16 * want + 1e-12) << matrix;
+  }
+}
+
+// bench dense with a custom size and no Python: the mixed route is a row of its own, compared
+// with the CPU exact route, and agrees with it under `ours` (κ(K_sa) ≈ 2e4) and under `timm`
+// (κ ≈ 1e9: κ·u₃₂ ≈ 70, past classical refinement, within GMRES-IR's reach; mixed_lu.h).
+TEST_F(CliTest, BenchDenseMixedRouteAgreesWithTheExactRoute_n8_d16_h2) {
+  for (const std::string init : {"ours", "timm"}) {
+    SCOPED_TRACE(init);
+    const std::string out = path("bench-dense-" + init);
+    const RunResult r = run({"bench", "dense", "--n", "8", "--d", "16", "--heads", "2", "--init", init,
+                             "--skip-python", "--out", out});
+    ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+    std::map<std::string, std::map<std::string, std::string>> rows;
+    for (const auto& row : read_csv(out + "/bench_dense.csv").rows) rows[row.at("route")] = row;
+    ASSERT_EQ(rows.size(), 3u);
+    const auto& mixed = rows.at("jacond-mixed-kappa");
+    EXPECT_EQ(rows.at("jacond-exact-kappa").at("agree_with_cpu_exact"), "");
+    EXPECT_GT(std::stod(mixed.at("cpu_exact_over_this")), 0);
+    const double kappa = std::stod(rows.at("jacond-exact-kappa").at("kappa"));
+    EXPECT_TRUE(init == "ours" ? kappa < 1e5 : kappa > 1e8) << kappa;
+    EXPECT_EQ(mixed.at("method"), "dense-lu32-refined-lanczos");
+    EXPECT_EQ(mixed.at("status"), "exact");
+    EXPECT_EQ(mixed.at("agree_with_cpu_exact"), "PASS");
+    EXPECT_LE(std::stod(mixed.at("kappa_rel_diff_vs_cpu_exact")), std::max(1e-6, 45 * 2.2e-16 * kappa));
+  }
 }
 
 TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {

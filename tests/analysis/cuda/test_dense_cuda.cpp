@@ -10,11 +10,15 @@
 #include <utility>
 #include <limits>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "analysis/cuda/dense_cuda.h"
 #include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
 #include "analysis/spectral/condition.h"
+#include "analysis/spectral/mixed_lu.h"
 #include "support/constructed_spectrum.h"
 #include "support/paper_inits.h"
 #include "support/random_block.h"
@@ -131,6 +135,33 @@ TEST(DenseCuda, BlockReportsOnTheGpuMatchTheHost) {
   int on_device = 0;
   for (const auto& r : gpu) on_device += r.method == "dense-lu-lanczos-cuda";
   EXPECT_EQ(on_device, 4);  // K_sa, B_sa, E_sa, K_sab
+}
+
+// The mixed route (analysis/spectral/mixed_lu.h) with cuSOLVER's fp32 LU against the CPU's with
+// LAPACKE's: both refine to Bound 1 of mixed_lu.h, so σ_min agrees to 2·√n·u·σ_max (each side's
+// backward error) and σ_max to Lanczos' 1e-12; matrices of κ 1e2 and 1e6, and the ViT-like K_sa.
+TEST(DenseCuda, MixedRouteAgreesWithTheCpuMixedRoute) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(13);
+  const BlockWeights w = test::ours_like_block(32, 2, 128, 4);
+  const Mat X = test::gaussian(40, 32, 1.0, rng);
+  const AttentionCache attn = block_forward(w, X, SkipMode::kNone).attn;
+  std::vector<std::pair<std::string, Mat>> cases{{"kappa 1e2", test::with_singular_values(test::geometric(300, 1e2), 300, 300, 14)},
+                                                 {"kappa 1e6", test::with_singular_values(test::geometric(300, 1e6), 300, 300, 15)},
+                                                 {"K_sa", attention_jacobian(w, attn, AttentionPart::kFull)}};
+  for (const auto& [label, A] : cases) {
+    SCOPED_TRACE(label);
+    const DenseMatrixOp op(A);
+    const LinearMap map = linear_map(op);
+    const ConditionReport cpu = condition_mixed(A.cast<float>(), map, label);
+    const ConditionReport gpu = cuda::condition_mixed(A.cast<float>(), map, label);
+    ASSERT_EQ(cpu.status, Status::kExact) << cpu.note;
+    EXPECT_EQ(gpu.status, Status::kExact) << gpu.note;
+    EXPECT_EQ(gpu.method, "dense-lu32-refined-lanczos-cuda");
+    EXPECT_NEAR(gpu.sigma_max / cpu.sigma_max, 1.0, 1e-12);
+    EXPECT_NEAR(gpu.sigma_min, cpu.sigma_min, 2 * std::sqrt(static_cast<double>(A.rows())) * kEps * cpu.sigma_max + 1e-12 * cpu.sigma_min);
+    std::cout << label << ": cpu " << cpu.note << " | gpu " << gpu.note << "\n";
+  }
 }
 
 // Without a device, cuda_dense_device says so in a CudaError (the CLI's "no usable GPU").

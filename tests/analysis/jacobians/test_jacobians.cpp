@@ -121,6 +121,16 @@ TEST_P(JacobianTest, AttentionAssemblyDoesNotDependOnTheThreadCount) {
   EXPECT_TRUE(one_e == three_e);
 }
 
+// The fp32 assembly (the mixed route's) is the fp64 matrix rounded once per entry, for every part.
+TEST_P(JacobianTest, AttentionFp32AssemblyIsTheFp64MatrixRounded) {
+  const AttentionCache c = attention_forward(w, X);
+  for (const auto part : {AttentionPart::kFull, AttentionPart::kB, AttentionPart::kE}) {
+    const MatF K32 = attention_jacobian_fp32(w, c, part);
+    const MatF want = attention_jacobian(w, c, part).cast<float>();
+    EXPECT_TRUE(K32 == want) << "part " << static_cast<int>(part);
+  }
+}
+
 TEST_P(JacobianTest, LayerNormMatchesFiniteDifferences) {
   const LayerNormCache c = layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps);
   const Mat J = layernorm_jacobian(w.ln1_gamma, c).to_dense();

@@ -197,11 +197,17 @@ class RecordingDevice final : public DenseDevice {
     ++svd_calls;
     return jacond::singular_values(std::move(A));
   }
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {
+    mixed_calls.push_back(matrix);
+    ConditionReport r = jacond::condition_mixed(std::move(A32), A, matrix);
+    r.method += "-recording";
+    return r;
+  }
   bool fits(DenseRoute, Index, Index, const DenseBudget&) const override {
     ++fits_calls;
     return fits_;
   }
-  mutable std::vector<std::string> fast_calls;
+  mutable std::vector<std::string> fast_calls, mixed_calls;
   mutable int svd_calls = 0, fits_calls = 0;
 
  private:
@@ -245,6 +251,29 @@ TEST(DenseDeviceRouting, SvdRouteTakesTheDevicesSingularValuesN6D8) {
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(got[i].method, "dense-svd-recording");
     EXPECT_EQ(host[i].method, "dense-svd");
+    EXPECT_EQ(got[i].kappa, host[i].kappa);
+  }
+}
+
+// kMixed: the square nd × nd matrices reach the device's condition_mixed, with the host's numbers,
+// and nothing takes condition_fast (with its residual K_sab has no non-square ln-complement).
+TEST(DenseDeviceRouting, MixedRouteFactorisesOnTheDeviceN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kMixed;
+  opt.matrices = {"K_sa", "B_sa", "K_sab"};
+  const auto host = block_reports(w, X, SkipMode::kFull, opt);
+  auto device = std::make_shared<RecordingDevice>(true);
+  opt.device = device;
+  const auto got = block_reports(w, X, SkipMode::kFull, opt);
+  EXPECT_EQ(device->mixed_calls, (std::vector<std::string>{"K_sa", "B_sa", "K_sab"}));
+  EXPECT_TRUE(device->fast_calls.empty());
+  ASSERT_EQ(got.size(), host.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(got[i].matrix);
+    EXPECT_EQ(host[i].method, "dense-lu32-refined-lanczos") << host[i].note;
+    EXPECT_EQ(got[i].method, "dense-lu32-refined-lanczos-recording");
     EXPECT_EQ(got[i].kappa, host[i].kappa);
   }
 }
