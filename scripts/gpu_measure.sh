@@ -7,7 +7,9 @@
 #      and 2 threads (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
 #   3. ViT-S: exact kappa of the bare attention Jacobian K_sa (n 197, d 384, 6 heads; nd 75 648,
 #      45.8 GB) on the GPU, timed (vit-s/: results.csv, run.json);
-#   4. on a GPU with >= 100 GB (the H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
+#   4. training images/s on CUDA, jacond against Python PyTorch on the same GPU, same model and
+#      batch (bench-train/: bench_train.csv, run.json);
+#   5. on a GPU with >= 100 GB (the H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
 #      nd 151 296) by the mixed route: its fp32 LU (92 GB) on the device, GMRES-IR against the
 #      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/).
 set -uo pipefail
@@ -29,6 +31,9 @@ J=$build/experiments/jacond
   echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
   time "$J" block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \
     --out "$out/vit-s"
+  echo "\$ jacond bench train --device cuda --threads 16 --batch 128 --track-every 0 --python $(command -v python3)"
+  "$J" bench train --device cuda --threads 16 --batch 128 --steps 50 --warmup 5 --track-every 0 \
+    --python "$(command -v python3)" --out "$out/bench-train"
   mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   if [ "${mem_mib:-0}" -ge 100000 ]; then
     echo "\$ jacond block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda --threads 16"

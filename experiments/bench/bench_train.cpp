@@ -4,7 +4,8 @@
 //
 //   images/s     batch · steps / time of `steps` full training steps (forward, cross-entropy,
 //                backward, optimizer step) after `warmup` untimed steps, fp32, random images
-//                [batch, 1, 28, 28] (throughput does not depend on pixel values).
+//                [batch, 1, 28, 28] (throughput does not depend on pixel values), on --device
+//                (cpu | cuda; both routes on the same one, each step ending with loss.item()).
 //   SOAP/AdamW   ratio of mean full-step times, and of optimizer.step() times alone; SOAP's
 //                timed window includes its eigenbasis refreshes (every precondition_frequency).
 //   tracking     one track_conditioning call (one probe image, the trainer's default route `auto`
@@ -40,13 +41,16 @@ struct StepTiming {
   double images_per_s(int64_t batch) const { return batch / step_s; }
 };
 
-StepTiming time_training(const models::TrainConfig& cfg, int64_t warmup, int64_t steps) {
+// On `device`: the model, the optimizer's state and the batch live there; loss.item() each step
+// waits for the device, so a step's time is its whole time on a GPU too.
+StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& device, int64_t warmup, int64_t steps) {
   models::VisionTransformer model(cfg.model);
+  model->to(device);
   model->train();
   auto opt = models::make_optimizer(model, cfg);
   auto gen = at::detail::createCPUGenerator(1);
-  const auto x = torch::randn({cfg.batch, 1, 28, 28}, gen);
-  const auto y = torch::randint(0, 10, {cfg.batch}, gen);
+  const auto x = torch::randn({cfg.batch, 1, 28, 28}, gen).to(device);
+  const auto y = torch::randint(0, 10, {cfg.batch}, gen).to(device);
   StepTiming t;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     const auto t0 = Clock::now();
@@ -112,6 +116,8 @@ int run_bench_train(int argc, char** argv) {
       ("steps", po::value(&steps)->default_value(steps), "timed steps per route")
       ("warmup", po::value(&warmup)->default_value(warmup), "untimed steps first (SOAP's statistics-only step is one)")
       ("threads", po::value(&cfg.threads)->default_value(1), "torch + BLAS threads, both routes")
+      ("device", po::value(&cfg.device)->default_value(cfg.device),
+       "cpu | cuda: where both routes train (tracking is timed on the host, as in jacond train)")
       ("track-every", po::value(&cfg.track_every)->default_value(cfg.track_every), "tracking period the overhead is spread over")
       ("track-matrices", po::value(&cfg.track_matrices)->default_value(cfg.track_matrices),
        "the set timed against all matrices (comma list; the trainer's default)")
@@ -125,6 +131,8 @@ int run_bench_train(int argc, char** argv) {
     if (steps < 1 || warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
     if (cfg.track_every < 0) throw std::invalid_argument("--track-every must be >= 0 (0: skip the tracking measurement)");
     if (cfg.threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    if (cfg.device != "cpu" && cfg.device != "cuda")
+      throw std::invalid_argument("--device must be cpu or cuda, got '" + cfg.device + "'");
     parse_flag("--track-matrices", [&] { return models::parse_matrix_list(cfg.track_matrices); });
     parse_flag("--track-method", [&] { return parse_kappa_route(cfg.track_method); });
     cfg.model.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
@@ -133,22 +141,22 @@ int run_bench_train(int argc, char** argv) {
       throw UsageError("--skip rezero: the PyTorch route has no ReZero; add --skip-python");
     cfg.model.validate();
   });
-  torch::set_num_threads(static_cast<int>(cfg.threads));
-  set_threads(static_cast<int>(cfg.threads));
+  const torch::Device device = models::select_device(cfg);  // threads too; exit 1 without CUDA
   ensure_directory(out_dir);
 
   std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
             << " skip=" << skip << " init=" << init
             << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens() << ") batch=" << cfg.batch
-            << " threads=" << cfg.threads << ", " << steps << " timed steps after " << warmup << "\n";
+            << " threads=" << cfg.threads << " device=" << cfg.device << ", " << steps << " timed steps after " << warmup
+            << "\n";
   models::TrainConfig adamw = cfg, soap = cfg;
   adamw.optimizer = "adamw";
   soap.optimizer = "soap";
   adamw.finalize();
   soap.finalize();
-  const StepTiming ta = time_training(adamw, warmup, steps);
+  const StepTiming ta = time_training(adamw, device, warmup, steps);
   std::cout << "jacond AdamW: " << std::fixed << std::setprecision(1) << ta.images_per_s(cfg.batch) << " img/s\n";
-  const StepTiming ts = time_training(soap, warmup, steps);
+  const StepTiming ts = time_training(soap, device, warmup, steps);
   std::cout << "jacond SOAP:  " << ts.images_per_s(cfg.batch) << " img/s\n";
 
   // Tracking: one call on one probe image, every matrix and then the chosen set.
@@ -156,17 +164,19 @@ int run_bench_train(int argc, char** argv) {
   const TrackTiming track_set = time_tracking(cfg, cfg.track_matrices);
 
   double py_ips = NAN, py_step = NAN;
-  std::string torch_version = "not run";
+  std::string torch_version = "not run", py_device = "not run";
   if (!skip_python) {
     nlohmann::json j = run_python_json(
         {python, script, "--dim", std::to_string(cfg.model.dim), "--depth", std::to_string(cfg.model.depth), "--heads",
          std::to_string(cfg.model.heads), "--patch", std::to_string(cfg.model.patch), "--batch", std::to_string(cfg.batch),
-         "--steps", std::to_string(steps), "--warmup", std::to_string(warmup), "--threads", std::to_string(cfg.threads), "--skip", skip},
+         "--steps", std::to_string(steps), "--warmup", std::to_string(warmup), "--threads", std::to_string(cfg.threads), "--skip", skip,
+         "--device", cfg.device},
         static_cast<int>(cfg.threads), out_dir, "torch train route (" + python + " " + script + ")",
-        {"images_per_s", "step_s", "torch_version"});
+        {"images_per_s", "step_s", "torch_version", "device"});
     py_ips = j["images_per_s"].get<double>();
     py_step = j["step_s"].get<double>();
     torch_version = j["torch_version"].get<std::string>();
+    py_device = j["device"].get<std::string>();
     std::cout << "PyTorch AdamW: " << py_ips << " img/s (torch " << torch_version << ")\n";
   }
 
@@ -187,10 +197,10 @@ int run_bench_train(int argc, char** argv) {
               << track_set.seconds / track_all.seconds << "x the time\n" << std::defaultfloat;
 
   std::ostringstream csv;
-  csv << "route,optimizer,threads,batch,images_per_s,step_s,optimizer_step_s\n";
+  csv << "route,optimizer,device,threads,batch,images_per_s,step_s,optimizer_step_s\n";
   auto row = [&](const std::string& route, const std::string& opt, double ips, double step, double opt_s) {
-    csv << route << "," << opt << "," << cfg.threads << "," << cfg.batch << "," << format_number(ips) << ","
-        << format_number(step) << "," << format_number(opt_s) << "\n";
+    csv << route << "," << opt << "," << cfg.device << "," << cfg.threads << "," << cfg.batch << "," << format_number(ips)
+        << "," << format_number(step) << "," << format_number(opt_s) << "\n";
   };
   row("jacond", "adamw", ta.images_per_s(cfg.batch), ta.step_s, ta.optimizer_s);
   row("jacond", "soap", ts.images_per_s(cfg.batch), ts.step_s, ts.optimizer_s);
@@ -208,6 +218,7 @@ int run_bench_train(int argc, char** argv) {
                       {"chosen", {{"matrices", track_set.matrices}, {"seconds", track_set.seconds},
                                   {"reports", track_set.reports}}}};
   meta["torch_version"] = torch_version;
+  meta["device"] = {{"name", cfg.device}, {"pytorch_device", py_device}};
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << out_dir << "/bench_train.csv and run.json\n";
   return 0;

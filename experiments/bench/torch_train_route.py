@@ -3,7 +3,7 @@
 Run by `jacond bench train` as a subprocess, with the same threads:
 
     python3 torch_train_route.py --dim 192 --depth 6 --heads 3 --patch 4 --batch 128 \
-        --steps 20 --warmup 3 --threads 1 --skip full
+        --steps 20 --warmup 3 --threads 1 --skip full [--device cuda]
 
 The model is written the way timm writes a ViT (pre-norm blocks, fused qkv Linear, exact GELU,
 LayerNorm eps 1e-6, cls token + learned position embedding, conv patch embedding, final norm,
@@ -12,7 +12,11 @@ the attention's, only the MLP's, as `jacond train --skip`), fp32, trained with t
 cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
 does not depend on pixel values), so the timing is forward + backward + optimizer step only.
 
-Prints ONE JSON line: {"images_per_s", "step_s", "steps", "batch", "threads", "torch_version"}.
+--device cuda puts the model, the optimizer state and the batch on the GPU; loss.item() ends every
+step, so a step is timed to its end on the device.
+
+Prints ONE JSON line: {"images_per_s", "step_s", "steps", "batch", "threads", "torch_version",
+"device"} (device: the GPU's name, or "cpu").
 """
 
 import argparse
@@ -88,13 +92,17 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip", choices=["full", "none", "sab", "ffn"], default="full")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = ViT(a.dim, a.depth, a.heads, a.patch, a.skip)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: this torch has no CUDA device available")
+    dev = torch.device(a.device)
+    model = ViT(a.dim, a.depth, a.heads, a.patch, a.skip).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
-    x = torch.randn(a.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (a.batch,))
+    x = torch.randn(a.batch, 1, 28, 28).to(dev)
+    y = torch.randint(0, 10, (a.batch,)).to(dev)
 
     def step():
         opt.zero_grad()
@@ -110,7 +118,8 @@ def main():
         step()
     dt = time.perf_counter() - t0
     print(json.dumps({"images_per_s": a.steps * a.batch / dt, "step_s": dt / a.steps, "steps": a.steps,
-                      "batch": a.batch, "threads": torch.get_num_threads(), "torch_version": torch.__version__}))
+                      "batch": a.batch, "threads": torch.get_num_threads(), "torch_version": torch.__version__,
+                      "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"}))
 
 
 if __name__ == "__main__":

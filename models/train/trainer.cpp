@@ -222,8 +222,6 @@ void restore_generator(std::mt19937_64& g, const std::string& text) {
 // ---------------------------------------------------------------------------------------------
 // The loop
 
-namespace {
-
 // Threads before any torch or BLAS work (LibTorch here defaults to 1 thread); then the device.
 torch::Device select_device(const TrainConfig& cfg) {
   torch::set_num_threads(static_cast<int>(cfg.threads));
@@ -232,6 +230,8 @@ torch::Device select_device(const TrainConfig& cfg) {
     throw std::runtime_error("--device cuda: this LibTorch build has no CUDA device available");
   return torch::Device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
 }
+
+namespace {
 
 // The run directory, created and cleared of partial checkpoints; a fresh run refuses one that
 // already holds checkpoints.

@@ -51,6 +51,11 @@ class TrainOptimizer {
 /// The optimizer of `cfg` (finalized) over the model's parameters.
 std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& cfg);
 
+/// Sets cfg.threads for LibTorch and the analysis core, then returns cfg.device ("cpu" | "cuda");
+/// std::runtime_error naming the flag when cuda is asked for and this LibTorch has no CUDA device
+/// (Debian's LibTorch is CPU-only: exit 1, not a usage error).
+torch::Device select_device(const TrainConfig& cfg);
+
 /// What a run reached.
 struct TrainResult {
   int64_t steps = 0;

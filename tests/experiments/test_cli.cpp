@@ -497,6 +497,7 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "lanczos", "--compare-methods", "unrestarted", "--peers", "arpack"}, 2, "--compare-methods"},
       {{"bench", "lanczos", "--repeats", "0"}, 2, "--repeats"},
       {{"bench", "train", "--steps", "0"}, 2, "--steps"},
+      {{"bench", "train", "--device", "tpu"}, 2, "--device"},
       {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
       {{"bench", "train", "--init", "zeros"}, 2, "--init"},
       {{"train", "--frobnicate"}, 2, "--frobnicate"},

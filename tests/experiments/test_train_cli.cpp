@@ -17,6 +17,8 @@
 #include "models/io/safetensors.h"
 #include "models/vit/vit.h"
 
+#include <torch/cuda.h>
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace jacond::test::cli;
@@ -262,6 +264,28 @@ TEST_F(TrainCli, BadInputGivesOneLineErrors) {
     std::ofstream(path("junk.safetensors")) << "junk";
   }
   expect_one_line_error({"audit", path("junk.safetensors"), "--data-free"}, {"junk.safetensors"});
+}
+
+// Training on CUDA where this LibTorch has none (Debian's is CPU-only): exit 1 naming the flag,
+// before any run directory or output is written; on a CUDA LibTorch with a GPU (the device
+// tool's machine) the bench's tiny run goes through instead and writes its device.
+TEST_F(TrainCli, DeviceCudaTrainsThereOrSaysWhyNot) {
+  const std::vector<std::string> train = {"train", "--device", "cuda", "--steps", "2", "--dim", "16", "--depth", "1",
+                                          "--heads", "2", "--batch", "8", "--track-every", "0", "--out", path("cuda-run")};
+  const std::vector<std::string> bench = {"bench", "train", "--device", "cuda", "--dim", "16", "--depth", "1", "--heads",
+                                          "2", "--batch", "8", "--steps", "1", "--warmup", "1", "--track-every", "0",
+                                          "--skip-python", "--out", path("cuda-bench")};
+  if (!torch::cuda::is_available()) {
+    const RunResult t = expect_one_line_error(train, {"--device cuda", "no CUDA device"});
+    EXPECT_EQ(t.code, 1) << t.describe();
+    const RunResult b = expect_one_line_error(bench, {"--device cuda", "no CUDA device"});
+    EXPECT_EQ(b.code, 1) << b.describe();
+    EXPECT_FALSE(fs::exists(path("cuda-bench") + "/bench_train.csv"));
+    return;
+  }
+  const RunResult b = run(bench);
+  ASSERT_TRUE(b.exited && b.code == 0) << b.describe();
+  EXPECT_NE(slurp(path("cuda-bench") + "/bench_train.csv").find(",cuda,"), std::string::npos);
 }
 
 }  // namespace
