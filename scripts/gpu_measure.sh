@@ -24,8 +24,9 @@ J=$build/experiments/jacond
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   (cd "$build" && ctest -R "DenseCuda|DeviceCuda" --output-on-failure)
   for t in 16 2; do
-    echo "\$ jacond bench dense --sizes 6400 --device cuda --skip-python --threads $t --repeat 3"
-    "$J" bench dense --sizes 6400 --device cuda --skip-python --threads "$t" --repeat 3 --out "$out/bench-dense-t$t"
+    echo "\$ jacond bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads $t --repeat 3"
+    "$J" bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads "$t" --repeat 3 \
+      --out "$out/bench-dense-t$t"
     rm -rf "$out/bench-dense-t$t/size-6400"  # the weights and tokens it wrote: inputs, not results
   done
   echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"

@@ -683,16 +683,20 @@ TEST_F(CliTest, BlockKappaMixedGivesTheFastRoutesKappa_n8_d16_h2) {
 // bench dense with a custom size and no Python: the mixed route is a row of its own, compared
 // with the CPU exact route, and agrees with it under `ours` (κ(K_sa) ≈ 2e4) and under `timm`
 // (κ ≈ 1e9: κ·u₃₂ ≈ 70, past classical refinement, within GMRES-IR's reach; mixed_lu.h).
+// The timm run also leaves out the full spectrum (--skip-full): no row for it.
 TEST_F(CliTest, BenchDenseMixedRouteAgreesWithTheExactRoute_n8_d16_h2) {
   for (const std::string init : {"ours", "timm"}) {
     SCOPED_TRACE(init);
     const std::string out = path("bench-dense-" + init);
-    const RunResult r = run({"bench", "dense", "--n", "8", "--d", "16", "--heads", "2", "--init", init,
-                             "--skip-python", "--out", out});
+    std::vector<std::string> args{"bench", "dense", "--n", "8", "--d", "16", "--heads", "2", "--init", init,
+                                  "--skip-python", "--out", out};
+    if (init == "timm") args.push_back("--skip-full");
+    const RunResult r = run(args);
     ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
     std::map<std::string, std::map<std::string, std::string>> rows;
     for (const auto& row : read_csv(out + "/bench_dense.csv").rows) rows[row.at("route")] = row;
-    ASSERT_EQ(rows.size(), 3u);
+    ASSERT_EQ(rows.size(), init == "timm" ? 2u : 3u);
+    EXPECT_EQ(rows.count("jacond-full-spectrum"), init == "timm" ? 0u : 1u);
     const auto& mixed = rows.at("jacond-mixed-kappa");
     EXPECT_EQ(rows.at("jacond-exact-kappa").at("agree_with_cpu_exact"), "");
     EXPECT_GT(std::stod(mixed.at("cpu_exact_over_this")), 0);
