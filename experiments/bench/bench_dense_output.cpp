@@ -175,7 +175,7 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
   }
   write_file_atomic(out_dir + "/bench_dense.csv", csv);
 
-  nlohmann::json run = run_metadata(argc, argv);
+  nlohmann::json run = run_metadata(argc, argv, "bench");
   run["benchmark"] = "dense";
   run["matrix"] = "K_sa = d vec SA(X) / d vec X, bare multi-head self-attention (no LayerNorm, no residual), Eq. 10";
   run["init"] = init;

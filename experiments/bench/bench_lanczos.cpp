@@ -513,7 +513,7 @@ int run_bench_lanczos(int argc, char** argv) {
     write_file_atomic(out_dir + "/bench_lanczos_methods.csv", methods_csv(rows, threads, gkl));
     write_file_atomic(out_dir + "/bench_lanczos_trace.csv", trace_csv(rows));
   }
-  nlohmann::json meta = run_metadata(argc, argv);
+  nlohmann::json meta = run_metadata(argc, argv, "bench");
   meta["benchmark"] = "lanczos";
   meta["rows"] = rows.size();
   meta["peers"] = peer.solvers;

@@ -206,7 +206,7 @@ int run_bench_train(int argc, char** argv) {
   row("jacond", "soap", ts.images_per_s(cfg.batch), ts.step_s, ts.optimizer_s);
   if (!skip_python) row("pytorch", "adamw", py_ips, py_step, NAN);
   write_file_atomic(out_dir + "/bench_train.csv", csv.str());
-  nlohmann::json meta = run_metadata(argc, argv);
+  nlohmann::json meta = run_metadata(argc, argv, "bench");
   meta["model"] = cfg.model.to_json();
   meta["ratios"] = {{"jacond_over_pytorch_images_per_s", ta.images_per_s(cfg.batch) / py_ips},
                     {"soap_over_adamw_step", ts.step_s / ta.step_s},

@@ -99,9 +99,10 @@ std::string git_revision() {
 }
 }  // namespace
 
-nlohmann::json run_metadata(int argc, char** argv) {
+nlohmann::json run_metadata(int argc, char** argv, const std::string& parent) {
   nlohmann::json j;
   std::vector<std::string> args(argv, argv + argc);
+  if (!parent.empty()) args.insert(args.begin(), parent);
   args.insert(args.begin(), "jacond");
   j["command"] = args;
   j["jacond_version"] = "0.1.0";

@@ -94,8 +94,9 @@ std::string fmt(double x);
 /// The median of v (mean of the middle two for an even count); v non-empty.
 double median(std::vector<double> v);
 
-/// run.json: the command line, versions, git revision, threads and any extra fields.
-nlohmann::json run_metadata(int argc, char** argv);
+/// run.json: the command line ("jacond", then `parent` for a sub-subcommand such as bench's, then
+/// argv), versions, git revision, threads and any extra fields.
+nlohmann::json run_metadata(int argc, char** argv, const std::string& parent = "");
 
 /// Parses "A0:A1:STEP" (inclusive of A1 within STEP/1e6) or a single value "A".
 std::vector<double> parse_range(const std::string& spec, const std::string& flag);

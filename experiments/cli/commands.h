@@ -13,6 +13,8 @@ int run_bench(int argc, char** argv);
 int run_spectrum(int argc, char** argv);
 int run_train(int argc, char** argv);
 int run_audit(int argc, char** argv);
+/// `jacond plot`: runs the Python package jacond_plots (experiments/cli/cmd_plot.cpp).
+int run_plot(int argc, char** argv);
 /// `jacond bench train` (experiments/bench/bench_train.cpp), dispatched by run_bench.
 int run_bench_train(int argc, char** argv);
 }  // namespace jacond::cli

@@ -17,7 +17,8 @@ void print_usage(std::ostream& os) {
         "  train    train a ViT (any skip mode / init, AdamW or SOAP) on Fashion-MNIST, tracking conditioning\n"
         "  audit    per-layer conditioning of checkpoints (with a probe batch, or --data-free)\n"
         "  bench    benchmarks against the PyTorch route: dense\n"
-        "  spectrum singular values of one block's Jacobian (dense list or SLQ density) -> CSV\n\n"
+        "  spectrum singular values of one block's Jacobian (dense list or SLQ density) -> CSV\n"
+        "  plot     figures (PNG, SVG) of result directories: block, bench dense\n\n"
         "`jacond <command> --help` for the options of each.\n";
 }
 }  // namespace
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     if (cmd == "spectrum") return jacond::cli::run_spectrum(argc - 1, argv + 1);
     if (cmd == "train") return jacond::cli::run_train(argc - 1, argv + 1);
     if (cmd == "audit") return jacond::cli::run_audit(argc - 1, argv + 1);
+    if (cmd == "plot") return jacond::cli::run_plot(argc - 1, argv + 1);
   } catch (const jacond::cli::UsageError& e) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 2;
@@ -43,6 +45,6 @@ int main(int argc, char** argv) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 1;
   }
-  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | bench; see jacond --help)\n";
+  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | bench | plot; see jacond --help)\n";
   return 2;
 }

@@ -709,6 +709,37 @@ TEST_F(CliTest, BenchDenseMixedRouteAgreesWithTheExactRoute_n8_d16_h2) {
   }
 }
 
+// `jacond plot` on what block and bench dense wrote: a PNG (the format's signature, not empty) and
+// an SVG per kind, named for the kind, in DIR/figures; a directory holding no jacond results is
+// bad data (1, one line naming the kinds it knows); an unknown --format is usage (2).
+TEST_F(CliTest, PlotDrawsBlockAndBenchDenseFigures_n8_d16_h2) {
+  const std::string block = path("plot-block"), bench = path("plot-bench");
+  ASSERT_EQ(run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none", "--out", block}).code, 0);
+  ASSERT_EQ(run({"bench", "dense", "--n", "8", "--d", "16", "--heads", "2", "--skip-python", "--out", bench}).code, 0);
+  const RunResult r = run({"plot", block, bench});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  for (const auto& [dir, name] : {std::pair<std::string, std::string>{block, "block_kappa"}, {bench, "bench_dense"}}) {
+    const std::string png = slurp(dir + "/figures/" + name + ".png");
+    EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << name;
+    EXPECT_GT(png.size(), 10000u) << name;
+    EXPECT_NE(slurp(dir + "/figures/" + name + ".svg").find("<svg"), std::string::npos) << name;
+    EXPECT_NE(r.out.find("wrote " + dir + "/figures/" + name + ".png"), std::string::npos) << r.out;
+  }
+  const RunResult empty = run({"plot", path("plot-block") + "/figures"});
+  EXPECT_EQ(empty.code, 1) << empty.describe();
+  EXPECT_NE(empty.err.find("no jacond results this package recognises"), std::string::npos) << empty.err;
+  EXPECT_EQ(std::count(empty.err.begin(), empty.err.end(), '\n'), 1) << empty.err;
+  // A results.csv with block's header and no rows: recognised, then refused in one line.
+  fs::create_directories(path("plot-norows"));
+  std::ofstream(path("plot-norows") + "/results.csv") << slurp(block + "/results.csv").substr(0, slurp(block + "/results.csv").find('\n') + 1);
+  const RunResult norows = run({"plot", path("plot-norows")});
+  EXPECT_EQ(norows.code, 1) << norows.describe();
+  EXPECT_NE(norows.err.find("results.csv: no rows"), std::string::npos) << norows.err;
+  const RunResult format = run({"plot", block, "--format", "gif"});
+  EXPECT_EQ(format.code, 2) << format.describe();
+  EXPECT_NE(format.err.find("--format"), std::string::npos) << format.err;
+}
+
 TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
   const std::string out = path("spec");
   const RunResult r = run({"spectrum", "--init", "timm", "--n", "6", "--d", "8", "--heads", "2", "--matrices",

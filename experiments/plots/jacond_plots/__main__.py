@@ -1,0 +1,33 @@
+"""python3 -m jacond_plots DIR [DIR ...] [--format png,svg]: exit 0, 1 (bad data), 2 (usage)."""
+
+import argparse
+import sys
+
+from .common import PlotError
+from .recognise import plot_dir
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="jacond plot", description="figures from jacond result directories")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a directory jacond wrote (block --out, bench dense --out)")
+    parser.add_argument("--format", default="png,svg", help="comma list of png, svg, pdf (default png,svg)")
+    args = parser.parse_args(argv)
+    formats = [f for f in args.format.split(",") if f]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        print(f"jacond plot: error: --format: unknown format '{','.join(bad)}' (use {', '.join(FORMATS)})", file=sys.stderr)
+        return 2
+    try:
+        for d in args.dirs:
+            for path in plot_dir(d, formats):
+                print(f"wrote {path}")
+    except PlotError as e:
+        print(f"jacond plot: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""What every jacond figure shares: the caption, the colours, κ as a plotted number, saving."""
+
+import json
+import os
+import shlex
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+class PlotError(Exception):
+    """Bad or unrecognised input: one line for the user (exit 1 from the command)."""
+
+
+# One colour per status and per init, the same in every figure.
+STATUS_COLOURS = {
+    "exact": "#1b9e77",
+    "certified": "#7570b3",
+    "bracket": "#d95f02",
+    "singular": "#e7298a",
+    "not-converged": "#666666",
+}
+INIT_COLOURS = {"timm": "#1f77b4", "ours": "#d62728", "mimetic": "#2ca02c"}
+
+
+def read_csv(path):
+    """A results table; PlotError naming the file when it is missing, empty or malformed."""
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise PlotError(f"{path}: no such file") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise PlotError(f"{path}: not a CSV table ({str(e).splitlines()[0]})") from None
+    if df.empty:
+        raise PlotError(f"{path}: no rows")
+    return df
+
+
+def require_columns(df, path, columns):
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise PlotError(f"{path}: missing column(s) {', '.join(missing)}")
+
+
+def command_line(directory):
+    """The command that wrote `directory` (run.json's "command"), or a note that it is unknown."""
+    try:
+        with open(os.path.join(directory, "run.json"), encoding="utf-8") as f:
+            command = json.load(f).get("command")
+    except (OSError, ValueError):
+        return "command unknown (no readable run.json)"
+    if isinstance(command, list):
+        return shlex.join(str(a) for a in command)
+    return str(command) if command else "command unknown"
+
+
+def caption(fig, directory, extra=""):
+    """The caption line every figure carries: the producing command (and any knobs)."""
+    text = "$ " + command_line(directory) + (f"   |   {extra}" if extra else "")
+    fig.text(0.005, 0.005, text, fontsize=7, family="monospace", ha="left", va="bottom", wrap=True)
+
+
+def plotted_kappa(df):
+    """κ to draw: κ itself, or κ_lo (a lower bound) where the status is singular (κ = inf)."""
+    kappa = pd.to_numeric(df["kappa"], errors="coerce").to_numpy(dtype=float)
+    lo = pd.to_numeric(df["kappa_lo"], errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(kappa), kappa, lo)
+
+
+def save(fig, directory, name, formats):
+    """DIR/figures/NAME.{png,svg}, each written to a temporary name and renamed (never half-written)."""
+    out_dir = os.path.join(directory, "figures")
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = os.path.join(out_dir, f"{name}.{fmt}")
+        tmp = os.path.join(out_dir, f".{name}.{fmt}.tmp")
+        fig.savefig(tmp, format=fmt, dpi=130)
+        os.replace(tmp, path)
+        paths.append(path)
+    plt.close(fig)
+    return paths
