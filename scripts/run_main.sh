@@ -15,7 +15,7 @@ echo "== jacond block (ours init, skipless) -> results/block"
 $J block --init ours --n 32 --d 64 --heads 4 --skip none --method auto --out results/block
 echo "== jacond sweep (ours init)"
 $J sweep --alpha 0:3:0.5 --beta 0:3:0.5 --c 3 --seeds 2 --n 16 --d 32 --heads 2 --out results/sweep
-/usr/bin/python3 experiments/plots/plot_sweep.py results/sweep/sweep.csv results/sweep/kappa_vs_alpha_beta.png
+$J plot results/sweep --format png   # results/sweep/figures/sweep_kappa.png
 echo "== jacond train (skipless, ours, SOAP, Fashion-MNIST) -> results/train-skipless-ours-soap"
 rm -rf results/train-skipless-ours-soap
 $J train --skip none --init ours --optimizer soap --dim 64 --depth 4 --heads 2 --patch 4 --batch 128 \

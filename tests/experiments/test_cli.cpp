@@ -709,16 +709,19 @@ TEST_F(CliTest, BenchDenseMixedRouteAgreesWithTheExactRoute_n8_d16_h2) {
   }
 }
 
-// `jacond plot` on what block and bench dense wrote: a PNG (the format's signature, not empty) and
-// an SVG per kind, named for the kind, in DIR/figures; a directory holding no jacond results is
-// bad data (1, one line naming the kinds it knows); an unknown --format is usage (2).
-TEST_F(CliTest, PlotDrawsBlockAndBenchDenseFigures_n8_d16_h2) {
-  const std::string block = path("plot-block"), bench = path("plot-bench");
+// `jacond plot` on what block, sweep and bench dense wrote: a PNG (the format's signature, not
+// empty) and an SVG per kind, named for the kind, in DIR/figures; a directory holding no jacond
+// results is bad data (1, one line naming the kinds it knows); an unknown --format is usage (2).
+TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
+  const std::string block = path("plot-block"), bench = path("plot-bench"), sweep = path("plot-sweep");
   ASSERT_EQ(run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "none", "--out", block}).code, 0);
   ASSERT_EQ(run({"bench", "dense", "--n", "8", "--d", "16", "--heads", "2", "--skip-python", "--out", bench}).code, 0);
-  const RunResult r = run({"plot", block, bench});
+  ASSERT_EQ(run({"sweep", "--alpha", "0:2:1", "--beta", "0:1:0.5", "--c", "3", "--seeds", "1", "--n", "4", "--d", "8",
+                 "--heads", "2", "--out", sweep}).code, 0);
+  const RunResult r = run({"plot", block, bench, sweep});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
-  for (const auto& [dir, name] : {std::pair<std::string, std::string>{block, "block_kappa"}, {bench, "bench_dense"}}) {
+  for (const auto& [dir, name] : {std::pair<std::string, std::string>{block, "block_kappa"}, {bench, "bench_dense"},
+                                  {sweep, "sweep_kappa"}}) {
     const std::string png = slurp(dir + "/figures/" + name + ".png");
     EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << name;
     EXPECT_GT(png.size(), 10000u) << name;

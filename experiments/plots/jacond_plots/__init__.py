@@ -7,9 +7,9 @@ figures next to the data (DIR/figures/*.png and .svg) and prints the paths. Ever
 caption line with the command that produced the data (run.json's "command"), log scales where κ
 spans decades, and the same colour for the same init or status in every figure (common.py).
 
-Kinds so far: `jacond block` (block.py) and `jacond bench dense` (bench_dense.py). The older
-stand-alone scripts beside this package (plot_sweep.py, plot_training.py, plot_spectrum.py,
-plot_lanczos_methods.py) move in here kind by kind.
+Kinds so far: `jacond block` (block.py), `jacond sweep` (sweep.py) and `jacond bench dense`
+(bench_dense.py). The older stand-alone scripts beside this package (plot_training.py,
+plot_spectrum.py, plot_lanczos_methods.py) move in here kind by kind.
 """
 
 from .common import PlotError

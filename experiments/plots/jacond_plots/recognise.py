@@ -2,13 +2,14 @@
 
 import os
 
-from . import bench_dense, block
+from . import bench_dense, block, sweep
 from .common import PlotError
 
 # kind -> (the file that identifies it, the columns that confirm it, its renderer)
 KINDS = {
     "block": ("results.csv", ("matrix", "space", "head", "kappa_lo", "kappa_hi"), block.plot),
     "bench-dense": ("bench_dense.csv", ("route", "total_s", "agree_with_torch"), bench_dense.plot),
+    "sweep": ("sweep.csv", ("alpha", "beta", "c", "matrix", "kappa_lo"), sweep.plot),
 }
 
 
