@@ -260,11 +260,8 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
 }
 
 ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) {
+  check_mixed_input(A32, A, matrix);
   const Index n = A32.rows();
-  if (n != A32.cols() || n != A.order)
-    throw std::invalid_argument("condition_mixed (cuda): " + matrix + " is " + std::to_string(n) + "x" +
-                                std::to_string(A32.cols()) + ", its operator of order " + std::to_string(A.order));
-  if (!A32.allFinite()) throw std::invalid_argument("condition_mixed (cuda): " + matrix + " contains NaN or inf in fp32");
   require_free_memory(sizeof(float) * (static_cast<size_t>(n) * n + n) + sizeof(int64_t) * n, matrix + " in fp32 on the GPU");
   CudaLu32 lu(A32);
   A32.resize(0, 0);  // the host copy is no longer needed (4n² bytes: 92 GB at ViT-B)

@@ -47,11 +47,15 @@ void CpuLu32::solve(float* v, bool transposed) const {
                                                      ipiv_.data(), v, n));
 }
 
-ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) {
+void check_mixed_input(const MatF& A32, const LinearMap& A, const std::string& matrix) {
   if (A32.rows() != A32.cols() || A32.rows() != A.order)
     throw std::invalid_argument("condition_mixed: " + matrix + " is " + std::to_string(A32.rows()) + "x" +
                                 std::to_string(A32.cols()) + ", its operator of order " + std::to_string(A.order));
   if (!A32.allFinite()) throw std::invalid_argument("condition_mixed: " + matrix + " contains NaN or inf in fp32");
+}
+
+ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) {
+  check_mixed_input(A32, A, matrix);
   CpuLu32 lu(std::move(A32));
   return condition_mixed_with(lu, A, matrix, "dense-lu32-refined-lanczos");
 }

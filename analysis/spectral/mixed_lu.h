@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "analysis/core/types.h"
+#include "analysis/operators/operators.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/lu_lanczos.h"
 
@@ -74,6 +75,11 @@ struct LinearMap {
   Index order = 0;
   std::function<void(const double*, double*)> apply;            // y = A x
   std::function<void(const double*, double*)> apply_transpose;  // y = Aᵀ x
+
+  // The operator concept of analysis/operators/operators.h (operator_to_dense takes it).
+  Index rows() const { return order; }
+  Index cols() const { return order; }
+  void perform_op(const double* x, double* y) const { apply(x, y); }
 };
 
 /// A view of any operator with rows(), perform_op and perform_op_transpose (analysis/operators):
@@ -246,14 +252,7 @@ template <typename Factor32>
 ConditionReport condition_mixed_with(Factor32& lu, const LinearMap& A, const std::string& matrix, const std::string& method) {
   const auto t0 = std::chrono::steady_clock::now();
   if (A.order < kMixedMinOrder) {  // Lanczos needs room; the SVD of the operator's matrix is cheaper
-    Mat dense(A.order, A.order);
-    Vec e = Vec::Zero(A.order);
-    for (Index j = 0; j < A.order; ++j) {
-      e(j) = 1;
-      A.apply(e.data(), dense.col(j).data());
-      e(j) = 0;
-    }
-    return condition_svd(dense, matrix);
+    return condition_svd(operator_to_dense(A), matrix);
   }
   ConditionReport r;
   r.matrix = matrix;
@@ -279,6 +278,11 @@ ConditionReport condition_mixed_with(Factor32& lu, const LinearMap& A, const std
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
+
+/// The checks every device's condition_mixed makes before it factorises: A32 square, of A's order
+/// and finite (an fp64 entry beyond fp32's range became inf); std::invalid_argument naming
+/// `matrix` otherwise.
+void check_mixed_input(const MatF& A32, const LinearMap& A, const std::string& matrix);
 
 /// The host's fp32 factor: LAPACKE sgetrf, sgetrs.
 class CpuLu32 {

@@ -99,6 +99,13 @@ std::string git_revision() {
 }
 }  // namespace
 
+KappaRoute with_dense_flavour(KappaRoute resolved, const std::string& kappa) {
+  if (kappa != "fast" && kappa != "svd" && kappa != "mixed")
+    throw std::invalid_argument("--kappa must be fast, svd or mixed, got '" + kappa + "'");
+  if (resolved != KappaRoute::kFast) return resolved;
+  return kappa == "svd" ? KappaRoute::kSvd : kappa == "mixed" ? KappaRoute::kMixed : KappaRoute::kFast;
+}
+
 nlohmann::json run_metadata(int argc, char** argv, const std::string& parent) {
   nlohmann::json j;
   std::vector<std::string> args(argv, argv + argc);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/jacobians/block.h"
+#include "analysis/report/block_report.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/report/report_csv.h"
 
@@ -93,6 +94,11 @@ std::string fmt(double x);
 
 /// The median of v (mean of the middle two for an even count); v non-empty.
 double median(std::vector<double> v);
+
+/// --kappa of block and sweep, the flavour of the dense route: a route resolved to kFast becomes
+/// kSvd for "svd" and kMixed for "mixed"; any other route is returned as it is.
+/// std::invalid_argument for a value other than fast | svd | mixed.
+KappaRoute with_dense_flavour(KappaRoute resolved, const std::string& kappa);
 
 /// run.json: the command line ("jacond", then `parent` for a sub-subcommand such as bench's, then
 /// argv), versions, git revision, threads and any extra fields.

@@ -46,8 +46,7 @@ int run_block(int argc, char** argv) {
   SkipMode mode{};
   check_usage([&] {
     src.validate();
-    if (kappa != "fast" && kappa != "svd" && kappa != "mixed")
-      throw std::invalid_argument("--kappa must be fast, svd or mixed, got '" + kappa + "'");
+    with_dense_flavour(KappaRoute::kFast, kappa);  // checks the value
     if (method != "auto" && method != "dense" && method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
@@ -66,8 +65,7 @@ int run_block(int argc, char** argv) {
 
   opt.lanczos = gkl;
   opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
-  if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
-  if (opt.route == KappaRoute::kFast && kappa == "mixed") opt.route = KappaRoute::kMixed;
+  opt.route = with_dense_flavour(opt.route, kappa);
   const std::vector<ConditionReport> reports = block_reports(blk.weights, blk.tokens, mode, opt);
 
   std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads

@@ -62,7 +62,7 @@ int run_sweep(int argc, char** argv) {
     if (d < 1 || heads < 1 || mlp_ratio < 1 || d % heads != 0)
       throw std::invalid_argument("--d, --heads, --mlp-ratio must be >= 1 and --d divisible by --heads");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
-    if (kappa != "fast" && kappa != "svd" && kappa != "mixed") throw std::invalid_argument("--kappa must be fast, svd or mixed");
+    with_dense_flavour(KappaRoute::kFast, kappa);  // checks the value
     if (method != "auto" && method != "dense" && method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0))
@@ -83,8 +83,7 @@ int run_sweep(int argc, char** argv) {
   opt.device = select_dense_device(device);
   opt.route = parse_kappa_route(method);
   opt.route = resolve_route(opt, n, d);
-  if (opt.route == KappaRoute::kFast && kappa == "svd") opt.route = KappaRoute::kSvd;
-  if (opt.route == KappaRoute::kFast && kappa == "mixed") opt.route = KappaRoute::kMixed;
+  opt.route = with_dense_flavour(opt.route, kappa);
   opt.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};  // the sweep's columns; nothing else is computed
   std::map<std::string, GklWarmStart> warm;  // chained along the grid (lanczos route)
   opt.warm = &warm;
