@@ -24,6 +24,6 @@ $J train --skip none --init ours --optimizer soap --dim 64 --depth 4 --heads 2 -
 echo "== jacond audit (every checkpoint, and data-free) -> results/audit"
 $J audit results/train-skipless-ours-soap --matrices K_sa,K_sab,softmax --threads 2 --out results/audit
 $J audit results/train-skipless-ours-soap --data-free --out results/audit-data-free
-/usr/bin/python3 experiments/plots/plot_training.py results/train-skipless-ours-soap/conditioning.png results/train-skipless-ours-soap
+$J plot results/train-skipless-ours-soap results/audit results/audit-data-free --format png
 echo "== done: results/verify.json, results/block/results.csv, results/sweep/, results/train-skipless-ours-soap/"
-echo "   (eval.csv, conditioning.csv, conditioning.png, step-*/), results/audit/audit.csv"
+echo "   (eval.csv, conditioning.csv, figures/training.png, step-*/), results/audit/ (audit.csv, figures/audit.png)"

@@ -29,7 +29,7 @@
 // status, seconds, products, bracket width, basis memory, and with the dense truth the products
 // at which σ_min's upper end first came within 1 % and 10 % of it) and bench_lanczos_trace.csv
 // (every estimate: method, end, products, bracket), from which
-// experiments/plots/plot_lanczos_methods.py draws products-to-accuracy against κ and nd.
+// `jacond plot DIR` (experiments/plots/jacond_plots/bench_lanczos.py) draws products-to-accuracy against κ and nd.
 // Methods: restart-K (thick restarts with a basis of K, keeping K/3: restart-96 is the default
 // route) and unrestarted (one sweep with a basis of min(nd, what --basis-memory-gb allows):
 // the Krylov optimum, see README "Which σ_min solver").

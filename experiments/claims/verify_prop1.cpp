@@ -1,4 +1,4 @@
-// Proposition 1 (softmax conditioning), paper §5.2 and App. A.2.1.
+// Proposition 1 (softmax conditioning), paper §5.2, App. A.2.1 and Fig. 5.
 //
 // M = αZ + βI ∈ R^{n×n}, Z_ij ~ N(0, 1), A = S_τ(M) row-wise softmax with temperature τ = 1.
 //
@@ -13,10 +13,17 @@
 // |A_ij − 1/n| ≤ (e^{Δ_r/τ} − 1)/n, so ‖A − 11ᵀ/n‖₂ ≤ ‖·‖_F ≤ e^{Δ_r/τ} − 1. For v ⟂ 1,
 // Av = (A − 11ᵀ/n)v, so σ_min(A) ≤ e^{Δ_r/τ} − 1, while σ_max(A) ≥ ‖A1‖/‖1‖ = 1. Hence
 //     κ(A) ≥ 1/(e^{Δ_r/τ} − 1) ≈ τ/Δ_r       (the proposition's "κ ≳ τ/Δ").
+//
+// Both bounds are checked on every draw of four experiments: the paper's peak (β = 5) and
+// diffuse (β = 0) cases at n = 10, α = 0.1; β from 0 to 6 at n = 10 (κ falls from the diffuse
+// to the peaked regime); and n from 10 to 160 in the diffuse case (κ grows with n). With --out,
+// DIR/prop1_draws.csv holds every draw and DIR/prop1_examples.csv the two 10×10 softmax
+// matrices of Fig. 5 (`jacond plot DIR` draws them).
 #include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <sstream>
 
 #include "analysis/jacobians/block.h"
 #include "analysis/spectral/condition.h"
@@ -26,6 +33,8 @@
 namespace jacond::cli {
 
 namespace {
+
+constexpr double kTau = 1.0, kAlpha = 0.1;
 
 Mat draw_logits(Index n, double alpha, double beta, std::mt19937_64& rng) {
   std::normal_distribution<double> N(0.0, 1.0);
@@ -41,83 +50,125 @@ double quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * (v.size() - 1))];
 }
 
-double kappa_of(const Mat& A) { return condition_svd(A, "attention").kappa; }
+/// One draw of M, its softmax A = S_τ(M), κ(A) and both bounds of the proposition.
+struct Draw {
+  std::string experiment;
+  Index n = 0;
+  double beta = 0, kappa = 0;
+  double gamma = 0;        // min_i (M_ii − max_{j≠i} M_ij)
+  double eps = 0;          // 2(n−1)e^{−γ/τ}
+  double upper = NAN;      // (1+ε)/(1−ε) where γ > 0 and ε < 1, else NaN (the bound says nothing)
+  double delta = 0;        // max_i (max_j M_ij − min_j M_ij)
+  double lower = 0;        // 1/(e^{Δ/τ} − 1)
+  Mat softmax;             // kept only for the Fig. 5 examples
+};
+
+Draw draw(const std::string& experiment, Index n, double beta, std::mt19937_64& rng) {
+  const Mat M = draw_logits(n, kAlpha, beta, rng);
+  Draw d;
+  d.experiment = experiment, d.n = n, d.beta = beta;
+  d.gamma = INFINITY;
+  for (Index i = 0; i < n; ++i) {
+    double off = -INFINITY;
+    for (Index j = 0; j < n; ++j)
+      if (j != i) off = std::max(off, M(i, j));
+    d.gamma = std::min(d.gamma, M(i, i) - off);
+    d.delta = std::max(d.delta, M.row(i).maxCoeff() - M.row(i).minCoeff());
+  }
+  d.softmax = softmax_rows(M / kTau);
+  d.kappa = condition_svd(d.softmax, "attention").kappa;
+  d.eps = 2.0 * static_cast<double>(n - 1) * std::exp(-d.gamma / kTau);
+  if (d.gamma > 0 && d.eps < 1) d.upper = (1 + d.eps) / (1 - d.eps);
+  d.lower = 1.0 / std::expm1(d.delta / kTau);
+  return d;
+}
+
+bool upper_holds(const Draw& d) { return std::isnan(d.upper) || d.kappa <= d.upper * (1 + 1e-12); }
+bool lower_holds(const Draw& d) { return d.kappa >= d.lower * (1 - 1e-12); }
+
+std::vector<double> kappas(const std::vector<Draw>& draws, const std::string& experiment, double beta, Index n) {
+  std::vector<double> k;
+  for (const Draw& d : draws)
+    if (d.experiment == experiment && d.beta == beta && d.n == n) k.push_back(d.kappa);
+  return k;
+}
+
+void write_prop1_csv(const std::string& out_dir, const std::vector<Draw>& draws, const Draw& peak, const Draw& diffuse) {
+  std::ostringstream rows, examples;
+  rows << "experiment,n,alpha,beta,tau,kappa,gamma,eps,upper_bound,delta,lower_bound\n";
+  for (const Draw& d : draws)
+    rows << d.experiment << "," << d.n << "," << fmt(kAlpha) << "," << fmt(d.beta) << "," << fmt(kTau) << ","
+         << fmt(d.kappa) << "," << fmt(d.gamma) << "," << fmt(d.eps) << "," << fmt(d.upper) << "," << fmt(d.delta) << ","
+         << fmt(d.lower) << "\n";
+  examples << "example,beta,kappa,row,col,value\n";
+  for (const Draw* d : {&peak, &diffuse})
+    for (Index i = 0; i < d->softmax.rows(); ++i)
+      for (Index j = 0; j < d->softmax.cols(); ++j)
+        examples << d->experiment << "," << fmt(d->beta) << "," << fmt(d->kappa) << "," << i << "," << j << ","
+                 << fmt(d->softmax(i, j)) << "\n";
+  ensure_directory(out_dir);
+  write_file_atomic(out_dir + "/prop1_draws.csv", rows.str());
+  write_file_atomic(out_dir + "/prop1_examples.csv", examples.str());
+}
 
 }  // namespace
 
 bool verify_prop1(const VerifyOptions& opt, Verifier& v) {
   std::cout << "Proposition 1: softmax conditioning, M = alpha Z + beta I (App. A.2.1: n = 10, alpha = 0.1)\n";
-  const Index n = 10;
-  const double tau = 1.0, alpha = 0.1;
   std::mt19937_64 rng(opt.seed + 101);
+  std::vector<Draw> draws;
+  for (int s = 0; s < opt.seeds; ++s) draws.push_back(draw("peak", 10, 5.0, rng));
+  for (int s = 0; s < opt.seeds; ++s) draws.push_back(draw("diffuse", 10, 0.0, rng));
+  const int per_point = std::max(20, opt.seeds / 4);
+  const std::vector<Index> sizes = {10, 20, 40, 80, 160};
+  for (Index n : sizes)
+    for (int s = 0; s < per_point; ++s) draws.push_back(draw("n", n, 0.0, rng));
+  for (int b = 0; b <= 12; ++b)
+    for (int s = 0; s < per_point; ++s) draws.push_back(draw("beta", 10, 0.5 * b, rng));
 
-  // Peak: beta = 5.
-  std::vector<double> k_peak, bound_peak;
-  bool bound_holds = true;
-  int bound_applies = 0;
-  for (int s = 0; s < opt.seeds; ++s) {
-    const Mat M = draw_logits(n, alpha, 5.0, rng);
-    double gamma = INFINITY;
-    for (Index i = 0; i < n; ++i) {
-      double off = -INFINITY;
-      for (Index j = 0; j < n; ++j)
-        if (j != i) off = std::max(off, M(i, j));
-      gamma = std::min(gamma, M(i, i) - off);
-    }
-    const double kappa = kappa_of(softmax_rows(M / tau));
-    k_peak.push_back(kappa);
-    const double eps = 2.0 * (n - 1) * std::exp(-gamma / tau);
-    if (gamma > 0 && eps < 1) {
-      ++bound_applies;
-      const double bound = (1 + eps) / (1 - eps);
-      bound_peak.push_back(bound);
-      if (kappa > bound * (1 + 1e-12)) bound_holds = false;
-    }
+  const std::vector<double> k_peak = kappas(draws, "peak", 5.0, 10), k_diffuse = kappas(draws, "diffuse", 0.0, 10);
+  int applies = 0, upper_ok = 0, lower_ok = 0;
+  for (const Draw& d : draws) {
+    applies += !std::isnan(d.upper);
+    upper_ok += !std::isnan(d.upper) && upper_holds(d);
+    lower_ok += lower_holds(d);
   }
+  const std::string total = std::to_string(draws.size());
   v.note("peak (beta = 5): kappa median " + num(median(k_peak)) + ", 5%-95% [" + num(quantile(k_peak, 0.05)) + ", " +
          num(quantile(k_peak, 0.95)) + "] over " + std::to_string(opt.seeds) + " seeds (paper: ~1.1)");
   v.check("diagonal dominance bound kappa <= (1+eps)/(1-eps), eps = 2(n-1)exp(-gamma/tau)",
-          bound_holds && bound_applies > 0,
-          "held in " + std::to_string(bound_applies) + "/" + std::to_string(bound_applies) +
-              " seeds where eps < 1 (" + std::to_string(bound_applies) + "/" + std::to_string(opt.seeds) +
-              " seeds); median bound " + (bound_peak.empty() ? std::string("n/a") : num(median(bound_peak))));
+          upper_ok == applies && applies > 0,
+          "held in " + std::to_string(upper_ok) + "/" + std::to_string(applies) + " draws where eps < 1 (of " + total +
+              " draws over all four experiments)");
   v.check("peak case is well conditioned (paper kappa ~ 1.1)", median(k_peak) < 1.5,
           "median kappa " + num(median(k_peak)) + " < 1.5");
-
-  // Diffuse: beta = 0.
-  std::vector<double> k_diffuse, tau_over_delta;
-  bool lower_holds = true;
-  for (int s = 0; s < opt.seeds; ++s) {
-    const Mat M = draw_logits(n, alpha, 0.0, rng);
-    double range = 0;
-    for (Index i = 0; i < n; ++i) range = std::max(range, M.row(i).maxCoeff() - M.row(i).minCoeff());
-    const double kappa = kappa_of(softmax_rows(M / tau));
-    k_diffuse.push_back(kappa);
-    tau_over_delta.push_back(tau / range);
-    if (kappa < (1.0 / std::expm1(range / tau)) * (1 - 1e-12)) lower_holds = false;
-  }
   v.note("diffuse (beta = 0): kappa median " + num(median(k_diffuse)) + ", 5%-95% [" + num(quantile(k_diffuse, 0.05)) +
-         ", " + num(quantile(k_diffuse, 0.95)) + "]; tau/Delta median " + num(median(tau_over_delta)) +
-         " (paper: kappa ~ 730.1 for one draw)");
-  v.check("diffuse lower bound kappa >= 1/(exp(Delta/tau) - 1) ~ tau/Delta", lower_holds,
-          "held for all " + std::to_string(opt.seeds) + " seeds");
+         ", " + num(quantile(k_diffuse, 0.95)) + "] (paper: kappa ~ 730.1 for one draw)");
+  v.check("diffuse lower bound kappa >= 1/(exp(Delta/tau) - 1) ~ tau/Delta", lower_ok == static_cast<int>(draws.size()),
+          "held in " + std::to_string(lower_ok) + "/" + total + " draws");
   const double med = median(k_diffuse);
   v.check("paper's order of magnitude (kappa ~ 730.1)", med > 73.01 && med < 7301,
           "median " + num(med) + " within a factor 10 of 730.1");
 
-  // Growth with n in the diffuse case.
   std::string growth;
   double prev = 0;
   bool grows = true;
-  for (Index nn : {10, 20, 40, 80}) {
-    std::vector<double> ks;
-    for (int s = 0; s < std::max(20, opt.seeds / 4); ++s) ks.push_back(kappa_of(softmax_rows(draw_logits(nn, alpha, 0.0, rng))));
-    const double m = median(ks);
-    growth += (growth.empty() ? "" : ", ") + std::string("n=") + std::to_string(nn) + ": " + num(m);
-    if (m <= prev) grows = false;
+  for (Index n : sizes) {
+    const double m = median(kappas(draws, "n", 0.0, n));
+    growth += (growth.empty() ? "" : ", ") + std::string("n=") + std::to_string(n) + ": " + num(m);
+    grows = grows && m > prev;
     prev = m;
   }
   v.check("diffuse kappa grows with n", grows, "median kappa " + growth);
+
+  std::string fall;
+  for (int b = 0; b <= 12; b += 2) fall += (fall.empty() ? "" : ", ") + num(0.5 * b) + ": " + num(median(kappas(draws, "beta", 0.5 * b, 10)), 3);
+  v.note("median kappa against beta (n = 10): " + fall);
+
+  if (!opt.out_dir.empty()) {
+    auto first = [&](const std::string& e) { return *std::find_if(draws.begin(), draws.end(), [&](const Draw& d) { return d.experiment == e; }); };
+    write_prop1_csv(opt.out_dir, draws, first("peak"), first("diffuse"));
+  }
   return v.all_passed();
 }
 

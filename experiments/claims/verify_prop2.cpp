@@ -9,10 +9,13 @@
 //  * The paper's claim: κ(K_sa) under `ours` is far below κ(K_sa) under `timm` (same tokens).
 //  * Reported, not asserted: how often ‖E‖ < σ_min(B) actually holds (the proposition's
 //    premise), κ(K) vs κ(B).
+// A β sweep of `ours` at (α, c) = (2, 3) beside `mimetic` and `timm` (which have no β) shows
+// where the premise holds. With --out every split lands in DIR/prop2.csv (`jacond plot DIR`).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <iostream>
+#include <sstream>
 
 #include "analysis/report/block_report.h"
 #include "analysis/jacobians/jacobians.h"
@@ -27,6 +30,19 @@ namespace {
 struct Split {
   ConditionReport K, B;
   double e_norm;
+  bool premise() const { return e_norm < B.sigma_min; }
+  // Weyl: σ_i(B) − ‖E‖ ≤ σ_i(K) ≤ σ_i(B) + ‖E‖; the bracket on κ(K) needs the premise.
+  double weyl_lo() const { return premise() ? (B.sigma_max - e_norm) / (B.sigma_min + e_norm) : NAN; }
+  double weyl_hi() const { return premise() ? (B.sigma_max + e_norm) / (B.sigma_min - e_norm) : NAN; }
+};
+
+/// One row of DIR/prop2.csv: the knobs of a split and its numbers.
+struct SplitRow {
+  std::string experiment, init;
+  Index n, d, heads;
+  double alpha, beta, c;
+  uint64_t seed;
+  Split split;
 };
 
 Split split_of(const BlockWeights& w, const Mat& X) {
@@ -45,6 +61,40 @@ double upper_median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+void write_prop2_csv(const std::string& out_dir, const std::vector<SplitRow>& rows) {
+  std::ostringstream os;
+  os << "experiment,init,n,d,heads,alpha,beta,c,seed,kappa_K,sigma_max_K,sigma_min_K,kappa_B,sigma_max_B,sigma_min_B,"
+        "e_norm,premise,weyl_lo,weyl_hi\n";
+  for (const SplitRow& r : rows) {
+    const Split& s = r.split;
+    os << r.experiment << "," << r.init << "," << r.n << "," << r.d << "," << r.heads << "," << fmt(r.alpha) << ","
+       << fmt(r.beta) << "," << fmt(r.c) << "," << r.seed << "," << fmt(s.K.kappa) << "," << fmt(s.K.sigma_max) << ","
+       << fmt(s.K.sigma_min) << "," << fmt(s.B.kappa) << "," << fmt(s.B.sigma_max) << "," << fmt(s.B.sigma_min) << ","
+       << fmt(s.e_norm) << "," << (s.premise() ? "true" : "false") << "," << fmt(s.weyl_lo()) << "," << fmt(s.weyl_hi())
+       << "\n";
+  }
+  ensure_directory(out_dir);
+  write_file_atomic(out_dir + "/prop2.csv", os.str());
+}
+
+/// `ours` across β at (α, c) = (2, 3), and `mimetic` / `timm` (no β) on the same seeds and tokens.
+std::vector<SplitRow> beta_sweep(const VerifyOptions& opt, Index n, Index d, Index h) {
+  const int seeds = std::max(2, opt.seeds / 100);
+  std::vector<SplitRow> rows;
+  for (int s = 0; s < seeds; ++s) {
+    const uint64_t seed = opt.seed + 37 * s + 5;
+    const Mat X = gaussian_tokens(n, d, seed ^ 0x5eedULL);
+    for (double beta : {0.0, 0.3, 0.6, 1.0, 1.5, 2.0, 3.0}) {
+      const BlockWeights w = init_weights("ours", 2.0, beta, 3.0, "default", seed, d, h, 4 * d, 0.0);
+      rows.push_back({"beta-sweep", "ours", n, d, h, 2.0, beta, 3.0, seed, split_of(w, X)});
+    }
+    for (const char* init : {"mimetic", "timm"})
+      rows.push_back({"beta-sweep", init, n, d, h, NAN, NAN, NAN, seed,
+                      split_of(init_weights(init, 2.0, 0.6, 3.0, "default", seed, d, h, 4 * d, 0.0), X)});
+  }
+  return rows;
+}
+
 }  // namespace
 
 bool verify_prop2(const VerifyOptions& opt, Verifier& v) {
@@ -54,6 +104,7 @@ bool verify_prop2(const VerifyOptions& opt, Verifier& v) {
   // diagonal logits are ≈ β·sqrt(d_h) ≫ the off-diagonal noise, A is near identity and E nearly
   // vanishes: the regime where the proposition's premise ‖E‖ < σ_min(B) holds and Weyl brackets κ(K).
   int weyl_applies_total = 0;
+  std::vector<SplitRow> rows;
   for (const auto& shape : std::vector<std::array<double, 5>>{{16, 32, 1, 2.0, 0.6}, {16, 32, 4, 2.0, 0.6}, {16, 32, 1, 0.5, 3.0}}) {
     const Index n = static_cast<Index>(shape[0]), d = static_cast<Index>(shape[1]), h = static_cast<Index>(shape[2]);
     const double alpha = shape[3], beta = shape[4], scale = 0.0;
@@ -68,18 +119,18 @@ bool verify_prop2(const VerifyOptions& opt, Verifier& v) {
       const BlockWeights ours = init_weights("ours", alpha, beta, c, "default", seed, d, h, 4 * d, scale);
       const BlockWeights timm = init_weights("timm", alpha, beta, c, "default", seed, d, h, 4 * d, scale);
       const Split so = split_of(ours, X), st = split_of(timm, X);
+      rows.push_back({"check", "ours", n, d, h, alpha, beta, c, seed, so});
+      rows.push_back({"check", "timm", n, d, h, NAN, NAN, NAN, seed, st});
       k_ours.push_back(so.K.kappa);
       k_b.push_back(so.B.kappa);
       k_timm.push_back(st.K.kappa);
       ratio.push_back(so.e_norm / so.B.sigma_min);
       if (so.K.kappa < st.K.kappa) ++ours_better;
       for (const Split* sp : {&so, &st}) {
-        if (sp->e_norm < sp->B.sigma_min) {
+        if (sp->premise()) {
           if (sp == &so) ++premise;
           ++weyl_applies;
-          const double hi = (sp->B.sigma_max + sp->e_norm) / (sp->B.sigma_min - sp->e_norm);
-          const double lo = (sp->B.sigma_max - sp->e_norm) / (sp->B.sigma_min + sp->e_norm);
-          if (sp->K.kappa <= hi * (1 + 1e-9) && sp->K.kappa >= lo * (1 - 1e-9)) ++weyl_ok;
+          if (sp->K.kappa <= sp->weyl_hi() * (1 + 1e-9) && sp->K.kappa >= sp->weyl_lo() * (1 - 1e-9)) ++weyl_ok;
         }
       }
     }
@@ -96,6 +147,20 @@ bool verify_prop2(const VerifyOptions& opt, Verifier& v) {
   }
   v.check("the Weyl check was exercised (premise held somewhere)", weyl_applies_total > 0,
           std::to_string(weyl_applies_total) + " cases");
+  {
+    const std::vector<SplitRow> sweep = beta_sweep(opt, 16, 32, 1);
+    int inside = 0, applies = 0;
+    for (const SplitRow& r : sweep) {
+      if (!r.split.premise()) continue;
+      ++applies;
+      inside += r.split.K.kappa <= r.split.weyl_hi() * (1 + 1e-9) && r.split.K.kappa >= r.split.weyl_lo() * (1 - 1e-9);
+    }
+    v.check("beta sweep (ours across beta, mimetic, timm; n = 16, d = 32, 1 head): Weyl bracket holds where the premise does",
+            inside == applies, std::to_string(inside) + "/" + std::to_string(applies) + " of " +
+                                   std::to_string(sweep.size()) + " splits");
+    rows.insert(rows.end(), sweep.begin(), sweep.end());
+  }
+  if (!opt.out_dir.empty()) write_prop2_csv(opt.out_dir, rows);
   return v.all_passed();
 }
 

@@ -84,6 +84,7 @@ int run_train(int argc, char** argv) {
   });
 
   models::TrainResult r;
+  std::string run_dir = c.out_dir;
   if (resume.empty()) {
     r = models::train(c, nullptr, std::cout);
   } else {
@@ -98,8 +99,11 @@ int run_train(int argc, char** argv) {
     });
     models::TrainConfig resumed;
     check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
+    run_dir = resumed.out_dir;
     r = models::train(resumed, &checkpoint, std::cout);
   }
+  // The command that (last) wrote the run, for the captions of `jacond plot RUN`.
+  write_file_atomic(run_dir + "/run.json", run_metadata(argc, argv).dump(2) + "\n");
   std::cout << "done: " << r.steps << " steps, last loss " << r.last_loss << ", test acc " << r.test_acc
             << ", checkpoint " << r.last_checkpoint << "\n";
   return 0;

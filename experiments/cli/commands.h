@@ -13,8 +13,10 @@ int run_bench(int argc, char** argv);
 int run_spectrum(int argc, char** argv);
 int run_train(int argc, char** argv);
 int run_audit(int argc, char** argv);
-/// `jacond plot`: runs the Python package jacond_plots (experiments/cli/cmd_plot.cpp).
+/// `jacond plot`: runs the Python package jacond_plots (experiments/cli/cmd_python.cpp).
 int run_plot(int argc, char** argv);
+/// `jacond recipe`: runs the Python package jacond_recipes (experiments/cli/cmd_python.cpp).
+int run_recipe(int argc, char** argv);
 /// `jacond bench train` (experiments/bench/bench_train.cpp), dispatched by run_bench.
 int run_bench_train(int argc, char** argv);
 }  // namespace jacond::cli

@@ -18,7 +18,8 @@ void print_usage(std::ostream& os) {
         "  audit    per-layer conditioning of checkpoints (with a probe batch, or --data-free)\n"
         "  bench    benchmarks against the PyTorch route: dense\n"
         "  spectrum singular values of one block's Jacobian (dense list or SLQ density) -> CSV\n"
-        "  plot     figures (PNG, SVG) of result directories: block, bench dense\n\n"
+        "  plot     figures (PNG, SVG) of result directories (block, sweep, verify, train, audit, spectrum, bench)\n"
+        "  recipe   regenerate a report with its figures: prop1 | prop2 | moments | depth | ... (jacond recipe --help)\n\n"
         "`jacond <command> --help` for the options of each.\n";
 }
 }  // namespace
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return jacond::cli::run_train(argc - 1, argv + 1);
     if (cmd == "audit") return jacond::cli::run_audit(argc - 1, argv + 1);
     if (cmd == "plot") return jacond::cli::run_plot(argc - 1, argv + 1);
+    if (cmd == "recipe") return jacond::cli::run_recipe(argc - 1, argv + 1);
   } catch (const jacond::cli::UsageError& e) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 2;
@@ -45,6 +47,6 @@ int main(int argc, char** argv) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 1;
   }
-  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | bench | plot; see jacond --help)\n";
+  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | bench | plot | recipe; see jacond --help)\n";
   return 2;
 }

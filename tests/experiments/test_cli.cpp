@@ -327,19 +327,120 @@ TEST_F(CliBadInputTest, UnknownCommand) {
 // ---------------------------------------------------------------------------------------------
 // jacond verify
 
-TEST_F(CliTest, VerifyProp1Passes_50seeds) {
-  const RunResult r = run({"verify", "prop1", "--seeds", "50"});
+// prop1 with --out: every draw of the four experiments in prop1_draws.csv with both bounds of
+// the proposition holding where they apply, and Fig. 5's two softmax matrices in
+// prop1_examples.csv: row-stochastic, the peaked one near the identity, and the κ written beside
+// each equal to the κ the test computes itself from the written entries (Eigen's SVD).
+TEST_F(CliTest, VerifyProp1PassesAndWritesItsDraws_50seeds) {
+  const std::string out = path("prop1");
+  const RunResult r = run({"verify", "prop1", "--seeds", "50", "--out", out});
   ASSERT_TRUE(r.exited) << r.describe();
   EXPECT_EQ(r.code, 0) << r.describe();
   EXPECT_TRUE(contains(r.out, "PASS")) << r.describe();
   EXPECT_FALSE(contains(r.out, "FAIL")) << r.describe();
+  const Csv draws = read_csv(out + "/prop1_draws.csv");
+  EXPECT_EQ(draws.where("experiment", "peak").size(), 50u);
+  EXPECT_EQ(draws.where("experiment", "diffuse").size(), 50u);
+  EXPECT_EQ(draws.where("experiment", "n").size(), 5u * 20u);     // n = 10 … 160, 20 draws each
+  EXPECT_EQ(draws.where("experiment", "beta").size(), 13u * 20u);  // β = 0, 0.5, …, 6
+  int upper_applies = 0;
+  for (const auto& row : draws.rows) {
+    const double kappa = to_double(row.at("kappa")), upper = to_double(row.at("upper_bound"));
+    EXPECT_GE(kappa, 1.0);
+    EXPECT_GE(kappa, to_double(row.at("lower_bound")) * (1 - 1e-12));
+    if (std::isfinite(upper)) {
+      ++upper_applies;
+      EXPECT_LE(kappa, upper * (1 + 1e-12));
+    }
+  }
+  EXPECT_GE(upper_applies, 50) << "every peak draw has ε < 1 at β = 5";
+  const Csv ex = read_csv(out + "/prop1_examples.csv");
+  ASSERT_EQ(ex.rows.size(), 200u);
+  for (const std::string example : {"peak", "diffuse"}) {
+    jacond::Mat A(10, 10);
+    double written_kappa = 0;
+    for (const auto* row : ex.where("example", example)) {
+      A(std::stoi(row->at("row")), std::stoi(row->at("col"))) = to_double(row->at("value"));
+      written_kappa = to_double(row->at("kappa"));
+    }
+    EXPECT_LT((A.rowwise().sum().array() - 1.0).abs().maxCoeff(), 1e-12) << example;
+    const jacond::Vec s = Eigen::BDCSVD<jacond::Mat>(A).singularValues();
+    EXPECT_NEAR(s(0) / s(9), written_kappa, 1e-9 * written_kappa) << example;
+    if (example == "peak") {
+      EXPECT_GT(A.diagonal().minCoeff(), 0.9);
+    } else {
+      EXPECT_LT((A.array() - 0.1).abs().maxCoeff(), 0.05);  // diffuse: rows near uniform
+    }
+  }
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/prop1.png"));
 }
 
-TEST_F(CliTest, VerifyMomentsMentionsEq17_30seeds) {
-  const RunResult r = run({"verify", "moments", "--seeds", "30"});
+// moments with --out: the App. A.2.1 table with the paper's formula beside the derived one; the
+// three variances the paper misprints (Eqs. 17, 19, 20) are the rows where the paper disagrees
+// with the Monte Carlo, every other row agrees with both.
+TEST_F(CliTest, VerifyMomentsWritesTheTableWithThePapersMisprints_30seeds) {
+  const std::string out = path("moments");
+  const RunResult r = run({"verify", "moments", "--seeds", "30", "--out", out});
   ASSERT_TRUE(r.exited) << r.describe();
   EXPECT_EQ(r.code, 0) << r.describe();
   EXPECT_TRUE(contains(r.out, "Eq.17")) << r.describe();
+  const Csv t = read_csv(out + "/moments.csv");
+  ASSERT_EQ(t.rows.size(), 14u);  // Eqs. 14–20, mean and variance each
+  std::set<std::string> disagree;
+  for (const auto& row : t.rows) {
+    SCOPED_TRACE(row.at("equation") + " " + row.at("statistic"));
+    const double measured = to_double(row.at("measured")), se = to_double(row.at("standard_error"));
+    EXPECT_LE(std::abs(measured - to_double(row.at("derived"))), 5 * se);
+    if (row.at("paper_agrees") == "false") disagree.insert(row.at("equation") + " " + row.at("statistic"));
+  }
+  EXPECT_EQ(disagree, (std::set<std::string>{"Eq.17 variance", "Eq.19 variance", "Eq.20 variance"}));
+  const auto eq17 = t.where("equation", "Eq.17");
+  ASSERT_EQ(eq17.size(), 2u);
+  EXPECT_EQ(to_double(eq17[1]->at("derived")), 64.0);  // d
+  EXPECT_EQ(to_double(eq17[1]->at("paper")), 1.0);
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/moments.png"));
+}
+
+// prop2 with --out: every split (the checks and the β sweep of `ours` beside `mimetic` and
+// `timm`) in prop2.csv; κ(K) is σ_max/σ_min of the same row, the premise column is ‖E‖ < σ_min(B),
+// and wherever the premise holds the Weyl bracket written beside it contains κ(K).
+TEST_F(CliTest, VerifyProp2PassesAndWritesEverySplit_40seeds) {
+  const std::string out = path("prop2");
+  const RunResult r = run({"verify", "prop2", "--seeds", "40", "--out", out});
+  ASSERT_TRUE(r.exited) << r.describe();
+  EXPECT_EQ(r.code, 0) << r.describe();
+  const Csv t = read_csv(out + "/prop2.csv");
+  EXPECT_EQ(t.where("experiment", "check").size(), 3u * 3u * 2u);       // 3 shapes × 3 seeds × (ours, timm)
+  EXPECT_EQ(t.where("experiment", "beta-sweep").size(), 2u * (7u + 2u));  // 2 seeds × (7 β of ours, mimetic, timm)
+  int premise = 0;
+  for (const auto& row : t.rows) {
+    SCOPED_TRACE(row.at("experiment") + " " + row.at("init") + " beta " + row.at("beta"));
+    const double kappa = to_double(row.at("kappa_K"));
+    EXPECT_NEAR(kappa, to_double(row.at("sigma_max_K")) / to_double(row.at("sigma_min_K")), 1e-9 * kappa);
+    const bool holds = to_double(row.at("e_norm")) < to_double(row.at("sigma_min_B"));
+    EXPECT_EQ(row.at("premise"), holds ? "true" : "false");
+    if (!holds) continue;
+    ++premise;
+    EXPECT_LE(to_double(row.at("weyl_lo")), kappa * (1 + 1e-9));
+    EXPECT_GE(to_double(row.at("weyl_hi")), kappa * (1 - 1e-9));
+  }
+  EXPECT_GT(premise, 0) << "the premise holds at (alpha, beta) = (0.5, 3)";
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/prop2.png"));
+  // The same table without a column the figure needs (weyl_hi): one line naming file and column.
+  const std::string cut = path("prop2-cut");
+  fs::create_directories(cut);
+  std::ofstream(cut + "/prop2.csv") << "experiment,init,beta,kappa_K,kappa_B,sigma_min_B,e_norm,premise,weyl_lo\n"
+                                    << "beta-sweep,ours,0.6,3,2,0.5,0.1,true,1.5\n";
+  const RunResult bad = run({"plot", cut});
+  EXPECT_EQ(bad.code, 1) << bad.describe();
+  EXPECT_EQ(nonempty_lines(bad.err).size(), 1u) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "prop2.csv") && contains(bad.err, "weyl_hi")) << bad.err;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,6 +713,9 @@ TEST_F(CliTest, BenchLanczosCompareMethodsTracesEveryEstimate_n12_d16_h2) {
     EXPECT_LE(std::stod(row.at("lo")), std::stod(row.at("hi")));
   }
   EXPECT_EQ(seen, (std::set<std::string>{"restart-24/max", "restart-24/min", "unrestarted/max", "unrestarted/min"}));
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/bench_lanczos_methods.png"));
 }
 
 // experiments/bench/block_krylov_probe.py (the block-Krylov measurement of README "which σ_min
@@ -743,6 +847,36 @@ TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
   EXPECT_NE(format.err.find("--format"), std::string::npos) << format.err;
 }
 
+// `jacond recipe NAME --quick`: runs its jacond commands into --work, draws, and writes the
+// report to --out: a README.md that says it is quick, links its figure (copied beside it), states
+// the verdicts and the commands that made it. An unknown recipe is usage (2); a step that fails
+// (its --work under a regular file) is one line naming the command (1) and leaves no report.
+TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
+  for (const std::string name : {"prop1", "moments"}) {
+    const std::string out = path("report-" + name), work = path("work-" + name);
+    const RunResult r = run({"recipe", name, "--quick", "--out", out, "--work", work});
+    ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+    const std::string md = slurp(out + "/README.md");
+    EXPECT_TRUE(contains(md, "Quick mode")) << md;
+    EXPECT_TRUE(contains(md, "](figures/" + name + ".png)")) << md;
+    EXPECT_TRUE(contains(md, "jacond recipe " + name + " --quick")) << md;
+    EXPECT_TRUE(contains(md, "jacond verify " + name)) << md;
+    EXPECT_TRUE(contains(md, "| PASS |") || name == "moments") << md;
+    EXPECT_FALSE(contains(md, "| FAIL |")) << md;
+    EXPECT_TRUE(is_figure(out + "/figures/" + name + ".png"));
+    EXPECT_TRUE(contains(r.out, "wrote " + out + "/README.md")) << r.out;
+  }
+  const RunResult unknown = run({"recipe", "prop7", "--quick"});
+  EXPECT_EQ(unknown.code, 2) << unknown.describe();
+  EXPECT_TRUE(contains(unknown.err, "prop7")) << unknown.err;
+  std::ofstream(path("a-file")) << "not a directory\n";
+  const RunResult failed = run({"recipe", "prop1", "--quick", "--out", path("report-failed"), "--work", path("a-file") + "/w"});
+  EXPECT_EQ(failed.code, 1) << failed.describe();
+  EXPECT_EQ(nonempty_lines(failed.err).size(), 1u) << failed.err;
+  EXPECT_TRUE(contains(failed.err, "jacond verify prop1")) << failed.err;
+  EXPECT_FALSE(fs::exists(path("report-failed") + "/README.md"));
+}
+
 TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
   const std::string out = path("spec");
   const RunResult r = run({"spectrum", "--init", "timm", "--n", "6", "--d", "8", "--heads", "2", "--matrices",
@@ -754,6 +888,9 @@ TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
     EXPECT_TRUE(fs::exists(fs::path(out) / m / "run.json")) << m;
   }
   for (const char* m : {"B_sa", "E_sa", "K_sab", "K_mlp", "J_l", "Jhat_l"}) EXPECT_FALSE(fs::exists(fs::path(out) / m)) << m;
+  const RunResult plot = run({"plot", out + "/K_sa", "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/K_sa/figures/spectrum.png"));
 }
 
 }  // namespace

@@ -97,6 +97,9 @@ TEST_F(CliNetworkTest, VerifyEq89WritesProductsGradientsAndPaths) {
       EXPECT_NEAR(num(row.at("grad_x_norm")), 1.0, 1e-12);  // the cotangent at the output is g itself
     }
   EXPECT_EQ(outputs, 6) << "3 inits x (residual, plain)";
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/depth.png"));
 }
 
 TEST_F(CliNetworkTest, SpectrumDenseMatchesTheLibraryOnFileWeights_n6_d8) {

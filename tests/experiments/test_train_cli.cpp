@@ -242,6 +242,16 @@ TEST_F(TrainCli, AuditReadsTheCheckpointsAndAgreesWithTracking) {
   std::set<std::string> names;
   for (const auto& row : free.rows) names.insert(row.at("matrix"));
   EXPECT_TRUE(names.count("W_VO") && names.count("W_QK_h") && names.count("W_1")) << r.out;
+  // jacond plot: the run (loss, accuracy, κ per layer × step; run.json gives the caption) and
+  // both audits, each recognised by its files. A copy of the run, so the shared one stays as trained.
+  const std::string run_copy = path("run-copy");
+  fs::copy(run_dir, run_copy, fs::copy_options::recursive);
+  EXPECT_TRUE(fs::exists(run_copy + "/run.json"));
+  r = run({"plot", run_copy, path("audit"), path("free"), "--format", "png"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(is_figure(run_copy + "/figures/training.png"));
+  EXPECT_TRUE(is_figure(path("audit") + "/figures/audit.png"));
+  EXPECT_TRUE(is_figure(path("free") + "/figures/audit.png"));
 }
 
 TEST_F(TrainCli, BadInputGivesOneLineErrors) {

@@ -58,6 +58,17 @@ inline std::string slurp(const fs::path& p) {
   return os.str();
 }
 
+/// A figure `jacond plot` drew: a PNG (the format's signature) larger than an empty canvas
+/// (matplotlib writes ~5 kB for a blank figure of our sizes; ours are 30 kB and up).
+inline ::testing::AssertionResult is_figure(const fs::path& png, size_t min_bytes = 15000) {
+  const std::string bytes = slurp(png);
+  if (bytes.empty()) return ::testing::AssertionFailure() << png << " missing or empty";
+  if (bytes.compare(0, 8, std::string("\x89PNG\r\n\x1a\n", 8)) != 0) return ::testing::AssertionFailure() << png << " is not a PNG";
+  if (bytes.size() < min_bytes)
+    return ::testing::AssertionFailure() << png << " is " << bytes.size() << " bytes (< " << min_bytes << ": blank?)";
+  return ::testing::AssertionSuccess();
+}
+
 /// Non-empty lines (after trimming whitespace and carriage returns).
 inline std::vector<std::string> nonempty_lines(const std::string& text) {
   std::vector<std::string> lines;

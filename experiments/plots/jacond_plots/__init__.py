@@ -7,9 +7,11 @@ figures next to the data (DIR/figures/*.png and .svg) and prints the paths. Ever
 caption line with the command that produced the data (run.json's "command"), log scales where κ
 spans decades, and the same colour for the same init or status in every figure (common.py).
 
-Kinds so far: `jacond block` (block.py), `jacond sweep` (sweep.py) and `jacond bench dense`
-(bench_dense.py). The older stand-alone scripts beside this package (plot_training.py,
-plot_spectrum.py, plot_lanczos_methods.py) move in here kind by kind.
+Kinds (recognise.KINDS: the file that identifies each, one module per kind): `jacond block`
+(block.py), `sweep` (sweep.py), `train` run directories (training.py), `audit` (audit.py),
+`spectrum` dense and SLQ (spectrum.py), `verify prop1 | prop2 | moments | eq89` (prop1.py, prop2.py,
+moments.py, depth.py), `bench dense` (bench_dense.py) and `bench lanczos --compare-methods`
+(bench_lanczos.py). The reports built from these figures are jacond_recipes (experiments/recipes).
 """
 
 from .common import PlotError

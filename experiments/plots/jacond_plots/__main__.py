@@ -11,7 +11,7 @@ FORMATS = ("png", "svg", "pdf")
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="jacond plot", description="figures from jacond result directories")
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a directory jacond wrote (block --out, bench dense --out)")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a directory jacond wrote (block, sweep, verify, train, audit, spectrum, bench --out)")
     parser.add_argument("--format", default="png,svg", help="comma list of png, svg, pdf (default png,svg)")
     args = parser.parse_args(argv)
     formats = [f for f in args.format.split(",") if f]

@@ -40,6 +40,15 @@ def read_csv(path):
     return df
 
 
+def has_rows(path):
+    """Whether `path` exists and holds a line after its header."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return bool(f.readline()) and any(line.strip() for line in f)
+    except OSError:
+        return False
+
+
 def require_columns(df, path, columns):
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -47,15 +56,19 @@ def require_columns(df, path, columns):
 
 
 def command_line(directory):
-    """The command that wrote `directory` (run.json's "command"), or a note that it is unknown."""
-    try:
-        with open(os.path.join(directory, "run.json"), encoding="utf-8") as f:
-            command = json.load(f).get("command")
-    except (OSError, ValueError):
-        return "command unknown (no readable run.json)"
-    if isinstance(command, list):
-        return shlex.join(str(a) for a in command)
-    return str(command) if command else "command unknown"
+    """The command that wrote `directory` (the "command" of run.json, or of verify.json for
+    `jacond verify`), or a note that it is unknown."""
+    for name in ("run.json", "verify.json"):
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                command = json.load(f).get("command")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(command, list):
+            return shlex.join(str(a) for a in command)
+        if command:
+            return str(command)
+    return "command unknown (no readable run.json or verify.json)"
 
 
 def caption(fig, directory, extra=""):

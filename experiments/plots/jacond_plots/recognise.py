@@ -2,14 +2,24 @@
 
 import os
 
-from . import bench_dense, block, sweep
+from . import audit, bench_dense, bench_lanczos, block, depth, moments, prop1, prop2, spectrum, sweep, training
 from .common import PlotError
 
 # kind -> (the file that identifies it, the columns that confirm it, its renderer)
 KINDS = {
     "block": ("results.csv", ("matrix", "space", "head", "kappa_lo", "kappa_hi"), block.plot),
     "bench-dense": ("bench_dense.csv", ("route", "total_s", "agree_with_torch"), bench_dense.plot),
+    "bench-lanczos": ("bench_lanczos_methods.csv", ("method", "products_to_1pct", "dense_sigma_min"), bench_lanczos.plot),
     "sweep": ("sweep.csv", ("alpha", "beta", "c", "matrix", "kappa_lo"), sweep.plot),
+    "train": ("eval.csv", ("step", "test_loss", "test_acc"), training.plot),
+    "audit": ("audit.csv", ("checkpoint", "step", "layer", "matrix", "kappa"), audit.plot),
+    "spectrum": ("spectrum.csv", ("sigma",), spectrum.plot_dense),
+    "spectrum-slq": ("density.csv", ("log10_sigma", "density"), spectrum.plot_density),
+    # jacond verify CLAIM --out DIR: one kind per claim that writes a table
+    "verify-prop1": ("prop1_draws.csv", ("experiment", "beta", "kappa", "upper_bound", "lower_bound"), prop1.plot),
+    "verify-prop2": ("prop2.csv", ("init", "kappa_K", "kappa_B", "e_norm", "premise"), prop2.plot),
+    "verify-moments": ("moments.csv", ("equation", "statistic", "measured", "derived", "paper"), moments.plot),
+    "verify-eq89": ("eq89_products.csv", ("init", "equation", "depth", "kappa_ln1c"), depth.plot),
 }
 
 

@@ -1,0 +1,70 @@
+"""`jacond audit CKPT… --out DIR` (audit.csv): per-layer κ of checkpoints.
+
+One panel per matrix in the audit (data-dependent: K_sa, K_sab, softmax, …; --data-free: the
+weight products W^V W^O, W^Q_h W^K_hᵀ and every weight matrix): κ against the checkpoint's
+training step, one line per layer (median over probes and heads, the band their min–max), on a
+log scale. An audit of a single checkpoint draws κ against the layer instead. Singular rows are
+drawn at κ_lo with hollow markers (κ ≥ κ_lo is all that is known); not-converged rows are left out.
+"""
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .common import caption, plotted_kappa, read_csv, require_columns, save
+
+COLUMNS = ["checkpoint", "step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
+
+
+def rows_to_draw(df, matrix):
+    sub = df[df["matrix"] == matrix]
+    if (sub["space"] == "ln-complement").any():
+        sub = sub[sub["space"] == "ln-complement"]
+    sub = sub[sub["status"] != "not-converged"].copy()
+    sub["drawn"] = plotted_kappa(sub)
+    sub["singular"] = sub["status"] == "singular"
+    return sub
+
+
+def panel(ax, sub, matrix, over_steps):
+    x = "step" if over_steps else "layer"
+    groups = sub.groupby("layer") if over_steps else [(None, sub)]
+    colours = plt.get_cmap("viridis")
+    layers = max(1, sub["layer"].max() + 1)
+    for layer, g in groups:
+        stats = g.groupby(x).agg(median=("drawn", "median"), lo=("drawn", "min"), hi=("drawn", "max"),
+                                 singular=("singular", "any"))
+        colour = colours(layer / layers) if layer is not None else "#1f77b4"
+        xs = stats.index.to_numpy()
+        ax.plot(xs, stats["median"], "-", color=colour, label=f"layer {layer}" if layer is not None else None)
+        ax.fill_between(xs, stats["lo"], stats["hi"], color=colour, alpha=0.15)
+        s = stats["singular"].to_numpy(dtype=bool)
+        ax.scatter(xs[~s], stats["median"][~s], color=colour, s=12)
+        ax.scatter(xs[s], stats["median"][s], facecolors="none", edgecolors=colour, s=24)
+    ax.set_yscale("log")
+    ax.set_xlabel("training step of the checkpoint" if over_steps else "layer")
+    ax.set_ylabel("κ (log scale)")
+    space = sub["space"].iloc[0]
+    ax.set_title(f"κ({matrix})" + ("" if space == "full" else f" on {space}"), fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+
+
+def plot(directory, formats):
+    path = f"{directory}/audit.csv"
+    df = read_csv(path)
+    require_columns(df, path, COLUMNS)
+    matrices = [m for m in dict.fromkeys(df["matrix"]) if not rows_to_draw(df, m).empty]
+    over_steps = df["step"].nunique() > 1
+    columns = min(4, len(matrices))
+    rows = -(-len(matrices) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.8 * rows + 0.6), squeeze=False)
+    for ax, matrix in zip(axes.flat, matrices):
+        panel(ax, rows_to_draw(df, matrix), matrix, over_steps)
+    for ax in list(axes.flat)[len(matrices):]:
+        ax.set_axis_off()
+    if over_steps:
+        axes[0][0].legend(fontsize=6)
+    kind = "data-free" if (df["probe"].astype(str) == "none").all() else "on the probe batch"
+    fig.suptitle(f"jacond audit ({kind}): {df['checkpoint'].nunique()} checkpoint(s); hollow: singular, at κ_lo", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    caption(fig, directory)
+    return save(fig, directory, "audit", formats)

@@ -1,0 +1,133 @@
+"""A `jacond train` run directory (eval.csv, conditioning.csv, train_log.jsonl, config.json).
+
+Top row: the training loss per logged step (train_log.jsonl) with the test loss at each
+evaluation (eval.csv), and the train / test accuracy. Below, one panel per tracked matrix
+(`--track-matrices`): log10 κ as a layer × step heatmap (median over probes). A skipless
+sub-block is singular on the whole space by construction (LayerNorm's nullspace); where the run
+reports it on the LayerNorm complement (`ln-complement`), that is what is drawn. A cell whose κ
+is only bounded below (singular: drawn at κ_lo) is hatched; not-converged cells are left blank.
+"""
+
+import json
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from .common import PlotError, caption, has_rows, plotted_kappa, read_csv, require_columns, save
+
+EVAL_COLUMNS = ["step", "test_loss", "test_acc", "train_loss", "train_acc"]
+CONDITIONING_COLUMNS = ["step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
+MATRIX_ORDER = ["K_sa", "K_sab", "B_sa", "E_sa", "K_mlp", "K_ffn", "softmax", "J_l", "Jhat_l"]
+
+
+def run_config(directory):
+    """config.json of the run ({} when absent or unreadable)."""
+    try:
+        with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def run_label(directory):
+    """"skip none, init ours, soap" from config.json, else the directory's name."""
+    cfg = run_config(directory)
+    model = cfg.get("model", {})
+    parts = [f"skip {model['skip']}" if "skip" in model else None,
+             f"init {model.get('init', {}).get('scheme')}" if isinstance(model.get("init"), dict) else None,
+             cfg.get("optimizer")]
+    parts = [p for p in parts if p]
+    return ", ".join(parts) if parts else os.path.basename(os.path.normpath(directory))
+
+
+def read_train_log(directory):
+    """train_log.jsonl as a table (step, loss, acc, ...); None when the run has none."""
+    path = os.path.join(directory, "train_log.jsonl")
+    if not os.path.isfile(path):
+        return None
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    raise PlotError(f"{path}: line {number} is not JSON") from None
+    return pd.DataFrame(rows) if rows else None
+
+
+def kappa_rows(cond, matrix):
+    """The rows of `matrix` to draw: whole-matrix reports (head 'all'), on the LN complement when
+    reported there, with the κ to plot (κ_lo for singular) in column `drawn`."""
+    sub = cond[(cond["matrix"] == matrix) & (cond["head"].astype(str).isin(["all", "-1"]))]
+    space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
+    sub = sub[(sub["space"] == space) & (sub["status"] != "not-converged")].copy()
+    sub["drawn"] = plotted_kappa(sub)
+    return sub, space
+
+
+def layer_step_heatmap(ax, cond, matrix, fig):
+    sub, space = kappa_rows(cond, matrix)
+    if sub.empty:
+        ax.set_axis_off()
+        return
+    sub["log_kappa"] = np.log10(sub["drawn"])
+    grid = sub.groupby(["layer", "step"])["log_kappa"].median().unstack("step").sort_index()
+    singular = (sub.assign(s=sub["status"] == "singular").groupby(["layer", "step"])["s"].any().unstack("step")
+                .reindex_like(grid).fillna(False).to_numpy(dtype=bool))
+    steps, layers = grid.columns.to_numpy(), grid.index.to_numpy()
+    mesh = ax.pcolormesh(np.arange(len(steps)), layers, grid.to_numpy(), shading="nearest", cmap="viridis")
+    for li, si in zip(*np.nonzero(singular)):
+        ax.add_patch(plt.Rectangle((si - 0.5, layers[li] - 0.5), 1, 1, fill=False, hatch="//", lw=0))
+    ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int))
+    ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=7)
+    ax.set_yticks(layers)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("layer")
+    where = "" if space == "full" else " on LN⊥"
+    ax.set_title(f"log10 κ({matrix}){where}" + ("  (hatched: singular, at κ_lo)" if singular.any() else ""), fontsize=9)
+    fig.colorbar(mesh, ax=ax, label="log10 κ (median over probes)")
+
+
+def plot(directory, formats):
+    eval_path, cond_path = f"{directory}/eval.csv", f"{directory}/conditioning.csv"
+    ev = read_csv(eval_path)
+    require_columns(ev, eval_path, EVAL_COLUMNS)
+    cond = None  # a run without --track-every has an empty (or header-only) conditioning.csv
+    if has_rows(cond_path):
+        cond = read_csv(cond_path)
+        require_columns(cond, cond_path, CONDITIONING_COLUMNS)
+    log = read_train_log(directory)
+    tracked = [m for m in MATRIX_ORDER if cond is not None and (cond["matrix"] == m).any()]
+    columns = max(2, len(tracked))
+    rows = 2 if tracked else 1
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.0 * rows + 0.5), squeeze=False)
+
+    loss, acc = axes[0][0], axes[0][1]
+    if log is not None and "loss" in log.columns:
+        loss.plot(log["step"], log["loss"], color="#1f77b4", lw=0.8, alpha=0.8, label="train (logged batches)")
+    loss.plot(ev["step"], ev["test_loss"], "o-", color="#d62728", label="test")
+    loss.set_yscale("log")
+    loss.set_xlabel("training step")
+    loss.set_ylabel("cross-entropy loss (log scale)")
+    loss.set_title("loss", fontsize=9)
+    acc.plot(ev["step"], ev["train_acc"], "o-", color="#1f77b4", label="train (at evaluation)")
+    acc.plot(ev["step"], ev["test_acc"], "o-", color="#d62728", label="test")
+    acc.axhline(0.1, color="grey", ls=":", lw=0.8, label="chance (10 classes)")
+    acc.set_ylim(0, 1)
+    acc.set_xlabel("training step")
+    acc.set_ylabel("accuracy")
+    acc.set_title(f"accuracy (final test {ev['test_acc'].iloc[-1]:.3f})", fontsize=9)
+    for ax in (loss, acc):
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    for ax in axes[0][2:]:
+        ax.set_axis_off()
+    for j, matrix in enumerate(tracked):
+        layer_step_heatmap(axes[1][j], cond, matrix, fig)
+    fig.suptitle(f"jacond train: {run_label(directory)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    caption(fig, directory)
+    return save(fig, directory, "training", formats)

@@ -1,0 +1,41 @@
+"""jacond recipe NAME [--quick] [--out DIR] [--work DIR] [--threads N]: exit 0, 1 (a step failed), 2 (usage)."""
+
+import argparse
+import os
+import sys
+
+from jacond_plots import PlotError
+
+from . import depth, moments, prop1, prop2
+from .common import Recipe, RecipeError
+
+RECIPES = {module.NAME: module for module in (prop1, prop2, moments, depth)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="jacond recipe", description="regenerate a report with its figures",
+                                     epilog="recipes: " + "; ".join(f"{k}: {m.SUMMARY}" for k, m in RECIPES.items()))
+    parser.add_argument("name", metavar="NAME", help=" | ".join(RECIPES))
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds; what CI runs)")
+    parser.add_argument("--out", help="report directory (default reports/NAME)")
+    parser.add_argument("--work", help="data directory (default results/recipes/NAME)")
+    parser.add_argument("--threads", type=int, default=2, help="threads for every jacond command (default 2)")
+    args = parser.parse_args(argv)
+    if args.name not in RECIPES:
+        print(f"jacond recipe: error: unknown recipe '{args.name}' ({' | '.join(RECIPES)})", file=sys.stderr)
+        return 2
+    if args.threads < 1:
+        print("jacond recipe: error: --threads must be >= 1", file=sys.stderr)
+        return 2
+    recipe = Recipe(args.name, args.out or os.path.join("reports", args.name),
+                    args.work or os.path.join("results", "recipes", args.name), args.quick, args.threads)
+    try:
+        RECIPES[args.name].run(recipe)
+    except (RecipeError, PlotError) as e:
+        print(f"jacond recipe {args.name}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

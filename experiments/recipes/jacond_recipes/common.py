@@ -1,0 +1,133 @@
+"""What every recipe shares: running jacond, drawing, and writing the report atomically."""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+
+
+class RecipeError(Exception):
+    """A step failed or its output is unusable: one line for the user (exit 1)."""
+
+
+def markdown_table(df, floatfmt="{:.4g}"):
+    """A pandas table as a GitHub Markdown table (no tabulate on Debian's python3-pandas path)."""
+    def cell(v):
+        if isinstance(v, float):
+            return floatfmt.format(v)
+        return str(v).replace("|", "\\|")
+    lines = ["| " + " | ".join(str(c) for c in df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+class Report:
+    """A Markdown report assembled section by section, written to DIR/README.md at the end."""
+
+    def __init__(self, title):
+        self.parts = [f"# {title}\n"]
+
+    def text(self, markdown):
+        self.parts.append(markdown.strip() + "\n")
+
+    def section(self, heading):
+        self.parts.append(f"## {heading}\n")
+
+    def figure(self, relative_png, alt, made_by):
+        self.parts.append(f"![{alt}]({relative_png})\n\n*Made by* `{made_by}`\n")
+
+    def table(self, df, floatfmt="{:.4g}"):
+        self.parts.append(markdown_table(df, floatfmt) + "\n")
+
+    def markdown(self):
+        return "\n".join(self.parts)
+
+
+class Recipe:
+    """The context of one recipe run: the jacond binary, where data and the report go, --quick."""
+
+    def __init__(self, name, out_dir, work_dir, quick, threads):
+        self.name = name
+        self.out_dir = out_dir
+        self.work_dir = work_dir
+        self.quick = quick
+        self.threads = threads
+        self.jacond = os.environ.get("JACOND") or shutil.which("jacond") or "jacond"
+        self.commands = []  # every jacond command run, in order, as the user would type it
+
+    def work(self, *parts):
+        return os.path.join(self.work_dir, *parts)
+
+    def run(self, *args):
+        """Runs `jacond ARGS`, echoing the command; RecipeError naming it on failure."""
+        argv = ["jacond", *[str(a) for a in args]]
+        shown = shlex.join(argv)
+        self.commands.append(shown)
+        print(f"$ {shown}", flush=True)
+        result = subprocess.run([self.jacond, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if result.returncode != 0:
+            tail = result.stdout.strip().splitlines()[-1:] or ["(no output)"]
+            raise RecipeError(f"`{shown}` exited {result.returncode}: {tail[0]}")
+        return result.stdout
+
+    def plot(self, directory):
+        """`jacond plot DIR --format png`: the figure paths written."""
+        out = self.run("plot", directory, "--format", "png")
+        return [line[len("wrote "):] for line in out.splitlines() if line.startswith("wrote ")]
+
+    def verify_json(self, directory):
+        try:
+            with open(os.path.join(directory, "verify.json"), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            raise RecipeError(f"{directory}/verify.json: unreadable ({e})") from None
+
+    def read_csv(self, path):
+        try:
+            return pd.read_csv(path)
+        except (OSError, ValueError) as e:
+            raise RecipeError(f"{path}: unreadable ({str(e).splitlines()[0]})") from None
+
+    def checks_table(self, verify):
+        """verify.json's checks as a Markdown-ready table (verdict, check, measured)."""
+        rows = [{"verdict": "PASS" if c["pass"] else "FAIL", "check": c["check"], "measured": c["detail"]}
+                for claim in verify["claims"] for c in claim["checks"]]
+        return pd.DataFrame(rows)
+
+    def notes(self, verify):
+        return [n for claim in verify["claims"] for n in claim.get("notes", [])]
+
+    def start_report(self, title):
+        report = Report(title)
+        if self.quick:
+            report.text("> **Quick mode** (`--quick`): small Monte Carlo sizes, for CI. The committed report is made "
+                        "without it.")
+        return report
+
+    def add_figure(self, report, png, alt):
+        """Copies the PNG into OUT/figures and links it, captioned with the recipe's command."""
+        os.makedirs(os.path.join(self.out_dir, "figures"), exist_ok=True)
+        name = os.path.basename(png)
+        shutil.copyfile(png, os.path.join(self.out_dir, "figures", name))
+        report.figure(f"figures/{name}", alt, self.recipe_command())
+
+    def recipe_command(self):
+        return f"jacond recipe {self.name}" + (" --quick" if self.quick else "")
+
+    def finish(self, report):
+        """Appends the commands and writes OUT/README.md (temporary name, then rename)."""
+        report.section("Reproduce")
+        report.text(f"`{self.recipe_command()}` regenerates this page; it ran:\n\n```\n" + "\n".join(self.commands) +
+                    "\n```")
+        os.makedirs(self.out_dir, exist_ok=True)
+        path = os.path.join(self.out_dir, "README.md")
+        tmp = os.path.join(self.out_dir, ".README.md.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(report.markdown())
+        os.replace(tmp, path)
+        print(f"wrote {path}", file=sys.stdout, flush=True)
+        return path

@@ -1,0 +1,63 @@
+"""prop1: Proposition 1 of "Cutting the Skip" (§5.2, App. A.2.1, Fig. 5): softmax conditioning."""
+
+import numpy as np
+
+NAME = "prop1"
+SUMMARY = "softmax of peaked vs diffuse logits (Fig. 5), kappa against beta and n with the bounds"
+
+
+def slope(x, y):
+    """Least-squares slope of log10 y against log10 x."""
+    return float(np.polyfit(np.log10(x), np.log10(y), 1)[0])
+
+
+def run(r):
+    data = r.work("verify")
+    r.run("verify", "prop1", "--seeds", 40 if r.quick else 400, "--threads", r.threads, "--out", data)
+    figures = r.plot(data)
+    verify = r.verify_json(data)
+    draws = r.read_csv(f"{data}/prop1_draws.csv")
+
+    peak = draws[draws["experiment"] == "peak"]["kappa"]
+    diffuse = draws[draws["experiment"] == "diffuse"]["kappa"]
+    by_n = draws[draws["experiment"] == "n"].groupby("n")["kappa"].median()
+    by_beta = draws[draws["experiment"] == "beta"].groupby("beta")["kappa"].median()
+    applies = draws["upper_bound"].notna() & np.isfinite(draws["upper_bound"])
+    first_beta = by_beta[by_beta < 1.5].index.min()
+    diffuse_rows = draws[draws["experiment"] == "diffuse"]
+    lower_gap = (diffuse_rows["kappa"] / diffuse_rows["lower_bound"]).median()
+
+    report = r.start_report("Proposition 1: when is the softmax well conditioned?")
+    report.text("""
+**The claim** (*Cutting the Skip*, §5.2, Prop. 1, App. A.2.1). For logits M = αZ + βI (Z Gaussian,
+temperature τ = 1), the row softmax A = S(M) is well conditioned when M is diagonally dominant
+(γ = min_i(M_ii − max_{j≠i} M_ij) large: κ(A) ≤ (1+ε)/(1−ε) with ε = 2(n−1)e^{−γ/τ}) and ill conditioned
+when the rows are diffuse (row range Δ small: κ(A) ≥ 1/(e^{Δ/τ} − 1) ≈ τ/Δ). The paper's Fig. 5 shows one
+10×10 draw of each at α = 0.1: β = 5 gives κ ≈ 1.1, β = 0 gives κ ≈ 730.1. This is why the `ours` init adds
+βI to W^Q W^Kᵀ. The bounds as stated here are derived in `experiments/claims/verify_prop1.cpp`.""")
+    report.section("Verdict")
+    report.table(r.checks_table(verify))
+    report.section("Figure")
+    for png in figures:
+        r.add_figure(report, png, "Fig. 5 and kappa against beta and n")
+    report.section("Findings")
+    report.text(f"""
+- **Fig. 5 reproduced.** Peaked (β = 5): median κ {peak.median():.3g} over {len(peak)} draws (paper: ≈ 1.1).
+  Diffuse (β = 0): median κ {diffuse.median():.4g}, 5–95 % [{diffuse.quantile(0.05):.3g}, {diffuse.quantile(0.95):.3g}]
+  (paper: 730.1 for its one draw, inside that range).
+- **Both bounds hold on every draw** ({len(draws)} draws over four experiments; the upper bound applies,
+  ε < 1, on {int(applies.sum())} of them). The upper bound is informative once β is large enough for γ > 0
+  with ε < 1, and then tight (it meets the median as β grows). The lower bound 1/(e^(Δ/τ) − 1) is true but
+  loose: about {lower_gap:.0f}× below the median in the diffuse case, because Δ is the largest row range.
+- **Against β** (n = 10): the median κ falls from {by_beta.iloc[0]:.4g} at β = 0 to {by_beta.iloc[-1]:.3g} at
+  β = {by_beta.index[-1]:g}; it is below 1.5 from β = {first_beta:g} on.
+- **Against n** (diffuse): the median κ grows from {by_n.iloc[0]:.4g} (n = {by_n.index[0]}) to {by_n.iloc[-1]:.4g}
+  (n = {by_n.index[-1]}), slope {slope(by_n.index.to_numpy(float), by_n.to_numpy()):.2f} on log-log axes: longer
+  sequences make diffuse attention worse conditioned. The proposition's τ/Δ does not explain this growth
+  (Δ, the largest row range, grows slowly with n, so τ/Δ falls); the estimate below does.
+- **What sets the diffuse κ** (a first-order estimate, not a bound): for small logits A ≈ (11ᵀ + MP)/n with
+  P = I − 11ᵀ/n, so σ_min(A) ≈ α σ_min(Z on 1⊥)/n ≈ α/(2n^(3/2)) (a Gaussian n × (n−1) matrix has
+  σ_min ≈ 1/(2√n)) while σ_max(A) ≈ 1: κ ≈ 2n^(3/2)/α = {2 * 10 ** 1.5 / 0.1:.0f} at n = 10, α = 0.1. The
+  dotted line in the right panel; the measured slope is {slope(by_n.index.to_numpy(float), by_n.to_numpy()):.2f}
+  against the estimate's 1.5, and the paper's 730.1 sits next to it.""")
+    r.finish(report)

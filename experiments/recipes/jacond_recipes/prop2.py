@@ -1,0 +1,62 @@
+"""prop2: Proposition 2 (App. A.2.3): K_sa = B_sa + E_sa, and when ‖E‖ < σ_min(B)."""
+
+NAME = "prop2"
+SUMMARY = "||E_sa|| against sigma_min(B_sa), kappa(K_sa) against kappa(B_sa) across beta for ours, mimetic, timm"
+
+
+def run(r):
+    data = r.work("verify")
+    r.run("verify", "prop2", "--seeds", 40 if r.quick else 800, "--threads", r.threads, "--out", data)
+    figures = r.plot(data)
+    verify = r.verify_json(data)
+    t = r.read_csv(f"{data}/prop2.csv")
+    t["premise"] = t["premise"].astype(str).str.lower() == "true"
+    sweep = t[t["experiment"] == "beta-sweep"]
+    # One row per init at the paper's setting: `ours` at β = 0.6 (mimetic and timm have no β).
+    paper_setting = sweep[(sweep["init"] != "ours") | (sweep["beta"] == 0.6)]
+    per_init = paper_setting.groupby("init").agg(splits=("kappa_K", "size"), median_kappa_K=("kappa_K", "median"),
+                                         median_kappa_B=("kappa_B", "median"), premise_holds=("premise", "mean"))
+    ours = sweep[sweep["init"] == "ours"].groupby("beta").agg(median_kappa_K=("kappa_K", "median"),
+                                                             median_kappa_B=("kappa_B", "median"),
+                                                             median_E_over_smin_B=("e_norm", "median"),
+                                                             premise_holds=("premise", "mean"))
+    ours["median_E_over_smin_B"] = (sweep[sweep["init"] == "ours"].assign(q=lambda d: d["e_norm"] / d["sigma_min_B"])
+                                    .groupby("beta")["q"].median())
+    at_paper = ours.loc[0.6] if 0.6 in ours.index else None
+
+    report = r.start_report("Proposition 2: K_sa = B_sa + E_sa under the `ours` init")
+    report.text("""
+**The claim** (*Cutting the Skip*, App. A.2.3, Prop. 2). The Jacobian of bare self-attention splits as
+K_sa = B_sa + E_sa, where B_sa = A ⊗ W^V W^O-type term (the value path through the attention matrix) and
+E_sa the term through the softmax's derivative. If ‖E_sa‖ < σ_min(B_sa), Weyl's inequality brackets κ(K_sa)
+between (σ_max(B) − ‖E‖)/(σ_min(B) + ‖E‖) and (σ_max(B) + ‖E‖)/(σ_min(B) − ‖E‖), so a well-conditioned B_sa
+(which the `ours` init targets) carries over to K_sa. jacond assembles K_sa, B_sa and E_sa independently
+(`analysis/jacobians`), checks the bracket wherever the premise holds, and measures how often it does.""")
+    report.section("Verdict")
+    report.table(r.checks_table(verify))
+    report.section("Figure")
+    for png in figures:
+        r.add_figure(report, png, "premise and kappa(K) against kappa(B)")
+    report.section("Per init at the paper's setting (`ours`: α = 2, β = 0.6, c = 3; n = 16, d = 32, one head)")
+    report.table(per_init.reset_index())
+    report.section("`ours` across β (α = 2, c = 3)")
+    report.table(ours.reset_index())
+    report.section("Findings")
+    paper_line = ("" if at_paper is None else
+                  f"At the paper's β = 0.6 the premise holds in {at_paper['premise_holds']:.0%} of the seeds "
+                  f"(median ‖E‖/σ_min(B) = {at_paper['median_E_over_smin_B']:.3g}): ")
+    ours_k, mimetic_k = per_init.loc["ours", "median_kappa_K"], per_init.loc["mimetic", "median_kappa_K"]
+    mimetic_line = (f"At this size `mimetic` (median {mimetic_k:.3g}) conditions bare K_sa "
+                    f"{'better' if mimetic_k < ours_k else 'worse'} than `ours` at β = 0.6; `ours` overtakes it "
+                    f"from β = {ours[ours['median_kappa_K'] < mimetic_k].index.min():g} on."
+                    if (ours["median_kappa_K"] < mimetic_k).any() else "")
+    report.text(f"""
+- The Weyl bracket contains κ(K_sa) in every split where the premise holds (the verdict table), a check
+  of three independent assemblies against one another.
+- {paper_line}the proposition's sufficient condition is {'often' if at_paper is not None and at_paper['premise_holds'] > 0.5 else 'rarely'} met at the
+  paper's setting, yet κ(K_sa) under `ours` stays far below `timm`'s (medians {per_init.loc['ours', 'median_kappa_K']:.3g} vs
+  {per_init.loc['timm', 'median_kappa_K']:.3g}): the init's benefit does not rest on the premise alone.
+  {mimetic_line}
+- The premise needs strong diagonal dominance of the logits (large β: A near the identity, E nearly
+  vanishing); the shaded half-plane of the left panel is where that happens.""")
+    r.finish(report)
