@@ -17,6 +17,8 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev llvm-14
   # Python side: the PyTorch comparison route, plots, notebooks
   python3 python3-torch python3-numpy python3-scipy python3-pandas python3-matplotlib
+  # notebooks executed by the tests (tests/notebooks)
+  jupyter-nbconvert python3-nbformat python3-ipykernel
   # data
   dataset-fashion-mnist
 )

@@ -12,6 +12,7 @@
 #include <optional>
 #include <iostream>
 
+#include "analysis/core/progress.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/device_option.h"
@@ -131,6 +132,8 @@ int run_audit(int argc, char** argv) {
   std::optional<models::FashionMnistSplit> test;
   std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
   size_t rows = 0;
+  // One progress line per checkpoint (plain lines: the per-layer tables share the terminal).
+  Progress progress("audit", all.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (const auto& path : all) {
     if (heads > 0) flags_cfg.heads = heads;
     AuditTarget t = load_target(path, flags_cfg);
@@ -160,6 +163,7 @@ int run_audit(int argc, char** argv) {
       print_reports(layer);
     }
     for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n", ++rows;
+    if (all.size() > 1) progress.advance(fs::path(path).filename().string());
   }
   if (!out_dir.empty()) {
     ensure_directory(out_dir);

@@ -10,6 +10,7 @@
 #include "analysis/spectral/inertia.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/block_source.h"
+#include "analysis/core/progress.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
@@ -89,8 +90,7 @@ int run_sweep(int argc, char** argv) {
   opt.warm = &warm;
   ResultsTable table({"init", "alpha", "beta", "c", "seed", "skip", "n", "d", "heads", "logit_scale"});
   const size_t total = alphas.size() * betas.size() * cs.size() * seeds;
-  size_t done = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  Progress progress = Progress::on_stderr("sweep", total);
   for (double c : cs)
     for (double beta : betas)
       for (double alpha : alphas)
@@ -101,12 +101,9 @@ int run_sweep(int argc, char** argv) {
                                                   std::to_string(n), std::to_string(d), std::to_string(heads),
                                                   fmt(w.effective_logit_scale())};
           for (const auto& r : block_reports(w, X, mode, opt)) table.add(knobs, r);
-          ++done;
-          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          std::fprintf(stderr, "\rsweep %zu/%zu  alpha=%g beta=%g c=%g seed=%d  %.1fs elapsed, ETA %.1fs   ", done, total,
-                       alpha, beta, c, s, el, el / done * (total - done));
+          progress.advance("alpha=" + fmt(alpha) + " beta=" + fmt(beta) + " c=" + fmt(c) + " seed=" + std::to_string(s));
         }
-  std::fprintf(stderr, "\n");
+  progress.finish();
   write_file_atomic(out_dir + "/sweep.csv", table.to_csv());
   nlohmann::json meta = run_metadata(argc, argv);
   meta["grid_points"] = total;

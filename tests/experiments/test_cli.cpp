@@ -852,18 +852,23 @@ TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
 // the verdicts and the commands that made it. An unknown recipe is usage (2); a step that fails
 // (its --work under a regular file) is one line naming the command (1) and leaves no report.
 TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
-  for (const std::string name : {"prop1", "moments"}) {
+  for (const std::string name : {"prop1", "moments", "sweep", "training"}) {
     const std::string out = path("report-" + name), work = path("work-" + name);
     const RunResult r = run({"recipe", name, "--quick", "--out", out, "--work", work});
     ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
     const std::string md = slurp(out + "/README.md");
     EXPECT_TRUE(contains(md, "Quick mode")) << md;
-    EXPECT_TRUE(contains(md, "](figures/" + name + ".png)")) << md;
+    // The report's main figure, linked and copied beside it.
+    const std::map<std::string, std::string> figure = {{"prop1", "prop1"}, {"moments", "moments"},
+                                                       {"sweep", "sweep_vits_sweep_brackets"},
+                                                       {"training", "training_compare"}};
+    EXPECT_TRUE(contains(md, "](figures/" + figure.at(name) + ".png)")) << md;
+    EXPECT_TRUE(is_figure(out + "/figures/" + figure.at(name) + ".png"));
     EXPECT_TRUE(contains(md, "jacond recipe " + name + " --quick")) << md;
-    EXPECT_TRUE(contains(md, "jacond verify " + name)) << md;
-    EXPECT_TRUE(contains(md, "| PASS |") || name == "moments") << md;
+    EXPECT_TRUE(contains(md, "jacond " + std::string(name == "sweep" ? "sweep" : name == "training" ? "train" : "verify " + name)))
+        << md;
+    if (name == "prop1") EXPECT_TRUE(contains(md, "| PASS |")) << md;
     EXPECT_FALSE(contains(md, "| FAIL |")) << md;
-    EXPECT_TRUE(is_figure(out + "/figures/" + name + ".png"));
     EXPECT_TRUE(contains(r.out, "wrote " + out + "/README.md")) << r.out;
   }
   const RunResult unknown = run({"recipe", "prop7", "--quick"});

@@ -10,7 +10,7 @@ drawn at κ_lo with hollow markers (κ ≥ κ_lo is all that is known); not-conv
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .common import caption, plotted_kappa, read_csv, require_columns, save
+from .common import caption, kappa_scale, plotted_kappa, read_csv, require_columns, save
 
 COLUMNS = ["checkpoint", "step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
 
@@ -40,9 +40,8 @@ def panel(ax, sub, matrix, over_steps):
         s = stats["singular"].to_numpy(dtype=bool)
         ax.scatter(xs[~s], stats["median"][~s], color=colour, s=12)
         ax.scatter(xs[s], stats["median"][s], facecolors="none", edgecolors=colour, s=24)
-    ax.set_yscale("log")
+    kappa_scale(ax, sub["drawn"])
     ax.set_xlabel("training step of the checkpoint" if over_steps else "layer")
-    ax.set_ylabel("κ (log scale)")
     space = sub["space"].iloc[0]
     ax.set_title(f"κ({matrix})" + ("" if space == "full" else f" on {space}"), fontsize=9)
     ax.grid(alpha=0.3, which="both")

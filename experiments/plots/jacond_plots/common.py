@@ -3,10 +3,12 @@
 import json
 import os
 import shlex
+import sys
 
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:  # headless files; in a notebook keep its inline backend
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -82,6 +84,18 @@ def plotted_kappa(df):
     kappa = pd.to_numeric(df["kappa"], errors="coerce").to_numpy(dtype=float)
     lo = pd.to_numeric(df["kappa_lo"], errors="coerce").to_numpy(dtype=float)
     return np.where(np.isfinite(kappa), kappa, lo)
+
+
+def kappa_scale(ax, values, label="κ"):
+    """Log y axis where the values span a decade or more (κ usually does), linear otherwise (a log
+    axis over 1.02–1.05 only prints 1.03×10⁰ ticks)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size and v.max() / v.min() >= 10:
+        ax.set_yscale("log")
+        ax.set_ylabel(f"{label} (log scale)")
+    else:
+        ax.set_ylabel(label)
 
 
 def save(fig, directory, name, formats):

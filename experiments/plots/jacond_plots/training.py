@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .common import PlotError, caption, has_rows, plotted_kappa, read_csv, require_columns, save
+from .common import PlotError, caption, has_rows, kappa_scale, plotted_kappa, read_csv, require_columns, save
 
 EVAL_COLUMNS = ["step", "test_loss", "test_acc", "train_loss", "train_acc"]
 CONDITIONING_COLUMNS = ["step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
@@ -109,9 +109,10 @@ def plot(directory, formats):
     if log is not None and "loss" in log.columns:
         loss.plot(log["step"], log["loss"], color="#1f77b4", lw=0.8, alpha=0.8, label="train (logged batches)")
     loss.plot(ev["step"], ev["test_loss"], "o-", color="#d62728", label="test")
-    loss.set_yscale("log")
+    kappa_scale(loss, np.concatenate([ev["test_loss"].to_numpy(float)] +
+                                     ([log["loss"].to_numpy(float)] if log is not None and "loss" in log.columns else [])),
+                "cross-entropy loss")
     loss.set_xlabel("training step")
-    loss.set_ylabel("cross-entropy loss (log scale)")
     loss.set_title("loss", fontsize=9)
     acc.plot(ev["step"], ev["train_acc"], "o-", color="#1f77b4", label="train (at evaluation)")
     acc.plot(ev["step"], ev["test_acc"], "o-", color="#d62728", label="test")
@@ -131,3 +132,40 @@ def plot(directory, formats):
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     caption(fig, directory)
     return save(fig, directory, "training", formats)
+
+
+def compare(runs, out_dir, name="training_compare", formats=("png",)):
+    """Several runs in one figure: per optimizer (columns), the training loss (top, log scale) and
+    the test accuracy (bottom) of every model, coloured by (skip, init). `runs` maps a label
+    ("skipless ours") to its run directory; the optimizer comes from each run's config.json."""
+    by_optimizer = {}
+    for label, directory in runs.items():
+        by_optimizer.setdefault(run_config(directory).get("optimizer", "?"), []).append((label, directory))
+    optimizers = sorted(by_optimizer)
+    fig, axes = plt.subplots(2, len(optimizers), figsize=(6.2 * len(optimizers), 8.2), squeeze=False)
+    colours = {}
+    for j, optimizer in enumerate(optimizers):
+        loss, acc = axes[0][j], axes[1][j]
+        for label, directory in by_optimizer[optimizer]:
+            colour = colours.setdefault(label, f"C{len(colours)}")
+            log = read_train_log(directory)
+            ev = read_csv(f"{directory}/eval.csv")
+            require_columns(ev, f"{directory}/eval.csv", EVAL_COLUMNS)
+            if log is not None and "loss" in log.columns:
+                smooth = log["loss"].rolling(max(1, len(log) // 50), min_periods=1).mean()
+                loss.plot(log["step"], smooth, color=colour, label=label)
+            acc.plot(ev["step"], ev["test_acc"], "o-", color=colour, ms=3,
+                     label=f"{label} (final {ev['test_acc'].iloc[-1]:.3f})")
+        kappa_scale(loss, [v for line in loss.get_lines() for v in line.get_ydata()], "training loss (running mean)")
+        loss.set_title(f"{optimizer}: training loss", fontsize=9)
+        acc.axhline(0.1, color="grey", ls=":", lw=0.8)
+        acc.set_ylim(0, 1)
+        acc.set_ylabel("test accuracy")
+        acc.set_title(f"{optimizer}: test accuracy", fontsize=9)
+        for ax in (loss, acc):
+            ax.set_xlabel("training step")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    caption(fig, next(iter(runs.values())), f"and {len(runs) - 1} more run(s)" if len(runs) > 1 else "")
+    return save(fig, out_dir, name, formats)

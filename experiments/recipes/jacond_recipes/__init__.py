@@ -10,7 +10,9 @@ whether the claim holds here, and the exact commands, so the report can be regen
 shrinks every Monte Carlo and grid so the recipe finishes in seconds (CI runs recipes that way);
 a quick report says so in its first line.
 
-Recipes (RECIPES below): prop1, prop2, moments, depth.
+Recipes (__main__.RECIPES): prop1, prop2, moments, sweep, depth, training, audit (audits the
+training recipe's runs, so it runs after it). A recipe module has NAME, SUMMARY and run(recipe);
+Recipe (common.py) runs jacond, draws, copies figures and writes the pages atomically.
 """
 
 from .common import RecipeError, Recipe

@@ -6,10 +6,10 @@ import sys
 
 from jacond_plots import PlotError
 
-from . import depth, moments, prop1, prop2
+from . import audit, depth, moments, prop1, prop2, sweep, training
 from .common import Recipe, RecipeError
 
-RECIPES = {module.NAME: module for module in (prop1, prop2, moments, depth)}
+RECIPES = {module.NAME: module for module in (prop1, prop2, moments, sweep, depth, training, audit)}
 
 
 def main(argv=None):

@@ -63,16 +63,22 @@ class Recipe:
         return os.path.join(self.work_dir, *parts)
 
     def run(self, *args):
-        """Runs `jacond ARGS`, echoing the command; RecipeError naming it on failure."""
+        """Runs `jacond ARGS`, echoing the command and streaming its output indented (training and
+        long solves print their own progress); RecipeError naming the command on failure."""
         argv = ["jacond", *[str(a) for a in args]]
         shown = shlex.join(argv)
         self.commands.append(shown)
         print(f"$ {shown}", flush=True)
-        result = subprocess.run([self.jacond, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if result.returncode != 0:
-            tail = result.stdout.strip().splitlines()[-1:] or ["(no output)"]
-            raise RecipeError(f"`{shown}` exited {result.returncode}: {tail[0]}")
-        return result.stdout
+        lines = []
+        with subprocess.Popen([self.jacond, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              bufsize=1) as child:
+            for line in child.stdout:
+                lines.append(line)
+                print("    " + line, end="", flush=True)
+        if child.returncode != 0:
+            tail = [line.strip() for line in lines if line.strip()][-1:] or ["(no output)"]
+            raise RecipeError(f"`{shown}` exited {child.returncode}: {tail[0]}")
+        return "".join(lines)
 
     def plot(self, directory):
         """`jacond plot DIR --format png`: the figure paths written."""
@@ -104,28 +110,33 @@ class Recipe:
     def start_report(self, title):
         report = Report(title)
         if self.quick:
-            report.text("> **Quick mode** (`--quick`): small Monte Carlo sizes, for CI. The committed report is made "
+            report.text("> **Quick mode** (`--quick`): small sizes, for CI. The committed report is made "
                         "without it.")
         return report
 
-    def add_figure(self, report, png, alt):
-        """Copies the PNG into OUT/figures and links it, captioned with the recipe's command."""
+    def add_figure(self, report, png, alt, name=None):
+        """Copies the PNG into OUT/figures (as `name`, default its own) and links it, captioned with
+        the recipe's command."""
         os.makedirs(os.path.join(self.out_dir, "figures"), exist_ok=True)
-        name = os.path.basename(png)
+        name = name or os.path.basename(png)
         shutil.copyfile(png, os.path.join(self.out_dir, "figures", name))
         report.figure(f"figures/{name}", alt, self.recipe_command())
 
     def recipe_command(self):
         return f"jacond recipe {self.name}" + (" --quick" if self.quick else "")
 
-    def finish(self, report):
-        """Appends the commands and writes OUT/README.md (temporary name, then rename)."""
+    def finish(self, report, path=None):
+        """Appends the commands and writes the page (default OUT/README.md; temporary name, then rename)."""
         report.section("Reproduce")
-        report.text(f"`{self.recipe_command()}` regenerates this page; it ran:\n\n```\n" + "\n".join(self.commands) +
-                    "\n```")
+        if self.commands:
+            report.text(f"`{self.recipe_command()}` regenerates this page; it ran:\n\n```\n" + "\n".join(self.commands) +
+                        "\n```")
+        else:
+            report.text(f"`{self.recipe_command()}` regenerates this page and the pages it links.")
+        self.commands = []  # a recipe writing several pages lists on each the commands run since the last
         os.makedirs(self.out_dir, exist_ok=True)
-        path = os.path.join(self.out_dir, "README.md")
-        tmp = os.path.join(self.out_dir, ".README.md.tmp")
+        path = path or os.path.join(self.out_dir, "README.md")
+        tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(report.markdown())
         os.replace(tmp, path)
