@@ -121,6 +121,14 @@ nlohmann::json run_metadata(int argc, char** argv, const std::string& parent) {
   return j;
 }
 
+namespace {
+std::string format_number_digits(double x, int digits) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+  return buf;
+}
+}  // namespace
+
 std::vector<double> parse_range(const std::string& spec, const std::string& flag) {
   auto number = [&](const std::string& s) {
     size_t pos = 0;
@@ -143,7 +151,9 @@ std::vector<double> parse_range(const std::string& spec, const std::string& flag
   if (step <= 0 || a1 < a0) throw std::invalid_argument("--" + flag + ": need A0 <= A1 and STEP > 0 in '" + spec + "'");
   std::vector<double> v;
   for (long k = 0;; ++k) {
-    const double x = a0 + k * step;
+    // a0 + k·step rounded to 12 significant digits: 0.2 + 1·0.4 is 0.6000000000000001 in binary,
+    // and the grid value a user typed (and a CSV reader compares against) is 0.6.
+    const double x = std::stod(format_number_digits(a0 + static_cast<double>(k) * step, 12));
     if (x > a1 + step * 1e-6) break;
     v.push_back(x);
     if (v.size() > 100000) throw std::invalid_argument("--" + flag + ": range '" + spec + "' has too many points");

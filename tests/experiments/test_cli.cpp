@@ -468,6 +468,18 @@ TEST_F(CliTest, SweepCertifyInertiaCertifiesItsRows_1x1x1x1_n8_d16_h2) {
   EXPECT_GE(certified, 2) << "K_sa and B_sa at least";
 }
 
+// A0:A1:STEP gives the values a user typed: 0.2 + 1·0.4 is 0.6000000000000001 in binary, and the
+// CSV (read by pandas, compared with the paper's β = 0.6) must say 0.6.
+TEST_F(CliTest, SweepRangesAreTheDecimalValuesTyped_1x3x1x1_n4_d8_h2) {
+  const std::string out = path("sweep-decimal");
+  const RunResult r = run({"sweep", "--alpha", "2", "--beta", "0.2:1:0.4", "--c", "3", "--seeds", "1", "--n", "4", "--d", "8",
+                           "--heads", "2", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  std::set<std::string> betas;
+  for (const auto& row : read_csv(out + "/sweep.csv").rows) betas.insert(row.at("beta"));
+  EXPECT_EQ(betas, (std::set<std::string>{"0.2", "0.6", "1"}));
+}
+
 TEST_F(CliTest, SweepWritesOneRowPerGridPointAndMatrix_2x2x1x1_n6_d8_h2) {
   const std::string out = path("sweep");
   const RunResult r = run({"sweep", "--alpha", "0:1:1", "--beta", "0:0.5:0.5", "--c", "3", "--seeds", "1", "--n", "6",

@@ -148,6 +148,9 @@ TEST_F(CliNetworkTest, SpectrumSlqWritesDensityAndNodes_Ksab_n8_d16) {
   double total = 0;
   for (const auto& row : nodes.rows) total += num(row.at("weight"));
   EXPECT_NEAR(total, 1.0, 1e-10);
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/spectrum_density.png"));
 }
 
 TEST_F(CliNetworkTest, SpectrumOfParameterJacobianIsWideAndDense_n4_d8) {

@@ -108,7 +108,7 @@ def brackets(directory, df, matrices, cs, formats):
             where = "" if space == "full" else " on LN⊥"
             ax.set_title(f"κ({matrix}){where}, c = {c:g}: bars bracket κ, arrows: κ_hi unbounded", fontsize=9)
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="best")
     first = df.iloc[0]
     fig.suptitle(f"matrix-free brackets: n {first['n']}, d {first['d']}, heads {first['heads']}, skip {first['skip']}",
                  fontsize=10)

@@ -20,7 +20,7 @@ def runs_to_audit(r):
     """The training recipe's run directories (quick: one tiny run trained here)."""
     if r.quick:
         directory = r.work("runs", "quick-run")
-        if os.path.isdir(directory):
+        if os.path.isdir(directory) and not r.reuse:
             shutil.rmtree(directory)
         r.run("train", *QUICK_RUN, "--threads", r.threads, "--out", directory)
         return [directory]

@@ -50,8 +50,9 @@ class Report:
 class Recipe:
     """The context of one recipe run: the jacond binary, where data and the report go, --quick."""
 
-    def __init__(self, name, out_dir, work_dir, quick, threads):
+    def __init__(self, name, out_dir, work_dir, quick, threads, reuse=False):
         self.name = name
+        self.reuse = reuse  # --reuse: keep data a previous run of the same commands wrote (iterate on a report's text)
         self.out_dir = out_dir
         self.work_dir = work_dir
         self.quick = quick
@@ -68,6 +69,9 @@ class Recipe:
         argv = ["jacond", *[str(a) for a in args]]
         shown = shlex.join(argv)
         self.commands.append(shown)
+        if self.reuse and self.has_output(argv):
+            print(f"$ {shown}   (--reuse: its output is there)", flush=True)
+            return ""
         print(f"$ {shown}", flush=True)
         lines = []
         with subprocess.Popen([self.jacond, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -79,6 +83,14 @@ class Recipe:
             tail = [line.strip() for line in lines if line.strip()][-1:] or ["(no output)"]
             raise RecipeError(f"`{shown}` exited {child.returncode}: {tail[0]}")
         return "".join(lines)
+
+    @staticmethod
+    def has_output(argv):
+        """Whether a data command's --out directory already holds its finished output."""
+        if argv[1] == "plot" or "--out" not in argv:
+            return False
+        out = argv[argv.index("--out") + 1]
+        return any(os.path.isfile(os.path.join(out, f)) for f in ("run.json", "verify.json"))
 
     def plot(self, directory):
         """`jacond plot DIR --format png`: the figure paths written."""

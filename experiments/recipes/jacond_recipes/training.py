@@ -39,7 +39,7 @@ def run(r):
     for optimizer in OPTIMIZERS:
         for label, skip, init in MODELS:
             directory = r.work(slug(label, optimizer))
-            if os.path.isdir(directory):  # a fresh run each time: train refuses a directory with checkpoints
+            if os.path.isdir(directory) and not r.reuse:  # a fresh run each time: train refuses a directory with checkpoints
                 shutil.rmtree(directory)
             r.run("train", "--skip", skip, "--init", init, "--optimizer", optimizer, *(QUICK if r.quick else FULL),
                   "--threads", r.threads, "--track-matrices", "K_sab,K_ffn", "--out", directory)
