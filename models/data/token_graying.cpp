@@ -25,6 +25,17 @@ torch::Tensor power_towards(const torch::Tensor& v, const torch::Tensor& m, doub
   return torch::where(ratio > floor, torch::sign(v) * safe * torch::pow(ratio, eps), torch::zeros_like(v));
 }
 
+
+// (r/r_max)^{(ε-1)/2} for the norms r of the rows (or columns) of the DCT coefficients, per image
+// (r is [..., H, 1] or [..., 1, W]); 1 where r is at or under the noise floor `count`·u·r_max
+// (rounding: nothing to amplify) and where the image is all zero.
+torch::Tensor equalising_weights(const torch::Tensor& r, double eps, int64_t count) {
+  const torch::Tensor rmax = r.amax({-2, -1}, /*keepdim=*/true);
+  const double floor = static_cast<double>(count) * std::numeric_limits<double>::epsilon();
+  const torch::Tensor ratio = r / torch::where(rmax > 0, rmax, torch::ones_like(rmax));
+  return torch::where(ratio > floor, torch::pow(ratio, 0.5 * (eps - 1)), torch::ones_like(ratio));
+}
+
 }  // namespace
 
 TokenGraying parse_token_graying(const std::string& s) {
@@ -76,8 +87,10 @@ torch::Tensor svd_token_graying(const torch::Tensor& images, double eps) {
 torch::Tensor dct_token_graying(const torch::Tensor& images, double eps) {
   check_input(images, eps);
   const torch::Tensor C = dct2(images);
-  const torch::Tensor m = C.abs().amax({-2, -1}, /*keepdim=*/true);
-  return idct2(power_towards(C, m, eps, images.size(-2) * images.size(-1))).to(images.scalar_type());
+  const int64_t count = std::max(images.size(-2), images.size(-1));
+  const torch::Tensor a = equalising_weights(torch::linalg_vector_norm(C, 2, {-1}, /*keepdim=*/true), eps, count);
+  const torch::Tensor b = equalising_weights(torch::linalg_vector_norm(C, 2, {-2}, /*keepdim=*/true), eps, count);
+  return idct2(a * C * b).to(images.scalar_type());
 }
 
 torch::Tensor token_graying(const torch::Tensor& images, TokenGraying mode, double eps) {

@@ -48,8 +48,8 @@ void TrainConfig::finalize() {
   require(data_limit >= 0, "data_limit", "must be >= 0");
   require(test_limit >= 0, "test_limit", "must be >= 0");
   require(crop_pad >= 0, "crop_pad", "must be >= 0");
-  require(token_graying == "none" || token_graying == "svd", "token_graying",
-          "must be none or svd, got '" + token_graying + "' (dct: its amplification rule is open, models/data/token_graying.h)");
+  require(token_graying == "none" || token_graying == "svd" || token_graying == "dct", "token_graying",
+          "must be none, svd or dct, got '" + token_graying + "'");
   require(tg_eps > 0 && tg_eps <= 1, "tg_eps", "must be in (0, 1]");
   require(threads >= 1, "threads", "must be >= 1");
   require(device == "cpu" || device == "cuda", "device", "must be cpu or cuda, got '" + device + "'");

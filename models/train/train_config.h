@@ -42,7 +42,7 @@ struct TrainConfig {
   bool flip = true;
   // Token Graying ("Always Skip Attention" §5, models/data/token_graying.h) on every batch the
   // network sees (training after augmentation, evaluation, the tracking probe, audit's probe).
-  std::string token_graying = "none";  // none | svd (dct: the transform exists, its rule is open)
+  std::string token_graying = "none";  // none | svd | dct (models/data/token_graying.h)
   double tg_eps = 0.95;
   // Run.
   int64_t threads = 2;
@@ -121,7 +121,7 @@ void for_each_train_field(Config& c, Visit&& visit) {
   visit(TrainField{"crop_pad", "crop-pad", "data", "random-crop padding"}, c.crop_pad);
   visit(TrainField{"flip", "flip", "data", "horizontal flips when augmenting"}, c.flip);
   visit(TrainField{"token_graying", "token-graying", "data",
-                   "Token Graying of every input image: none | svd (sigma_max U (S/sigma_max)^eps V^T)"},
+                   "Token Graying of every input image: none | svd (sigma_max U (S/sigma_max)^eps V^T) | dct (the same power law on the DCT row/column energies)"},
         c.token_graying);
   visit(TrainField{"tg_eps", "tg-eps", "data", "Token Graying exponent eps in (0, 1] (1: identity)"}, c.tg_eps);
   // run

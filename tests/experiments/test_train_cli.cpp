@@ -254,37 +254,41 @@ TEST_F(TrainCli, AuditReadsTheCheckpointsAndAgreesWithTracking) {
   EXPECT_TRUE(is_figure(path("free") + "/figures/audit.png"));
 }
 
-// --token-graying svd: the run records it, and the probe the audit rebuilds from the checkpoint is
-// grayed as the tracking probe was: κ of the first block's input tokens X_in agrees to 1e-10
+// --token-graying svd|dct: the run records it, and the probe the audit rebuilds from the checkpoint
+// is grayed as the tracking probe was: κ of the first block's input tokens X_in agrees to 1e-10
 // (a probe grayed on one side only differs by orders of magnitude). The same run without graying
 // sees a different X_in, so the graying reached the network.
 TEST_F(TrainCli, TokenGrayingIsRecordedAndReachesTrackingAndAudit) {
-  const std::string grayed = path("tg"), plain = path("plain");
+  const std::string plain = path("plain");
   const std::vector<std::string> common = {"--steps", "5", "--checkpoint-every", "5", "--track-every", "5",
                                            "--track-matrices", "X_in,K_ffn", "--augment", "false"};
-  std::vector<std::string> with = common;
-  with.insert(with.end(), {"--token-graying", "svd", "--tg-eps", "0.5"});
-  RunResult r = run(tiny_run(grayed, with));
-  ASSERT_EQ(r.code, 0) << r.describe();
-  r = run(tiny_run(plain, common));
-  ASSERT_EQ(r.code, 0) << r.describe();
-  const json config = json::parse(slurp(grayed + "/config.json"));
-  EXPECT_EQ(config.at("token_graying"), "svd");
-  EXPECT_EQ(config.at("tg_eps"), 0.5);
-  r = run({"audit", grayed, "--matrices", "X_in", "--threads", "1", "--out", path("tg-audit")});
+  RunResult r = run(tiny_run(plain, common));
   ASSERT_EQ(r.code, 0) << r.describe();
   auto x_in = [](const Csv& csv, const std::string& step) {
     for (const auto& row : csv.rows)
       if (row.at("matrix") == "X_in" && row.at("layer") == "0" && row.at("step") == step) return to_double(row.at("kappa"));
     return std::nan("");
   };
-  const double tracked = x_in(read_csv(grayed + "/conditioning.csv"), "5");
-  const double audited = x_in(read_csv(path("tg-audit") + "/audit.csv"), "5");
-  ASSERT_TRUE(std::isfinite(tracked) && std::isfinite(audited));
-  EXPECT_NEAR(audited / tracked, 1.0, 1e-10);
   const double untouched = x_in(read_csv(plain + "/conditioning.csv"), "0");
-  const double grayed_at_0 = x_in(read_csv(grayed + "/conditioning.csv"), "0");
-  EXPECT_GT(std::abs(std::log(untouched / grayed_at_0)), 1e-3) << "graying changed nothing the network saw";
+  for (const std::string mode : {"svd", "dct"}) {
+    SCOPED_TRACE(mode);
+    const std::string grayed = path("tg-" + mode), audit = path("tg-audit-" + mode);
+    std::vector<std::string> with = common;
+    with.insert(with.end(), {"--token-graying", mode, "--tg-eps", "0.5"});
+    r = run(tiny_run(grayed, with));
+    ASSERT_EQ(r.code, 0) << r.describe();
+    const json config = json::parse(slurp(grayed + "/config.json"));
+    EXPECT_EQ(config.at("token_graying"), mode);
+    EXPECT_EQ(config.at("tg_eps"), 0.5);
+    r = run({"audit", grayed, "--matrices", "X_in", "--threads", "1", "--out", audit});
+    ASSERT_EQ(r.code, 0) << r.describe();
+    const double tracked = x_in(read_csv(grayed + "/conditioning.csv"), "5");
+    const double audited = x_in(read_csv(audit + "/audit.csv"), "5");
+    ASSERT_TRUE(std::isfinite(tracked) && std::isfinite(audited));
+    EXPECT_NEAR(audited / tracked, 1.0, 1e-10);
+    const double grayed_at_0 = x_in(read_csv(grayed + "/conditioning.csv"), "0");
+    EXPECT_GT(std::abs(std::log(untouched / grayed_at_0)), 1e-3) << "graying changed nothing the network saw";
+  }
 }
 
 TEST_F(TrainCli, BadInputGivesOneLineErrors) {
@@ -295,7 +299,7 @@ TEST_F(TrainCli, BadInputGivesOneLineErrors) {
   expect_one_line_error(tiny_run(reference_run(*this)), {"already holds checkpoints"});
   expect_one_line_error({"audit", path("missing.safetensors")}, {"missing.safetensors", "no such file"});
   expect_one_line_error({"train", "--optimizer", "sgd", "--out", path("z")}, {"optimizer", "sgd"});
-  expect_one_line_error({"train", "--token-graying", "dct", "--out", path("z")}, {"--token-graying", "dct"});
+  expect_one_line_error({"train", "--token-graying", "fft", "--out", path("z")}, {"--token-graying", "fft"});
   expect_one_line_error({"train", "--tg-eps", "0", "--out", path("z")}, {"--tg-eps", "(0, 1]"});
   EXPECT_FALSE(fs::exists(path("z"))) << "a bad flag value must be rejected before the run directory is made";
   // A bad value typed with --resume is a usage error (2) naming the flag; the checkpoint's own
