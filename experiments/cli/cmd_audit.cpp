@@ -57,6 +57,9 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
   if (fs::is_directory(path)) {
     models::Checkpoint c = models::read_checkpoint(path);
     t.step = c.meta["step"].get<int64_t>();
+    if (c.meta["model"].value("arch", std::string("vit")) != "vit")
+      throw std::runtime_error(path + ": a " + c.meta["model"].value("arch", std::string()) +
+                               " checkpoint; jacond audit analyses ViT blocks (the run's conditioning.csv has its token-matrix κ)");
     t.cfg = models::ViTConfig::from_json(c.meta["model"]);
     t.state = std::move(c.model);
     if (c.meta.contains("train")) {

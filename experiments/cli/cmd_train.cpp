@@ -51,10 +51,10 @@ int run_train(int argc, char** argv) {
   for (const char* g : {"optimizer", "data", "run", "tracking"})
     groups.emplace(g, po::options_description(std::string(g) == "tracking" ? "conditioning tracking" : g));
   models::for_each_train_field(c, [&](const models::TrainField& f, auto& field) {
-    groups.at(f.group).add_options()(f.flag, field_value(f, field), f.help);
+    (std::string(f.group) == "model" ? model : groups.at(f.group)).add_options()(f.flag, field_value(f, field), f.help);
   });
   groups.at("run").add_options()("resume", po::value(&resume), "continue from a checkpoint dir or the newest in a run dir");
-  po::options_description desc("jacond train: a ViT on Fashion-MNIST, checkpoints and conditioning.csv");
+  po::options_description desc("jacond train: a ViT (or the ConvMixer control) on Fashion-MNIST, checkpoints and conditioning.csv");
   desc.add_options()("help,h", "this help");
   desc.add(model);
   for (const char* g : {"optimizer", "data", "run", "tracking"}) desc.add(groups.at(g));

@@ -64,11 +64,17 @@ torch::Tensor dct_matrix(int64_t n) {
 
 namespace {
 
-// D_H X D_Wᵀ (forward) or D_Hᵀ X D_W (inverse) over the last two dimensions, in fp64.
+// D_H X D_Wᵀ (forward) or D_Hᵀ X D_W (inverse) over the last two dimensions, in fp64, as two
+// GEMMs over the whole batch: rows of every image times D_Wᵀ, then D_H times the images' columns
+// side by side. (A broadcast D_H · X over [B, C, H, W] runs B·C small products and measured ~3×
+// slower for a 128-image batch.)
 torch::Tensor dct_sandwich(const torch::Tensor& x, bool inverse) {
-  const torch::Tensor X = x.to(torch::kFloat64);
-  const torch::Tensor Dh = dct_matrix(X.size(-2)).to(X.device()), Dw = dct_matrix(X.size(-1)).to(X.device());
-  return inverse ? torch::matmul(torch::matmul(Dh.t(), X), Dw) : torch::matmul(torch::matmul(Dh, X), Dw.t());
+  const int64_t h = x.size(-2), w = x.size(-1);
+  const torch::Tensor Dh = dct_matrix(h).to(x.device()), Dw = dct_matrix(w).to(x.device());
+  const torch::Tensor rows = x.to(torch::kFloat64).reshape({-1, w}).matmul(inverse ? Dw : Dw.t());  // [N·H, W]
+  const torch::Tensor columns = rows.reshape({-1, h, w}).transpose(0, 1).reshape({h, -1});            // [H, N·W]
+  const torch::Tensor both = (inverse ? Dh.t() : Dh).matmul(columns);
+  return both.reshape({h, -1, w}).transpose(0, 1).reshape(x.sizes());
 }
 
 }  // namespace

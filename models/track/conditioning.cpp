@@ -96,6 +96,34 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
   return out;
 }
 
+const std::vector<std::string>& convmixer_matrix_names() {
+  static const std::vector<std::string> names = {"X_in", "mix_out", "mix_block_out", "block_out"};
+  return names;
+}
+
+std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::Tensor& probe_images,
+                                                const std::vector<std::string>& matrices) {
+  std::vector<ConvMixerImpl::BlockFeatures> features;
+  {
+    torch::NoGradGuard no_grad;
+    const bool was_training = model->is_training();
+    model->eval();
+    model->forward_with_features(probe_images, features);
+    if (was_training) model->train();
+  }
+  std::vector<LayerReport> out;
+  for (int64_t l = 0; l < static_cast<int64_t>(features.size()); ++l) {
+    const auto& f = features[l];
+    const std::pair<const char*, const torch::Tensor*> named[] = {
+        {"X_in", &f.input}, {"mix_out", &f.mix}, {"mix_block_out", &f.mix_with_skip}, {"block_out", &f.output}};
+    for (int64_t m = 0; m < probe_images.size(0); ++m)
+      for (const auto& [name, tensor] : named)
+        if (wanted(matrices, name))
+          out.push_back({m, l, jacond::condition_svd(to_eigen((*tensor)[m]), name)});
+  }
+  return out;
+}
+
 namespace {
 
 // κ over the range of a rank-r product: the r largest singular values.

@@ -28,6 +28,7 @@
 
 #include "analysis/report/block_report.h"
 #include "analysis/spectral/condition.h"
+#include "models/classifier/convmixer.h"
 #include "models/vit/vit.h"
 
 namespace jacond::models {
@@ -54,6 +55,14 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
 /// The same from a state (e.g. a checkpoint) without a live model.
 std::vector<LayerReport> state_conditioning(const TensorMap& state, const ViTConfig& cfg,
                                             const torch::Tensor& probe_images, const TrackOptions& options);
+
+/// The ConvMixer control ("Always Skip Attention" §5): κ of the n × h token matrices of each block
+/// (n pixels of the grid), by the SVD, on the probe images: X_in (the block's input), mix_out (the
+/// spatial mixing M), mix_block_out (X + M, whether or not the block adds it) and block_out (after
+/// the channel mixing). `matrices` empty: all four.
+const std::vector<std::string>& convmixer_matrix_names();
+std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::Tensor& probe_images,
+                                                const std::vector<std::string>& matrices);
 
 /// Weights-only reports of every layer (see the header comment).
 std::vector<LayerReport> data_free_conditioning(const TensorMap& state, const ViTConfig& cfg);

@@ -23,8 +23,43 @@ void require(bool ok, const char* key, const std::string& what) {
 }
 }  // namespace
 
+ConvMixerConfig TrainConfig::convmixer() const {
+  ConvMixerConfig c;
+  c.image_size = model.image_size;
+  c.in_chans = model.in_chans;
+  c.num_classes = model.num_classes;
+  c.dim = model.dim;
+  c.depth = model.depth;
+  c.patch = model.patch;
+  c.kernel = kernel;
+  c.skip = model.skip == SkipKind::kFull;
+  c.seed = seed;
+  return c;
+}
+
+namespace {
+// The tracking set a run gets when --track-matrices is not typed (the ViT's default list): a
+// ConvMixer tracks its four token matrices instead.
+constexpr const char* kVitDefaultTracking = "K_ffn,softmax,attention";
+}  // namespace
+
 void TrainConfig::finalize() {
-  model.validate();
+  require(arch == "vit" || arch == "convmixer", "arch", "must be vit or convmixer, got '" + arch + "'");
+  if (arch == "convmixer") {
+    require(model.skip == SkipKind::kFull || model.skip == SkipKind::kNone, "arch",
+            "convmixer: --skip must be full or none (one residual per block, around the spatial mixing)");
+    require(model.init.scheme == InitScheme::kTimm, "arch",
+            "convmixer: --init ours|mimetic are ViT inits (the ConvMixer uses PyTorch's defaults)");
+    require(kernel >= 1 && kernel % 2 == 1, "kernel", "must be odd and >= 1, got " + std::to_string(kernel));
+    try {
+      convmixer().validate();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("--arch ") + e.what());
+    }
+    if (track_matrices == kVitDefaultTracking) track_matrices = "all";
+  } else {
+    model.validate();
+  }
   const bool soap = optimizer == "soap";
   require(soap || optimizer == "adamw", "optimizer", "must be soap or adamw, got '" + optimizer + "'");
   if (lr < 0) lr = soap ? 3e-3 : 1e-3;
@@ -71,7 +106,10 @@ void TrainConfig::finalize() {
     }
   };
   named("track_method", [&] { parse_kappa_route(track_method); });
-  named("track_matrices", [&] { parse_matrix_list(track_matrices); });
+  named("track_matrices", [&] {
+    if (arch == "convmixer") jacond::parse_matrix_names(track_matrices, convmixer_matrix_names());
+    else parse_matrix_list(track_matrices);
+  });
 }
 
 nlohmann::json TrainConfig::to_json() const {

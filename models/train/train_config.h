@@ -16,12 +16,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/classifier/convmixer.h"
 #include "models/vit/vit.h"
 
 namespace jacond::models {
 
 struct TrainConfig {
   ViTConfig model;
+  // Architecture: "vit" (`model`) or "convmixer", the CNN control of "Always Skip Attention" §5
+  // (models/classifier/convmixer.h), built from model.dim, depth, patch, skip (full | none) and
+  // `kernel`; its parameters are PyTorch's defaults (model.init must be timm, the default).
+  std::string arch = "vit";
+  int64_t kernel = 5;  // convmixer: depthwise kernel size (odd)
   // Optimizer: "soap" or "adamw". Negative values mean "the optimizer's default":
   //   soap  lr 3e-3, betas (0.95, 0.95), eps 1e-8, wd 0.01 (the reference's defaults)
   //   adamw lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0.05
@@ -67,6 +73,9 @@ struct TrainConfig {
   // it with --track-matrices, as run_main does, or read it from `jacond audit` afterwards.
   std::string track_matrices = "K_ffn,softmax,attention";  // comma list or all, see models/track/conditioning.h
 
+  /// The ConvMixer of a convmixer run (from model and kernel, seeded by `seed`).
+  ConvMixerConfig convmixer() const;
+
   /// Resolves the optimizer defaults above and checks every field. Throws std::invalid_argument
   /// naming the flag ("--warmup-steps must be >= 0"); the model's errors come from
   /// ViTConfig::validate.
@@ -86,17 +95,22 @@ struct TrainField {
   };
   const char* key;    // config.json key
   const char* flag;   // `jacond train` flag, without "--"
-  const char* group;  // --help section: optimizer | data | run | tracking
+  const char* group;  // --help section: model | optimizer | data | run | tracking
   const char* help;
   Default shown = Default::kShown;
   bool saved = true;  // false: run control only, not part of config.json (stop_at)
 };
 
 /// Calls visit(row, field) for every TrainConfig field but `model`, in --help order.
+/// Groups: model | optimizer | data | run | tracking.
 /// `Config` is TrainConfig or const TrainConfig.
 template <typename Config, typename Visit>
 void for_each_train_field(Config& c, Visit&& visit) {
   using D = TrainField::Default;
+  // model (beside the ViT's own flags, experiments/cli/cmd_train.cpp)
+  visit(TrainField{"arch", "arch", "model", "vit | convmixer (the CNN control; --dim, --depth, --patch, --skip full|none, --kernel)"},
+        c.arch);
+  visit(TrainField{"kernel", "kernel", "model", "convmixer: depthwise kernel size (odd)"}, c.kernel);
   // optimizer
   visit(TrainField{"optimizer", "optimizer", "optimizer", "soap | adamw"}, c.optimizer);
   visit(TrainField{"lr", "lr", "optimizer", "peak learning rate (soap 3e-3, adamw 1e-3)", D::kOptimizerChosen}, c.lr);

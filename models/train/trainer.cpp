@@ -41,9 +41,9 @@ bool decays(const std::string& name, const torch::Tensor& p) {
 
 class AdamWOptimizer : public TrainOptimizer {
  public:
-  AdamWOptimizer(VisionTransformer& model, const TrainConfig& c) {
+  AdamWOptimizer(torch::nn::Module& model, const TrainConfig& c) {
     std::vector<torch::Tensor> with, without;
-    for (const auto& p : model->named_parameters()) (decays(p.key(), p.value()) ? with : without).push_back(p.value());
+    for (const auto& p : model.named_parameters()) (decays(p.key(), p.value()) ? with : without).push_back(p.value());
     auto opts = [&](double wd) {
       return std::make_unique<torch::optim::AdamWOptions>(
           torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(wd));
@@ -67,10 +67,10 @@ class AdamWOptimizer : public TrainOptimizer {
 
 class SoapOptimizer : public TrainOptimizer {
  public:
-  SoapOptimizer(VisionTransformer& model, const TrainConfig& c) {
+  SoapOptimizer(torch::nn::Module& model, const TrainConfig& c) {
     std::vector<torch::Tensor> params;
     std::vector<bool> decay;
-    for (const auto& p : model->named_parameters()) {
+    for (const auto& p : model.named_parameters()) {
       params.push_back(p.value());
       decay.push_back(decays(p.key(), p.value()));
     }
@@ -97,7 +97,12 @@ class SoapOptimizer : public TrainOptimizer {
 
 }  // namespace
 
-std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& c) {
+std::shared_ptr<ClassifierImpl> make_classifier(const TrainConfig& cfg) {
+  if (cfg.arch == "convmixer") return std::make_shared<ConvMixerImpl>(cfg.convmixer());
+  return std::make_shared<VisionTransformerImpl>(cfg.model);
+}
+
+std::unique_ptr<TrainOptimizer> make_optimizer(torch::nn::Module& model, const TrainConfig& c) {
   if (c.optimizer == "soap") return std::make_unique<SoapOptimizer>(model, c);
   return std::make_unique<AdamWOptimizer>(model, c);
 }
@@ -194,10 +199,10 @@ struct EvalResult {
   double loss = 0, acc = 0;
 };
 
-EvalResult evaluate(VisionTransformer& model, const FashionMnistSplit& split, const TrainConfig& cfg,
+EvalResult evaluate(ClassifierImpl& model, const FashionMnistSplit& split, const TrainConfig& cfg,
                     const torch::Device& device) {
   torch::NoGradGuard no_grad;
-  model->eval();
+  model.eval();
   double loss_sum = 0;
   int64_t correct = 0;
   const int64_t N = split.size(), chunk = 500;
@@ -205,11 +210,11 @@ EvalResult evaluate(VisionTransformer& model, const FashionMnistSplit& split, co
     const int64_t len = std::min(chunk, N - b);
     auto x = model_input(normalize_images(split.images.narrow(0, b, len)), cfg).to(device);
     auto y = split.labels.narrow(0, b, len).to(device);
-    auto logits = model->forward(x);
+    auto logits = model.forward(x);
     loss_sum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();
   }
-  model->train();
+  model.train();
   return {loss_sum / static_cast<double>(N), static_cast<double>(correct) / static_cast<double>(N)};
 }
 
@@ -280,7 +285,7 @@ class TrainingRun {
   const int64_t steps_per_epoch_;  // drops the last partial batch
   const int64_t total_;
   int64_t start_step_ = 0;
-  VisionTransformer model_;
+  std::shared_ptr<ClassifierImpl> model_;  // a VisionTransformerImpl or, with --arch convmixer, a ConvMixerImpl
   std::unique_ptr<TrainOptimizer> optimizer_;
   std::mt19937_64 aug_gen_;
   std::unique_ptr<AppendLog> train_log_, eval_log_, cond_log_;
@@ -308,11 +313,11 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
       steps_per_epoch_(train_split_.size() / cfg_.batch),
       total_(cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * steps_per_epoch_),
       start_step_(resume ? resume->meta.at("step").get<int64_t>() : 0),
-      model_(cfg_.model),
+      model_(make_classifier(cfg_)),
       aug_gen_(layer_seed(cfg_.seed, -2)) {
   check_schedule(resume);
   model_->to(device_);
-  optimizer_ = make_optimizer(model_, cfg_);
+  optimizer_ = make_optimizer(*model_, cfg_);
   restore_or_start(resume);
   write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
   train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
@@ -322,7 +327,8 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
   track_.block.route = parse_kappa_route(cfg_.track_method);
   track_.block.lanczos.max_seconds = cfg_.track_seconds;
   track_.warm = &warm_;
-  track_.matrices = parse_matrix_list(cfg_.track_matrices);
+  track_.matrices = cfg_.arch == "convmixer" ? jacond::parse_matrix_names(cfg_.track_matrices, convmixer_matrix_names())
+                                             : parse_matrix_list(cfg_.track_matrices);
 }
 
 void TrainingRun::check_schedule(const Checkpoint* resume) const {
@@ -400,7 +406,7 @@ void TrainingRun::log_step(int64_t step, int64_t epoch, const StepResult& r, dou
 }
 
 void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
-  last_eval_ = evaluate(model_, test_split_, cfg_, device_);
+  last_eval_ = evaluate(*model_, test_split_, cfg_, device_);
   std::ostringstream row;
   row << step << "," << epoch << "," << format_number(last_eval_.loss) << "," << format_number(last_eval_.acc) << ","
       << format_number(epoch_loss_ / epoch_seen_) << "," << format_number(epoch_correct_ / epoch_seen_);
@@ -412,7 +418,14 @@ void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
 
 void TrainingRun::track_now(int64_t step) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto reports = track_conditioning(model_, probe_, track_);
+  const auto reports = [&] {
+    if (auto vit = std::dynamic_pointer_cast<VisionTransformerImpl>(model_)) {
+      VisionTransformer holder(vit);
+      return track_conditioning(holder, probe_, track_);
+    }
+    ConvMixer holder(std::dynamic_pointer_cast<ConvMixerImpl>(model_));
+    return convmixer_conditioning(holder, probe_, track_.matrices);
+  }();
   for (const auto& r : reports) cond_log_->line(conditioning_csv_row(step, r));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_ << "[track] step " << step << ": " << reports.size() << " reports over " << cfg_.model.depth << " layers in "
@@ -422,7 +435,7 @@ void TrainingRun::track_now(int64_t step) {
 
 void TrainingRun::save(int64_t step, double loss) {
   nlohmann::json meta{{"epoch", (step - 1) / steps_per_epoch_},
-                      {"model", cfg_.model.to_json()},
+                      {"model", cfg_.arch == "convmixer" ? cfg_.convmixer().to_json() : cfg_.model.to_json()},
                       {"train", cfg_.to_json()},
                       {"rng", {{"augment", generator_state(aug_gen_)},
                                {"torch", "manual_seed(layer_seed(seed, step)) before each step"},

@@ -1,4 +1,5 @@
-// The training loop of `jacond train`: a ViT (models/vit/vit.h) on Fashion-MNIST
+// The training loop of `jacond train`: a ViT (models/vit/vit.h), or the ConvMixer control
+// (models/classifier/convmixer.h, --arch convmixer), on Fashion-MNIST
 // (models/data/fashion_mnist.h) with AdamW (LibTorch) or SOAP (models/optim/soap.h), a linear-warmup +
 // cosine learning rate, gradient clipping, per-epoch evaluation, crash-safe checkpoints
 // (models/io/checkpoint.h) and conditioning tracked on a fixed probe batch (models/track/conditioning.h).
@@ -29,6 +30,7 @@
 
 #include "models/io/checkpoint.h"
 #include "models/train/train_config.h"
+#include "models/classifier/convmixer.h"
 #include "models/vit/vit.h"
 
 namespace jacond::models {
@@ -49,7 +51,10 @@ class TrainOptimizer {
 };
 
 /// The optimizer of `cfg` (finalized) over the model's parameters.
-std::unique_ptr<TrainOptimizer> make_optimizer(VisionTransformer& model, const TrainConfig& cfg);
+std::unique_ptr<TrainOptimizer> make_optimizer(torch::nn::Module& model, const TrainConfig& cfg);
+
+/// The model of `cfg` (finalized): cfg.model's ViT, or the ConvMixer of cfg.convmixer().
+std::shared_ptr<ClassifierImpl> make_classifier(const TrainConfig& cfg);
 
 /// Sets cfg.threads for LibTorch and the analysis core, then returns cfg.device ("cpu" | "cuda");
 /// std::runtime_error naming the flag when cuda is asked for and this LibTorch has no CUDA device

@@ -262,35 +262,9 @@ void VisionTransformerImpl::reset_parameters() {
   load_state(fresh);
 }
 
-TensorMap VisionTransformerImpl::state() const {
-  TensorMap out;
-  for (const auto& p : named_parameters()) out[p.key()] = p.value().detach().to(torch::kCPU);
-  return out;
-}
+TensorMap VisionTransformerImpl::state() const { return module_state(*this); }
 
-void VisionTransformerImpl::load_state(const TensorMap& tensors) {
-  torch::NoGradGuard no_grad;
-  std::set<std::string> used;
-  for (auto& p : named_parameters()) {
-    auto it = tensors.find(p.key());
-    if (it == tensors.end()) throw std::invalid_argument("model state: missing tensor '" + p.key() + "'");
-    const at::Tensor& t = it->second;
-    if (!t.defined() || !t.is_floating_point())
-      throw std::invalid_argument("model state: '" + p.key() + "' is not a floating-point tensor");
-    if (t.sizes() != p.value().sizes()) {
-      std::ostringstream os;
-      os << "model state: '" << p.key() << "' has shape " << t.sizes() << ", expected " << p.value().sizes();
-      throw std::invalid_argument(os.str());
-    }
-    if (!torch::isfinite(t).all().item<bool>())
-      throw std::invalid_argument("model state: '" + p.key() + "' contains NaN or inf");
-    p.value().copy_(t.to(p.value().dtype()));
-    used.insert(p.key());
-  }
-  for (const auto& kv : tensors)
-    if (!used.count(kv.first))
-      throw std::invalid_argument("model state: unexpected tensor '" + kv.first + "' (config mismatch?)");
-}
+void VisionTransformerImpl::load_state(const TensorMap& tensors) { load_module_state(*this, tensors); }
 
 // ---------------------------------------------------------------------------------------------
 // Config inference from a timm-named state

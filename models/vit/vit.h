@@ -33,6 +33,7 @@
 #include <torch/torch.h>
 
 #include "analysis/jacobians/block.h"
+#include "models/classifier/classifier.h"
 #include "models/init/init.h"
 #include "models/io/tensor_map.h"
 
@@ -123,20 +124,20 @@ class PatchEmbedImpl : public torch::nn::Module {
 };
 TORCH_MODULE(PatchEmbed);
 
-class VisionTransformerImpl : public torch::nn::Module {
+class VisionTransformerImpl : public ClassifierImpl {
  public:
   explicit VisionTransformerImpl(const ViTConfig& cfg);
   /// images [B, C, H, W] -> logits [B, classes].
-  torch::Tensor forward(const torch::Tensor& images);
+  torch::Tensor forward(const torch::Tensor& images) override;
   /// Logits, and the tokens entering each block ([B, n, d] each, detached) in `block_inputs`.
   torch::Tensor forward_with_block_inputs(const torch::Tensor& images, std::vector<torch::Tensor>& block_inputs);
   /// Re-draws every parameter from cfg.init (and the timm rules above) in place.
   void reset_parameters();
   /// All parameters and buffers by timm name, as float32 CPU tensors sharing storage when possible.
-  TensorMap state() const;
+  TensorMap state() const override;
   /// Copies `tensors` into the parameters (any float dtype). Every parameter must be present
   /// with its shape; unknown keys are an error. Throws one line naming the key.
-  void load_state(const TensorMap& tensors);
+  void load_state(const TensorMap& tensors) override;
   const ViTConfig& config() const { return cfg_; }
 
   PatchEmbed patch_embed{nullptr};

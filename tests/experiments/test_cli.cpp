@@ -906,10 +906,11 @@ TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
 // report to --out: a README.md that says it is quick, links its figure (copied beside it), states
 // the verdicts and the commands that made it. An unknown recipe is usage (2); a step that fails
 // (its --work under a regular file) is one line naming the command (1) and leaves no report.
+// --jobs 2: the training grids (always-skip) run two at a time, the report lists them in order.
 TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
-  for (const std::string name : {"prop1", "moments", "sweep", "training", "audit", "scale"}) {
+  for (const std::string name : {"prop1", "moments", "sweep", "training", "audit", "scale", "always-skip"}) {
     const std::string out = path("report-" + name), work = path("work-" + name);
-    const RunResult r = run({"recipe", name, "--quick", "--out", out, "--work", work});
+    const RunResult r = run({"recipe", name, "--quick", "--jobs", "2", "--out", out, "--work", work});
     ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
     // audit writes an index (README.md) and one page per run: the figures are on the run's page.
     const std::string md = slurp(out + (name == "audit" ? "/quick-run.md" : "/README.md"));
@@ -922,20 +923,26 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
                                                        {"sweep", "sweep_vits_sweep_brackets"},
                                                        {"training", "training_compare"},
                                                        {"audit", "quick-run-data"},
-                                                       {"scale", "scale_bench_lanczos_methods"}};
+                                                       {"scale", "scale_bench_lanczos_methods"},
+                                                       {"always-skip", "skip_ablation_accuracy"}};
     EXPECT_TRUE(contains(md, "](figures/" + figure.at(name) + ".png)")) << md;
     EXPECT_TRUE(is_figure(out + "/figures/" + figure.at(name) + ".png"));
     EXPECT_TRUE(contains(md, "jacond recipe " + name + " --quick")) << md;
     const std::map<std::string, std::string> command = {{"sweep", "sweep"}, {"training", "train"}, {"audit", "audit"},
-                                                         {"scale", "bench lanczos"}};
+                                                         {"scale", "bench lanczos"}, {"always-skip", "train --skip no-sab-skip"}};
     EXPECT_TRUE(contains(md, "jacond " + (command.count(name) ? command.at(name) : "verify " + name))) << md;
     if (name == "scale") {  // every interval checked against the exact κ of the same matrix, and no GPU number
       EXPECT_TRUE(contains(md, "Every bracket contains the dense κ.")) << md;
       EXPECT_TRUE(contains(md, "Every certified and matrix-free interval contains the exact κ.")) << md;
       EXPECT_TRUE(contains(md, "no GPU number")) << md;
     }
-    if (name == "prop1") {
+    if (name == "prop1" || name == "always-skip") {
       EXPECT_TRUE(contains(md, "| PASS |")) << md;
+    }
+    if (name == "always-skip") {  // the grid's commands in the order given, though two ran at a time
+      const size_t full = md.find("train --skip full"), none = md.find("train --skip none"), dct = md.find("--token-graying dct");
+      EXPECT_TRUE(full < none && none < dct && dct != std::string::npos) << md;
+      EXPECT_TRUE(is_figure(out + "/figures/skip_ablation_kappa.png") && is_figure(out + "/figures/eps_ablation.png"));
     }
     EXPECT_FALSE(contains(md, "| FAIL |")) << md;
     EXPECT_TRUE(contains(r.out, "wrote " + out + "/README.md")) << r.out;

@@ -26,7 +26,8 @@ json every_field_changed() {
           {"batch", 64}, {"steps", 99}, {"epochs", 4}, {"threads", 3}, {"seed", 17}, {"device", "cuda"},
           {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13},
           {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5},
-          {"track_matrices", "K_sa,softmax"}, {"token_graying", "svd"}, {"tg_eps", 0.6}};
+          {"track_matrices", "mix_out,block_out"}, {"token_graying", "svd"}, {"tg_eps", 0.6}, {"arch", "convmixer"},
+          {"kernel", 3}};  // a ConvMixer run: its own tracking names
 }
 
 TEST(TrainConfig, EveryFieldRoundTripsThroughConfigJson) {
@@ -52,8 +53,8 @@ TEST(TrainConfig, FlagsAndKeysAreSpelledOnce) {
     keys.insert(f.key);
     flags.insert(f.flag);
     unsaved += !f.saved;
-    EXPECT_TRUE(std::string(f.group) == "optimizer" || std::string(f.group) == "data" || std::string(f.group) == "run" ||
-                std::string(f.group) == "tracking")
+    EXPECT_TRUE(std::string(f.group) == "model" || std::string(f.group) == "optimizer" || std::string(f.group) == "data" ||
+                std::string(f.group) == "run" || std::string(f.group) == "tracking")
         << f.group;
   });
   EXPECT_EQ(keys.size(), static_cast<size_t>(rows));
@@ -114,12 +115,23 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
       {"checkpoint_every", -1, "--checkpoint-every"}, {"keep", -1, "--keep"}, {"track_every", -1, "--track-every"},
       {"probe_size", 0, "--probe-size"}, {"track_seconds", 0.0, "--track-seconds"},
       {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},
+      {"arch", "resnet", "--arch"}, {"token_graying", "fft", "--token-graying"}, {"tg_eps", 0.0, "--tg-eps"},
   };
   for (const BadValue& b : cases) {
     const std::string m = jacond::test::error_message([&] { TrainConfig::from_json(json{{b.key, b.value}}); });
     EXPECT_EQ(m.rfind(std::string(b.flag) + " ", 0) == 0 || m.rfind(std::string(b.flag) + ":", 0) == 0, true)
         << b.key << ": '" << m << "' does not start with " << b.flag;
   }
+  // A ConvMixer's own checks (kernel, skip, init, tracking names) name their flags too.
+  const std::string kernel = jacond::test::error_message([] { TrainConfig::from_json(json{{"arch", "convmixer"}, {"kernel", 4}}); });
+  EXPECT_EQ(kernel.rfind("--kernel ", 0), 0u) << kernel;
+  const std::string names = jacond::test::error_message(
+      [] { TrainConfig::from_json(json{{"arch", "convmixer"}, {"track_matrices", "K_sa"}}); });
+  EXPECT_EQ(names.rfind("--track-matrices: ", 0), 0u) << names;
+  TrainConfig sab;
+  sab.arch = "convmixer";
+  sab.model.skip = jacond::models::SkipKind::kSab;
+  EXPECT_EQ(jacond::test::error_message([&] { sab.finalize(); }).rfind("--arch convmixer: --skip must be full or none", 0), 0u);
   TrainConfig stop;
   stop.stop_at = -1;
   EXPECT_EQ(jacond::test::error_message([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);

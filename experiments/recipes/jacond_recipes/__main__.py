@@ -1,4 +1,4 @@
-"""jacond recipe NAME [--quick] [--out DIR] [--work DIR] [--threads N]: exit 0, 1 (a step failed), 2 (usage)."""
+"""jacond recipe NAME [--quick] [--out DIR] [--work DIR] [--threads N] [--jobs J]: exit 0, 1 (a step failed), 2 (usage)."""
 
 import argparse
 import os
@@ -6,10 +6,10 @@ import sys
 
 from jacond_plots import PlotError
 
-from . import audit, depth, main, moments, prop1, prop2, scale, sweep, training
+from . import always_skip, audit, depth, main, moments, prop1, prop2, scale, sweep, training
 from .common import Recipe, RecipeError
 
-RECIPES = {module.NAME: module for module in (prop1, prop2, moments, sweep, depth, training, audit, scale, main)}
+RECIPES = {module.NAME: module for module in (prop1, prop2, moments, sweep, depth, training, audit, scale, always_skip, main)}
 
 
 def main(argv=None):
@@ -20,17 +20,19 @@ def main(argv=None):
     parser.add_argument("--out", help="report directory (default reports/NAME)")
     parser.add_argument("--work", help="data directory (default results/recipes/NAME)")
     parser.add_argument("--threads", type=int, default=2, help="threads for every jacond command (default 2)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="independent runs (training grids) at once, each with --threads (default 1)")
     parser.add_argument("--reuse", action="store_true",
                         help="skip a data command whose --out already holds its output (to iterate on a report's text)")
     args = parser.parse_args(argv)
     if args.name not in RECIPES:
         print(f"jacond recipe: error: unknown recipe '{args.name}' ({' | '.join(RECIPES)})", file=sys.stderr)
         return 2
-    if args.threads < 1:
-        print("jacond recipe: error: --threads must be >= 1", file=sys.stderr)
+    if args.threads < 1 or args.jobs < 1:
+        print("jacond recipe: error: --threads and --jobs must be >= 1", file=sys.stderr)
         return 2
     recipe = Recipe(args.name, args.out or os.path.join("reports", args.name),
-                    args.work or os.path.join("results", "recipes", args.name), args.quick, args.threads, args.reuse)
+                    args.work or os.path.join("results", "recipes", args.name), args.quick, args.threads, args.reuse, args.jobs)
     try:
         RECIPES[args.name].run(recipe)
     except (RecipeError, PlotError) as e:

@@ -1,11 +1,13 @@
 """What every recipe shares: running jacond, drawing, and writing the report atomically."""
 
+import concurrent.futures
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 
@@ -50,8 +52,10 @@ class Report:
 class Recipe:
     """The context of one recipe run: the jacond binary, where data and the report go, --quick."""
 
-    def __init__(self, name, out_dir, work_dir, quick, threads, reuse=False):
+    def __init__(self, name, out_dir, work_dir, quick, threads, reuse=False, jobs=1):
         self.name = name
+        self.jobs = jobs  # --jobs: commands run_many may run at once (each with --threads of its own)
+        self._print_lock = threading.Lock()
         self.reuse = reuse  # --reuse: keep data a previous run of the same commands wrote (iterate on a report's text)
         self.out_dir = out_dir
         self.work_dir = work_dir
@@ -69,18 +73,38 @@ class Recipe:
         in `accept` (`jacond block --method lanczos` exits 3 when a bracket did not converge, which a
         recipe reporting that status accepts)."""
         argv = ["jacond", *[str(a) for a in args]]
+        self.commands.append(shlex.join(argv))
+        return self._execute(argv, accept, stream=True)
+
+    def run_many(self, commands):
+        """Runs independent `jacond` commands (lists of arguments), up to --jobs at a time; each one's
+        output is printed whole when it ends (not interleaved), and the commands are listed in the
+        report in the order given. The first failure is raised once the running ones have ended."""
+        argvs = [["jacond", *[str(a) for a in args]] for args in commands]
+        self.commands += [shlex.join(argv) for argv in argvs]
+        if self.jobs <= 1:
+            return [self._execute(argv, (0,), stream=True) for argv in argvs]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(self._execute, argv, (0,), False) for argv in argvs]
+            return [f.result() for f in futures]
+
+    def _execute(self, argv, accept, stream):
         shown = shlex.join(argv)
-        self.commands.append(shown)
         if self.reuse and self.has_output(argv):
             print(f"$ {shown}   (--reuse: its output is there)", flush=True)
             return ""
-        print(f"$ {shown}", flush=True)
+        if stream:
+            print(f"$ {shown}", flush=True)
         lines = []
         with subprocess.Popen([self.jacond, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               bufsize=1) as child:
             for line in child.stdout:
                 lines.append(line)
-                print("    " + line, end="", flush=True)
+                if stream:
+                    print("    " + line, end="", flush=True)
+        if not stream:
+            with self._print_lock:
+                print(f"$ {shown}\n" + "".join("    " + line for line in lines), end="", flush=True)
         if child.returncode not in accept:
             tail = [line.strip() for line in lines if line.strip()][-1:] or ["(no output)"]
             raise RecipeError(f"`{shown}` exited {child.returncode}: {tail[0]}")

@@ -1,0 +1,150 @@
+"""Figures of `jacond recipe always-skip` ("Always Skip Attention", ICCV 2025) from its training runs.
+
+The paper reads conditioning off the token matrices each sub-block *outputs*: the self-attention
+block's output is X + SA(LN₁X) when the block keeps its skip and SA(LN₁X) when it does not, and the
+same for the FFN block. `sub_block_kappa` picks, per run, the matrix the network actually passes on
+(SAB_out or SA_out, FFN_block_out or FFN_out of the run's conditioning.csv; docs/design.md §7a) and
+summarises ln κ (natural log, as the paper's tables) per step as the median over probe images and
+layers.
+
+    skip_ablation(runs, out_dir)   bars of final test accuracy per skip mode, one group per
+                                   (init, optimizer) and per ConvMixer control; and ln κ of the
+                                   SAB and FFN outputs over training, one line per skip mode
+    eps_ablation(table, out_dir)   Token Graying: test accuracy, ln κ_in and ln κ_out against ε
+                                   for SVD-TG and DCT-TG, the ungrayed seeds' spread as a band
+"""
+
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from .common import PlotError, plotted_kappa, read_csv, require_columns, save
+from .training import run_config
+
+SKIP_COLOURS = {"full": "#1f77b4", "no-ffn-skip": "#2ca02c", "no-sab-skip": "#d62728", "none": "#7f7f7f"}
+SKIP_LABELS = {"full": "full", "no-ffn-skip": "w/o FFN skip", "no-sab-skip": "w/o SAB skip", "none": "no skips"}
+GRAYING_COLOURS = {"svd": "#9467bd", "dct": "#ff7f0e"}
+# "Always Skip Attention" ε ablation (ViT-B, ImageNet, SVD-TG): ε → ln κ_in, ln κ_out.
+PAPER_EPS = {1.0: {"ln_kappa_in": 6.72, "ln_kappa_out": 6.74}, 0.9: {"ln_kappa_in": 6.64, "ln_kappa_out": 6.66},
+             0.7: {"ln_kappa_in": 6.15, "ln_kappa_out": 6.17}, 0.6: {"ln_kappa_in": 5.73, "ln_kappa_out": 5.71},
+             0.5: {"ln_kappa_in": 5.29, "ln_kappa_out": 5.25}}
+
+
+def outputs_passed_on(skip):
+    """(the SAB's output matrix, the FFN block's output matrix) as the network computes them."""
+    sab = "SAB_out" if skip in ("full", "no-ffn-skip", "rezero") else "SA_out"
+    ffn = "FFN_block_out" if skip in ("full", "no-sab-skip", "rezero") else "FFN_out"
+    return sab, ffn
+
+
+def sub_block_kappa(directory, layer=None):
+    """Per tracked step: ln κ of the SAB's and the FFN block's outputs (columns sab, ffn), the
+    median over probe images and layers (or at one `layer`), and of the first block's input tokens
+    (x_in, layer 0) and the last block's output (out). Singular matrices count at κ_lo."""
+    path = os.path.join(directory, "conditioning.csv")
+    cond = read_csv(path)
+    require_columns(cond, path, ["step", "probe", "layer", "matrix", "kappa", "kappa_lo"])
+    skip = run_config(directory).get("model", {}).get("skip", "full")
+    sab, ffn = outputs_passed_on(skip)
+    cond = cond.assign(ln_kappa=np.log(plotted_kappa(cond)))
+    last = cond["layer"].max()
+    pick = cond if layer is None else cond[cond["layer"] == layer]
+    columns = {
+        "sab": pick[pick["matrix"] == sab].groupby("step")["ln_kappa"].median(),
+        "ffn": pick[pick["matrix"] == ffn].groupby("step")["ln_kappa"].median(),
+        "x_in": cond[(cond["matrix"] == "X_in") & (cond["layer"] == 0)].groupby("step")["ln_kappa"].median(),
+        "out": cond[(cond["matrix"] == ffn) & (cond["layer"] == last)].groupby("step")["ln_kappa"].median(),
+    }
+    table = pd.DataFrame(columns)
+    if table.empty or table[["sab", "ffn"]].isna().all().all():
+        raise PlotError(f"{path}: no {sab}/{ffn} rows (was the run tracked with --track-matrices {sab},{ffn}?)")
+    return table
+
+
+def final_accuracy(directory):
+    """Test accuracy (%) at the run's last evaluation."""
+    path = os.path.join(directory, "eval.csv")
+    ev = read_csv(path)
+    require_columns(ev, path, ["step", "test_acc"])
+    return 100 * float(ev.sort_values("step")["test_acc"].iloc[-1])
+
+
+def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
+    """`runs`: {(skip, init, optimizer): ViT run directory}; `controls`: {(skip, "ConvMixer",
+    optimizer): run directory} of the CNN control, drawn as more groups of accuracy bars. Two
+    figures: skip_ablation_accuracy and skip_ablation_kappa (ln κ of the ViTs' SAB and FFN outputs
+    over training, one column per (init, optimizer))."""
+    groups = sorted({(init, opt) for _, init, opt in runs}, key=lambda g: (g[1], g[0]))
+    skips = [s for s in SKIP_LABELS if any(k[0] == s for k in runs)]
+    bar_groups = groups + sorted({(arch, opt) for _, arch, opt in (controls or {})}, key=lambda g: g[1])
+    runs_and_controls = {**runs, **(controls or {})}
+    fig, ax = plt.subplots(figsize=(8.5 + 1.2 * (len(bar_groups) - len(groups)), 4.2))
+    width = 0.8 / max(1, len(skips))
+    for i, skip in enumerate(skips):
+        heights = [final_accuracy(runs_and_controls[(skip, init, opt)]) if (skip, init, opt) in runs_and_controls
+                   else np.nan for init, opt in bar_groups]
+        x = np.arange(len(bar_groups)) + (i - (len(skips) - 1) / 2) * width
+        bars = ax.bar(x, heights, width, color=SKIP_COLOURS[skip], label=SKIP_LABELS[skip])
+        ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
+    ax.set_xticks(np.arange(len(bar_groups)), [f"{init}, {opt}" for init, opt in bar_groups], fontsize=8)
+    ax.set_xlabel("ViT init, optimizer" + ("; the ConvMixer control (one skip per block: full or none)" if controls else ""))
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(ncol=len(skips), fontsize=8, loc="lower center")
+    ax.set_title("Skip ablation on Fashion-MNIST (paper, ViT-Tiny CIFAR-10: full 92, w/o FFN skip 90, w/o SAB skip 70;"
+                 " ConvMixer ±0.2)", fontsize=9)
+    fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    paths = save(fig, out_dir, "skip_ablation_accuracy", formats)
+
+    fig, axes = plt.subplots(2, len(groups), figsize=(3.4 * len(groups), 6.0), sharex=True, sharey="row", squeeze=False)
+    for j, (init, opt) in enumerate(groups):
+        for skip in skips:
+            if (skip, init, opt) not in runs:
+                continue
+            t = sub_block_kappa(runs[(skip, init, opt)])
+            for row, column in enumerate(["sab", "ffn"]):
+                axes[row][j].plot(t.index, t[column], marker=".", color=SKIP_COLOURS[skip], label=SKIP_LABELS[skip])
+        axes[0][j].set_title(f"{init}, {opt}", fontsize=9)
+        axes[1][j].set_xlabel("training step")
+    for row, what in enumerate(["SAB output", "FFN block output"]):
+        axes[row][0].set_ylabel(f"ln κ({what})\n(median over probes, layers)")
+        for ax in axes[row]:
+            for level in (3, 6):  # the paper's e³ (with the SAB skip) and e⁶ (without)
+                ax.axhline(level, color="black", lw=0.6, ls=":", label="paper: e³, e⁶" if level == 3 else None)
+    axes[0][0].legend(fontsize=7)
+    fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return paths + save(fig, out_dir, "skip_ablation_kappa", formats)
+
+
+def eps_ablation(table, out_dir, formats=("png",), command=""):
+    """`table`: one row per run with graying (none | svd | dct), eps, accuracy, ln_kappa_in,
+    ln_kappa_out; the graying == none rows (ε = 1, several seeds) give the band."""
+    base = table[table["graying"] == "none"]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for ax, column, label in zip(axes, ["accuracy", "ln_kappa_in", "ln_kappa_out"],
+                                 ["final test accuracy (%)", "ln κ_in (first block's input tokens)",
+                                  "ln κ_out (last block's output tokens)"]):
+        if len(base):
+            ax.axhspan(base[column].min(), base[column].max(), color="#cccccc", alpha=0.6,
+                       label=f"no graying, {len(base)} seeds (min-max)")
+        for graying, g in table[table["graying"] != "none"].groupby("graying"):
+            g = pd.concat([g, base.assign(graying=graying).head(1)]).sort_values("eps")  # ε = 1: seed 0's baseline
+            ax.plot(g["eps"], g[column], marker="o", color=GRAYING_COLOURS.get(graying, "black"), label=f"{graying}-TG")
+        if column != "accuracy":  # the paper's ViT-B values (its accuracies are on another scale: ImageNet)
+            eps = sorted(PAPER_EPS)
+            ax.plot(eps, [PAPER_EPS[e][column] for e in eps], ls="--", marker="x", color="black",
+                    label="paper, ViT-B ImageNet, SVD-TG")
+            ax.legend(fontsize=7)
+        ax.set_xlabel("ε (Token Graying exponent)")
+        ax.set_ylabel(label)
+        ax.invert_xaxis()
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Token Graying ε ablation (paper, ViT-B ImageNet SVD-TG: acc 81.0 → 81.4 at ε 0.6–0.7; "
+                 "ln κ_in 6.72 → 5.29 at ε 0.5)", fontsize=9)
+    fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
+    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    return save(fig, out_dir, "eps_ablation", formats)
