@@ -18,7 +18,8 @@
 //                moves to the device) over the time without; "Always Skip Attention" reports
 //                ≈ 6.3× for SVD-TG and +1.2 % for DCT-TG on ViT-B/ImageNet. The graying call alone
 //                is timed too, per batch and as a share of the plain step (two noisy step times'
-//                ratio cannot resolve a few per cent).
+//                ratio cannot resolve a few per cent), and per image at ViT-B/16's ImageNet size
+//                (3 × 224 × 224, a 196 × 768 patch matrix).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -66,7 +67,7 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   StepTiming t;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     const auto t0 = Clock::now();
-    const auto x = models::token_graying(images, graying, cfg.tg_eps).to(device);
+    const auto x = models::token_graying(images, graying, cfg.tg_eps, cfg.model.patch).to(device);
     const double graying_s = since(t0);
     opt->zero_grad();
     auto loss = torch::cross_entropy_loss(model->forward(x), y);
@@ -111,16 +112,17 @@ TrackTiming time_tracking(const models::TrainConfig& cfg, const std::string& mat
   return t;
 }
 
-// Seconds per image of one Token Graying call on `count` random fp32 images of `shape` [C, H, W]
-// (the median of `reps` calls after one untimed call).
-double graying_seconds_per_image(const std::string& mode, int64_t count, int64_t c, int64_t h, int64_t w, double eps, int reps) {
+// Seconds per image of one Token Graying call on `count` random fp32 images [C, H, W] with patch
+// size `patch` (the median of `reps` calls after one untimed call).
+double graying_seconds_per_image(const std::string& mode, int64_t count, int64_t c, int64_t h, int64_t w, int64_t patch,
+                                 double eps, int reps) {
   const auto images = torch::randn({count, c, h, w}, at::detail::createCPUGenerator(3));
   const models::TokenGraying graying = models::parse_token_graying(mode);
-  (void)models::token_graying(images, graying, eps);
+  (void)models::token_graying(images, graying, eps, patch);
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
-    (void)models::token_graying(images, graying, eps);
+    (void)models::token_graying(images, graying, eps, patch);
     t.push_back(since(t0) / static_cast<double>(count));
   }
   std::sort(t.begin(), t.end());
@@ -250,10 +252,10 @@ int run_bench_train(int argc, char** argv) {
   // The paper's sizes: ImageNet images, 3 × 224 × 224, where the SVD's cost shows.
   std::map<std::string, std::pair<double, double>> per_image;  // mode → (28 × 28, 3 × 224 × 224) seconds
   for (const std::string& m : tg_list) {
-    per_image[m] = {graying_seconds_per_image(m, cfg.batch, 1, 28, 28, cfg.tg_eps, 9),
-                    graying_seconds_per_image(m, 8, 3, 224, 224, cfg.tg_eps, 3)};
-    std::cout << std::setprecision(3) << m << "-TG alone per image: " << 1e6 * per_image[m].first << " us at 1x28x28, "
-              << 1e3 * per_image[m].second << " ms at 3x224x224\n" << std::defaultfloat;
+    per_image[m] = {graying_seconds_per_image(m, cfg.batch, 1, 28, 28, cfg.model.patch, cfg.tg_eps, 9),
+                    graying_seconds_per_image(m, 8, 3, 224, 224, 16, cfg.tg_eps, 3)};  // ViT-B/16: 196 × 768 patches
+    std::cout << std::setprecision(3) << m << "-TG alone per image: " << 1e6 * per_image[m].first << " us at 1x28x28 (patch "
+              << cfg.model.patch << "), " << 1e3 * per_image[m].second << " ms at 3x224x224 (patch 16)\n" << std::defaultfloat;
   }
   if (per_image.count("svd") && per_image.count("dct"))
     std::cout << std::setprecision(3) << "svd-TG / dct-TG time per image: " << per_image["svd"].first / per_image["dct"].first

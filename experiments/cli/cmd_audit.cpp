@@ -160,7 +160,7 @@ int run_audit(int argc, char** argv) {
       if (!test) test = models::load_fashion_mnist(data_dir, "test");
       const int64_t m = probe_size > 0 ? probe_size : t.probe_size;
       const torch::Tensor probe = models::token_graying(models::normalize_images(test->images.narrow(0, 0, m)),
-                                                        models::parse_token_graying(t.token_graying), t.tg_eps);
+                                                        models::parse_token_graying(t.token_graying), t.tg_eps, t.cfg.patch);
       reports = models::state_conditioning(t.state, t.cfg, probe, opts);
     }
     std::cout << "== " << path << " (step " << t.step << ", d=" << t.cfg.dim << " depth=" << t.cfg.depth

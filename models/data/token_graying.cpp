@@ -99,13 +99,27 @@ torch::Tensor dct_token_graying(const torch::Tensor& images, double eps) {
   return idct2(a * C * b).to(images.scalar_type());
 }
 
-torch::Tensor token_graying(const torch::Tensor& images, TokenGraying mode, double eps) {
-  switch (mode) {
-    case TokenGraying::kNone: return images;
-    case TokenGraying::kSvd: return svd_token_graying(images, eps);
-    case TokenGraying::kDct: return dct_token_graying(images, eps);
-  }
-  return images;
+torch::Tensor patchify(const torch::Tensor& images, int64_t patch) {
+  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  if (patch < 1 || H % patch != 0 || W % patch != 0)
+    throw std::invalid_argument("token graying: patch " + std::to_string(patch) + " does not divide the image");
+  return images.reshape({B, C, H / patch, patch, W / patch, patch})
+      .permute({0, 2, 4, 1, 3, 5})  // [B, H/p, W/p, C, p, p]
+      .reshape({B, (H / patch) * (W / patch), C * patch * patch});
+}
+
+torch::Tensor unpatchify(const torch::Tensor& patches, int64_t channels, int64_t height, int64_t width, int64_t patch) {
+  const int64_t B = patches.size(0);
+  return patches.reshape({B, height / patch, width / patch, channels, patch, patch})
+      .permute({0, 3, 1, 4, 2, 5})  // [B, C, H/p, p, W/p, p]
+      .reshape({B, channels, height, width});
+}
+
+torch::Tensor token_graying(const torch::Tensor& images, TokenGraying mode, double eps, int64_t patch) {
+  if (mode == TokenGraying::kNone) return images;
+  const torch::Tensor P = patchify(images, patch);
+  const torch::Tensor grayed = mode == TokenGraying::kSvd ? svd_token_graying(P, eps) : dct_token_graying(P, eps);
+  return unpatchify(grayed, images.size(1), images.size(2), images.size(3), patch);
 }
 
 }  // namespace jacond::models

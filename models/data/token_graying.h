@@ -1,7 +1,14 @@
 // Token Graying ("Always Skip Attention", Ji et al. ICCV 2025, §5): condition the input image
 // before the patch embedding, so the tokens the first block sees are better conditioned.
 //
-// SVD-TG. Per image and channel X ∈ R^{H×W} with SVD X = U Σ Vᵀ:
+// Which matrix. The paper grays "the token matrix X" (n × d, SVD cost O(nd·min(n, d))) "prior to
+// patch embedding": the matrix of the image's patches, one row per patch (n = (H/p)(W/p) rows of
+// C·p² pixels, flattened in (C, p, p) order as the patch embedding's weight). That is what
+// token_graying() grays, so the patch embedding (linear in that matrix) receives tokens whose
+// pixel matrix has κ^ε. (Graying each channel as an H × W matrix, which we did first, does not
+// lower κ of the tokens the first block sees: measured, ln κ(X_in) went up at init.)
+//
+// SVD-TG. Per patch matrix X with SVD X = U Σ Vᵀ:
 //     TG(X) = σ_max · U (Σ/σ_max)^ε Vᵀ,        ε ∈ (0, 1]
 // The paper writes U (Σ/σ_max)^ε Vᵀ; the factor σ_max keeps the image's scale (its largest
 // singular value), so ε = 1 is the identity and the network sees inputs of the usual magnitude.
@@ -29,13 +36,15 @@
 //    small GEMMs per side per image (O(HW(H + W)); at 28 × 28 a matrix DCT beats an FFT).
 // What it does not do: reach SVD-TG's κ. Where the DCT basis is not the singular basis, energy of
 // large singular values leaks into every frequency, so the weakest frequencies are not as weak as
-// σ_min and get less amplification. Measured on the first 200 normalised Fashion-MNIST test images
-// (median ln κ over the nonzero singular values, 5.98 ungrayed), ε = 0.9 / 0.7 / 0.5 give
-// 5.72 / 5.21 / 4.72 (SVD-TG: 5.38 / 4.18 / 2.99); κ drops for every one of the 200 images, and
-// DCT-TG saturates near ln κ ≈ 3.95 as ε → 0, where SVD-TG goes to 0.
-// Both act on float [B, C, H, W] batches (computed in fp64, returned in the input's dtype) and on
-// every batch the network sees: training (after augmentation), evaluation, the tracking probe and
-// `jacond audit`'s probe.
+// σ_min and get less amplification. Measured on the patch matrices (p = 4: 49 × 16) of the first
+// 200 normalised Fashion-MNIST test images (median ln κ over the nonzero singular values, 4.62
+// ungrayed), ε = 0.9 / 0.7 / 0.5 give 4.38 / 3.93 / 3.51 (SVD-TG: 4.16 / 3.23 / 2.31), and κ drops
+// for every one of the 200.
+//
+// svd_/dct_token_graying act on the last two dimensions of any batch of matrices (computed in fp64,
+// returned in the input's dtype); token_graying() applies one to the patch matrices of a float
+// [B, C, H, W] image batch, for every batch the network sees: training (after augmentation),
+// evaluation, the tracking probe and `jacond audit`'s probe.
 #pragma once
 
 #include <string>
@@ -56,11 +65,18 @@ torch::Tensor dct_matrix(int64_t n);
 torch::Tensor dct2(const torch::Tensor& x);
 torch::Tensor idct2(const torch::Tensor& x);
 
-/// SVD-TG and DCT-TG as above; eps in (0, 1] (std::invalid_argument otherwise). An all-zero
-/// image or channel is returned unchanged.
-torch::Tensor svd_token_graying(const torch::Tensor& images, double eps);
-torch::Tensor dct_token_graying(const torch::Tensor& images, double eps);
-/// The mode's transform (kNone: `images` itself).
-torch::Tensor token_graying(const torch::Tensor& images, TokenGraying mode, double eps);
+/// SVD-TG and DCT-TG as above on the last two dimensions; eps in (0, 1] (std::invalid_argument
+/// otherwise). An all-zero matrix is returned unchanged.
+torch::Tensor svd_token_graying(const torch::Tensor& matrices, double eps);
+torch::Tensor dct_token_graying(const torch::Tensor& matrices, double eps);
+
+/// [B, C, H, W] -> [B, n, C·p·p]: row i is patch i of the grid (row-major), flattened in (C, p, p)
+/// order, so conv2d(images, W, stride p) = patchify(images) · W.view(d, -1)ᵀ. p must divide H and W.
+torch::Tensor patchify(const torch::Tensor& images, int64_t patch);
+/// The inverse: [B, n, C·p·p] -> [B, C, H, W].
+torch::Tensor unpatchify(const torch::Tensor& patches, int64_t channels, int64_t height, int64_t width, int64_t patch);
+/// The run's Token Graying of an image batch: each image's patch matrix grayed by `mode`, the pixels
+/// put back (kNone: `images` itself).
+torch::Tensor token_graying(const torch::Tensor& images, TokenGraying mode, double eps, int64_t patch);
 
 }  // namespace jacond::models

@@ -190,9 +190,10 @@ std::string format_duration(double seconds) {
 }
 
 // What the network sees: normalised (and, in training, augmented) images after the run's Token
-// Graying; the same for training batches, evaluation and the tracking probe.
+// Graying of their patch matrices (the model's patch size); the same for training batches,
+// evaluation and the tracking probe.
 torch::Tensor model_input(const torch::Tensor& images, const TrainConfig& cfg) {
-  return token_graying(images, parse_token_graying(cfg.token_graying), cfg.tg_eps);
+  return token_graying(images, parse_token_graying(cfg.token_graying), cfg.tg_eps, cfg.model.patch);
 }
 
 struct EvalResult {

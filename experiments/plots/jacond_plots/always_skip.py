@@ -41,17 +41,22 @@ def outputs_passed_on(skip):
 
 def sub_block_kappa(directory, layer=None):
     """Per tracked step: ln κ of the SAB's and the FFN block's outputs (columns sab, ffn), the
-    median over probe images and layers (or at one `layer`), and of the first block's input tokens
-    (x_in, layer 0) and the last block's output (out). Singular matrices count at κ_lo."""
+    median over probe images and layers (or at one `layer`), with the share of those reports that
+    are singular (sab_singular, ffn_singular: σ_min under the fp64 noise floor, a rank collapse),
+    and of the first block's input tokens (x_in, layer 0) and the last block's output (out).
+    Singular matrices count at κ_lo."""
     path = os.path.join(directory, "conditioning.csv")
     cond = read_csv(path)
     require_columns(cond, path, ["step", "probe", "layer", "matrix", "kappa", "kappa_lo"])
     skip = run_config(directory).get("model", {}).get("skip", "full")
     sab, ffn = outputs_passed_on(skip)
-    cond = cond.assign(ln_kappa=np.log(plotted_kappa(cond)))
+    cond = cond.assign(ln_kappa=np.log(plotted_kappa(cond)),
+                       singular=cond["status"] == "singular" if "status" in cond.columns else False)
     last = cond["layer"].max()
     pick = cond if layer is None else cond[cond["layer"] == layer]
     columns = {
+        "sab_singular": pick[pick["matrix"] == sab].groupby("step")["singular"].mean(),
+        "ffn_singular": pick[pick["matrix"] == ffn].groupby("step")["singular"].mean(),
         "sab": pick[pick["matrix"] == sab].groupby("step")["ln_kappa"].median(),
         "ffn": pick[pick["matrix"] == ffn].groupby("step")["ln_kappa"].median(),
         "x_in": cond[(cond["matrix"] == "X_in") & (cond["layer"] == 0)].groupby("step")["ln_kappa"].median(),
@@ -115,8 +120,10 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
             for level in (3, 6):  # the paper's e³ (with the SAB skip) and e⁶ (without)
                 ax.axhline(level, color="black", lw=0.6, ls=":", label="paper: e³, e⁶" if level == 3 else None)
     axes[0][0].legend(fontsize=7)
+    fig.suptitle("κ of the token matrices the sub-blocks pass on (ln κ ≈ 32: singular in fp64, a rank collapse, "
+                 "drawn at its lower bound)", fontsize=9)
     fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.tight_layout(rect=(0, 0.03, 1, 0.96))
     return paths + save(fig, out_dir, "skip_ablation_kappa", formats)
 
 
@@ -132,7 +139,7 @@ def eps_ablation(table, out_dir, formats=("png",), command=""):
             ax.axhspan(base[column].min(), base[column].max(), color="#cccccc", alpha=0.6,
                        label=f"no graying, {len(base)} seeds (min-max)")
         for graying, g in table[table["graying"] != "none"].groupby("graying"):
-            g = pd.concat([g, base.assign(graying=graying).head(1)]).sort_values("eps")  # ε = 1: seed 0's baseline
+            g = pd.concat([g, base[base["seed"] == 0].assign(graying=graying)]).sort_values("eps")  # ε = 1: seed 0
             ax.plot(g["eps"], g[column], marker="o", color=GRAYING_COLOURS.get(graying, "black"), label=f"{graying}-TG")
         if column != "accuracy":  # the paper's ViT-B values (its accuracies are on another scale: ImageNet)
             eps = sorted(PAPER_EPS)

@@ -19,7 +19,10 @@ from .common import PlotError, caption, has_rows, kappa_scale, plotted_kappa, re
 
 EVAL_COLUMNS = ["step", "test_loss", "test_acc", "train_loss", "train_acc"]
 CONDITIONING_COLUMNS = ["step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
-MATRIX_ORDER = ["K_sa", "K_sab", "B_sa", "E_sa", "K_mlp", "K_ffn", "softmax", "J_l", "Jhat_l"]
+MATRIX_ORDER = ["K_sa", "K_sab", "B_sa", "E_sa", "K_mlp", "K_ffn", "softmax", "J_l", "Jhat_l",
+                # token matrices ("Always Skip Attention"): the ViT's, then the ConvMixer control's
+                "X_in", "LN1_out", "SA_out", "SAB_out", "LN2_out", "FFN_out", "FFN_block_out",
+                "mix_out", "mix_block_out", "block_out"]
 
 
 def run_config(directory):
@@ -35,8 +38,11 @@ def run_label(directory):
     """"skip none, init ours, soap" from config.json, else the directory's name."""
     cfg = run_config(directory)
     model = cfg.get("model", {})
-    parts = [f"skip {model['skip']}" if "skip" in model else None,
-             f"init {model.get('init', {}).get('scheme')}" if isinstance(model.get("init"), dict) else None,
+    convmixer = cfg.get("arch") == "convmixer"
+    parts = ["ConvMixer" if convmixer else None,
+             f"skip {model['skip']}" if "skip" in model else None,
+             f"init {model.get('init', {}).get('scheme')}" if isinstance(model.get("init"), dict) and not convmixer
+             else None,
              cfg.get("optimizer")]
     parts = [p for p in parts if p]
     return ", ".join(parts) if parts else os.path.basename(os.path.normpath(directory))
