@@ -21,10 +21,6 @@ class ClassifierImpl : public torch::nn::Module {
   virtual void load_state(const TensorMap& tensors) = 0;
 };
 
-}  // namespace jacond::models
-
-namespace jacond::models {
-
 /// The module's parameters and buffers by name (detached CPU copies sharing storage when possible).
 TensorMap module_state(const torch::nn::Module& module);
 /// Copies `tensors` into the module's parameters and buffers: each must be present, of its shape,

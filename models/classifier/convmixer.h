@@ -34,7 +34,6 @@ struct ConvMixerConfig {
   bool skip = true;  // the residual around each block's spatial mixing
   uint64_t seed = 0;
 
-  int64_t grid() const { return image_size / patch; }
   /// Throws std::invalid_argument naming the first bad field.
   void validate() const;
   nlohmann::json to_json() const;  // {"arch": "convmixer", ...}

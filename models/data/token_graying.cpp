@@ -14,26 +14,30 @@ void check_input(const torch::Tensor& images, double eps) {
   if (images.dim() < 2) throw std::invalid_argument("token graying: images need at least two dimensions (H, W)");
 }
 
-// sign(v) · m · (|v|/m)^ε with m > 0 per image (broadcast); where m = 0 every v is 0 and stays 0.
-// Values at or under the fp64 noise floor `count`·u·m are rounding, not content (an image's
-// repeated rows give singular values of ~1e-16 σ_max): they map to 0, or graying would lift
-// rounding to (1e-16)^ε·m and invent directions the image does not have.
-torch::Tensor power_towards(const torch::Tensor& v, const torch::Tensor& m, double eps, int64_t count) {
-  const torch::Tensor safe = torch::where(m > 0, m, torch::ones_like(m));
-  const double floor = static_cast<double>(count) * std::numeric_limits<double>::epsilon();
-  const torch::Tensor ratio = v.abs() / safe;
-  return torch::where(ratio > floor, torch::sign(v) * safe * torch::pow(ratio, eps), torch::zeros_like(v));
+// |v|/m with m the per-matrix maximum (broadcast; m = 0, an all-zero matrix, divides by 1), and
+// whether it is above the fp64 noise floor `count`·u. Values at or under it are rounding, not
+// content (a matrix's repeated rows give singular values of ~1e-16 σ_max): graying must leave
+// them alone, or it lifts rounding to (1e-16)^ε·m and invents directions the image does not have.
+struct Relative {
+  torch::Tensor ratio, above_floor;
+};
+Relative relative_to_max(const torch::Tensor& v, const torch::Tensor& m, int64_t count) {
+  const torch::Tensor ratio = v.abs() / torch::where(m > 0, m, torch::ones_like(m));
+  return {ratio, ratio > static_cast<double>(count) * std::numeric_limits<double>::epsilon()};
 }
 
+// σ_max (σ/σ_max)^ε for the singular values S (last dimension); 0 at or under the noise floor.
+torch::Tensor power_towards_max(const torch::Tensor& S, double eps, int64_t count) {
+  const torch::Tensor smax = std::get<0>(S.max(-1, /*keepdim=*/true));
+  const Relative rel = relative_to_max(S, smax, count);
+  return torch::where(rel.above_floor, smax * torch::pow(rel.ratio, eps), torch::zeros_like(S));
+}
 
-// (r/r_max)^{(ε-1)/2} for the norms r of the rows (or columns) of the DCT coefficients, per image
-// (r is [..., H, 1] or [..., 1, W]); 1 where r is at or under the noise floor `count`·u·r_max
-// (rounding: nothing to amplify) and where the image is all zero.
+// (r/r_max)^{(ε-1)/2} for the norms r of the rows (or columns) of the DCT coefficients, per matrix
+// (r is [..., H, 1] or [..., 1, W]); 1 at or under the noise floor (nothing to amplify).
 torch::Tensor equalising_weights(const torch::Tensor& r, double eps, int64_t count) {
-  const torch::Tensor rmax = r.amax({-2, -1}, /*keepdim=*/true);
-  const double floor = static_cast<double>(count) * std::numeric_limits<double>::epsilon();
-  const torch::Tensor ratio = r / torch::where(rmax > 0, rmax, torch::ones_like(rmax));
-  return torch::where(ratio > floor, torch::pow(ratio, 0.5 * (eps - 1)), torch::ones_like(ratio));
+  const Relative rel = relative_to_max(r, r.amax({-2, -1}, /*keepdim=*/true), count);
+  return torch::where(rel.above_floor, torch::pow(rel.ratio, 0.5 * (eps - 1)), torch::ones_like(r));
 }
 
 }  // namespace
@@ -85,8 +89,7 @@ torch::Tensor idct2(const torch::Tensor& x) { return dct_sandwich(x, /*inverse=*
 torch::Tensor svd_token_graying(const torch::Tensor& images, double eps) {
   check_input(images, eps);
   const auto [U, S, Vh] = torch::linalg::svd(images.to(torch::kFloat64), /*full_matrices=*/false, /*driver=*/c10::nullopt);
-  const torch::Tensor smax = std::get<0>(S.max(-1, /*keepdim=*/true));
-  const torch::Tensor grayed = power_towards(S, smax, eps, std::max(images.size(-2), images.size(-1)));  // σ_max (σ/σ_max)^ε
+  const torch::Tensor grayed = power_towards_max(S, eps, std::max(images.size(-2), images.size(-1)));
   return torch::matmul(U * grayed.unsqueeze(-2), Vh).to(images.scalar_type());
 }
 

@@ -28,6 +28,17 @@ bool wanted(const std::vector<std::string>& filter, const std::string& name) {
   return filter.empty() || std::find(filter.begin(), filter.end(), name) != filter.end();
 }
 
+// Runs `forward` without gradients in eval mode (BatchNorm's running statistics, no drop path),
+// then puts the model back in training mode if it was there.
+template <typename Forward>
+void in_eval_mode(torch::nn::Module& model, Forward&& forward) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  forward();
+  if (was_training) model.train();
+}
+
 // Post-norm blocks: the attention sees X_ℓ itself; report the attention-level matrices there.
 std::vector<jacond::ConditionReport> post_norm_reports(const jacond::BlockWeights& w, const jacond::Mat& X,
                                                        const TrackOptions& opt) {
@@ -72,13 +83,7 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
   }
   const ViTConfig& cfg = model->config();
   std::vector<torch::Tensor> inputs;
-  {
-    torch::NoGradGuard no_grad;
-    const bool was_training = model->is_training();
-    model->eval();
-    model->forward_with_block_inputs(probe_images, inputs);
-    if (was_training) model->train();
-  }
+  in_eval_mode(*model, [&] { model->forward_with_block_inputs(probe_images, inputs); });
   const TensorMap state = model->state();
   std::vector<LayerReport> out;
   for (int64_t l = 0; l < cfg.depth; ++l) {
@@ -104,22 +109,16 @@ const std::vector<std::string>& convmixer_matrix_names() {
 std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::Tensor& probe_images,
                                                 const std::vector<std::string>& matrices) {
   std::vector<ConvMixerImpl::BlockFeatures> features;
-  {
-    torch::NoGradGuard no_grad;
-    const bool was_training = model->is_training();
-    model->eval();
-    model->forward_with_features(probe_images, features);
-    if (was_training) model->train();
-  }
+  in_eval_mode(*model, [&] { model->forward_with_features(probe_images, features); });
+  const std::vector<std::string>& names = convmixer_matrix_names();
   std::vector<LayerReport> out;
   for (int64_t l = 0; l < static_cast<int64_t>(features.size()); ++l) {
     const auto& f = features[l];
-    const std::pair<const char*, const torch::Tensor*> named[] = {
-        {"X_in", &f.input}, {"mix_out", &f.mix}, {"mix_block_out", &f.mix_with_skip}, {"block_out", &f.output}};
+    const torch::Tensor* tensors[] = {&f.input, &f.mix, &f.mix_with_skip, &f.output};  // in the order of `names`
     for (int64_t m = 0; m < probe_images.size(0); ++m)
-      for (const auto& [name, tensor] : named)
-        if (wanted(matrices, name))
-          out.push_back({m, l, jacond::condition_svd(to_eigen((*tensor)[m]), name)});
+      for (size_t k = 0; k < names.size(); ++k)
+        if (wanted(matrices, names[k]))
+          out.push_back({m, l, jacond::condition_svd(to_eigen((*tensors[k])[m]), names[k])});
   }
   return out;
 }

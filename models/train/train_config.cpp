@@ -37,6 +37,11 @@ ConvMixerConfig TrainConfig::convmixer() const {
   return c;
 }
 
+std::vector<std::string> TrainConfig::tracked_matrices() const {
+  return arch == "convmixer" ? jacond::parse_matrix_names(track_matrices, convmixer_matrix_names())
+                             : parse_matrix_list(track_matrices);
+}
+
 namespace {
 // The tracking set a run gets when --track-matrices is not typed (the ViT's default list): a
 // ConvMixer tracks its four token matrices instead.
@@ -106,10 +111,7 @@ void TrainConfig::finalize() {
     }
   };
   named("track_method", [&] { parse_kappa_route(track_method); });
-  named("track_matrices", [&] {
-    if (arch == "convmixer") jacond::parse_matrix_names(track_matrices, convmixer_matrix_names());
-    else parse_matrix_list(track_matrices);
-  });
+  named("track_matrices", [&] { tracked_matrices(); });
 }
 
 nlohmann::json TrainConfig::to_json() const {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -75,6 +76,9 @@ struct TrainConfig {
 
   /// The ConvMixer of a convmixer run (from model and kernel, seeded by `seed`).
   ConvMixerConfig convmixer() const;
+  /// track_matrices parsed against the architecture's names (empty: all); std::invalid_argument
+  /// listing the valid names otherwise.
+  std::vector<std::string> tracked_matrices() const;
 
   /// Resolves the optimizer defaults above and checks every field. Throws std::invalid_argument
   /// naming the flag ("--warmup-steps must be >= 0"); the model's errors come from

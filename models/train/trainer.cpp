@@ -328,8 +328,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
   track_.block.route = parse_kappa_route(cfg_.track_method);
   track_.block.lanczos.max_seconds = cfg_.track_seconds;
   track_.warm = &warm_;
-  track_.matrices = cfg_.arch == "convmixer" ? jacond::parse_matrix_names(cfg_.track_matrices, convmixer_matrix_names())
-                                             : parse_matrix_list(cfg_.track_matrices);
+  track_.matrices = cfg_.tracked_matrices();
 }
 
 void TrainingRun::check_schedule(const Checkpoint* resume) const {

@@ -39,19 +39,24 @@ def outputs_passed_on(skip):
     return sab, ffn
 
 
+def conditioning(directory):
+    """The run's conditioning.csv with ln κ (singular matrices at κ_lo) and `singular` columns."""
+    path = os.path.join(directory, "conditioning.csv")
+    cond = read_csv(path)
+    require_columns(cond, path, ["step", "probe", "layer", "matrix", "kappa", "kappa_lo"])
+    return cond.assign(ln_kappa=np.log(plotted_kappa(cond)),
+                       singular=cond["status"] == "singular" if "status" in cond.columns else False)
+
+
 def sub_block_kappa(directory, layer=None):
     """Per tracked step: ln κ of the SAB's and the FFN block's outputs (columns sab, ffn), the
     median over probe images and layers (or at one `layer`), with the share of those reports that
     are singular (sab_singular, ffn_singular: σ_min under the fp64 noise floor, a rank collapse),
     and of the first block's input tokens (x_in, layer 0) and the last block's output (out).
     Singular matrices count at κ_lo."""
-    path = os.path.join(directory, "conditioning.csv")
-    cond = read_csv(path)
-    require_columns(cond, path, ["step", "probe", "layer", "matrix", "kappa", "kappa_lo"])
+    cond = conditioning(directory)
     skip = run_config(directory).get("model", {}).get("skip", "full")
     sab, ffn = outputs_passed_on(skip)
-    cond = cond.assign(ln_kappa=np.log(plotted_kappa(cond)),
-                       singular=cond["status"] == "singular" if "status" in cond.columns else False)
     last = cond["layer"].max()
     pick = cond if layer is None else cond[cond["layer"] == layer]
     columns = {
@@ -64,7 +69,8 @@ def sub_block_kappa(directory, layer=None):
     }
     table = pd.DataFrame(columns)
     if table.empty or table[["sab", "ffn"]].isna().all().all():
-        raise PlotError(f"{path}: no {sab}/{ffn} rows (was the run tracked with --track-matrices {sab},{ffn}?)")
+        raise PlotError(f"{directory}/conditioning.csv: no {sab}/{ffn} rows (was the run tracked with "
+                        f"--track-matrices {sab},{ffn}?)")
     return table
 
 
@@ -84,12 +90,11 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
     groups = sorted({(init, opt) for _, init, opt in runs}, key=lambda g: (g[1], g[0]))
     skips = [s for s in SKIP_LABELS if any(k[0] == s for k in runs)]
     bar_groups = groups + sorted({(arch, opt) for _, arch, opt in (controls or {})}, key=lambda g: g[1])
-    runs_and_controls = {**runs, **(controls or {})}
+    accuracy = {key: final_accuracy(d) for key, d in {**runs, **(controls or {})}.items()}
     fig, ax = plt.subplots(figsize=(8.5 + 1.2 * (len(bar_groups) - len(groups)), 4.2))
     width = 0.8 / max(1, len(skips))
     for i, skip in enumerate(skips):
-        heights = [final_accuracy(runs_and_controls[(skip, init, opt)]) if (skip, init, opt) in runs_and_controls
-                   else np.nan for init, opt in bar_groups]
+        heights = [accuracy.get((skip, init, opt), np.nan) for init, opt in bar_groups]
         x = np.arange(len(bar_groups)) + (i - (len(skips) - 1) / 2) * width
         # A dot plot, not bars: the differences are a few points, and a dot claims no zero baseline.
         ax.plot(x, heights, "o", ms=8, color=SKIP_COLOURS[skip], label=SKIP_LABELS[skip])
@@ -99,8 +104,7 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
     ax.set_xticks(np.arange(len(bar_groups)), [f"{init}, {opt}" for init, opt in bar_groups], fontsize=8)
     ax.set_xlabel("ViT init, optimizer" + ("; the ConvMixer control (one skip per block: full or none)" if controls else ""))
     ax.set_ylabel("final test accuracy (%)")
-    finite = [final_accuracy(d) for d in runs_and_controls.values()]
-    ax.set_ylim(np.floor(min(finite) / 5) * 5 - 2, min(100, np.ceil(max(finite) / 5) * 5 + 2))
+    ax.set_ylim(np.floor(min(accuracy.values()) / 5) * 5 - 2, min(100, np.ceil(max(accuracy.values()) / 5) * 5 + 2))
     for boundary in np.arange(len(bar_groups) - 1) + 0.5:
         ax.axvline(boundary, color="#dddddd", lw=0.8)
     ax.grid(axis="y", alpha=0.3)

@@ -5,11 +5,9 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pandas as pd
 
 from jacond_plots import always_skip as plots
-from jacond_plots.common import plotted_kappa
 
 from .common import Report, RecipeError
 
@@ -179,7 +177,7 @@ probes and layers, at the end:""")
 def control_table(controls):
     rows = []
     for (skip, _, optimizer), directory in controls.items():
-        cond = r_conditioning(directory)
+        cond = plots.conditioning(directory)
         last = cond[cond["step"] == cond["step"].max()]
         mix = "mix_block_out" if skip == "full" else "mix_out"
         rows.append({"skip": skip, "optimizer": optimizer, "accuracy (%)": plots.final_accuracy(directory),
@@ -187,11 +185,6 @@ def control_table(controls):
                      "ln κ block out": last[last["matrix"] == "block_out"]["ln_kappa"].median()})
     return pd.DataFrame(rows)
 
-
-def r_conditioning(directory):
-    """conditioning.csv with ln κ (singular matrices at κ_lo)."""
-    cond = pd.read_csv(os.path.join(directory, "conditioning.csv"))
-    return cond.assign(ln_kappa=np.log(plotted_kappa(cond)))
 
 
 def eps_section(r, report, runs):
