@@ -9,7 +9,7 @@ PACKAGES=(
   # analysis core
   libeigen3-dev libspectra-dev liblapacke-dev libopenblas-dev
   # models / CLI
-  libtorch-dev libboost-program-options-dev nlohmann-json3-dev zlib1g-dev
+  libtorch-dev libgloo-dev libboost-program-options-dev nlohmann-json3-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # fuzzing (scripts/fuzz.sh): clang with libFuzzer and its sanitizer runtimes; llvm-14 for

@@ -20,6 +20,8 @@
 //                is timed too, per batch and as a share of the plain step (two noisy step times'
 //                ratio cannot resolve a few per cent), and per image at ViT-B/16's ImageNet size
 //                (3 × 224 × 224, a 196 × 768 patch matrix).
+//   --nproc LIST  instead of all the above: data-parallel scaling against PyTorch DDP
+//                (bench_train_dp.cpp).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -34,6 +36,7 @@
 #include "analysis/core/threads.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/bench/bench_train_dp.h"
 #include "experiments/bench/python_route.h"
 #include "models/data/token_graying.h"
 #include "models/track/conditioning.h"
@@ -148,7 +151,7 @@ int run_bench_train(int argc, char** argv) {
   std::string out_dir = "results/bench-train", python = "/usr/bin/python3",
               script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/torch_train_route.py";
   bool skip_python = false;
-  std::string skip = "full", init = "timm", tg_modes = "svd,dct";
+  std::string skip = "full", init = "timm", tg_modes = "svd,dct", nproc_list;
   std::vector<std::string> tg_list;
   po::options_description desc("jacond bench train: ViT training throughput vs Python PyTorch, SOAP/AdamW, tracking overhead");
   desc.add_options()("help,h", "this help")
@@ -173,7 +176,10 @@ int run_bench_train(int argc, char** argv) {
       ("out", po::value(&out_dir)->default_value(out_dir), "writes DIR/bench_train.csv and run.json")
       ("python", po::value(&python)->default_value(python), "Python with torch")
       ("script", po::value(&script)->default_value(script), "the PyTorch route script")
-      ("skip-python", po::bool_switch(&skip_python), "time jacond only");
+      ("skip-python", po::bool_switch(&skip_python), "time jacond only")
+      ("nproc", po::value(&nproc_list),
+       "comma list of rank counts (e.g. 1,2): time data-parallel `jacond train --nproc N` against PyTorch DDP "
+       "instead (N x --threads, and 1 x N*threads)");
   if (!parse_options(argc, argv, desc)) return 0;
   check_usage([&] {
     if (steps < 1 || warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
@@ -191,6 +197,25 @@ int run_bench_train(int argc, char** argv) {
       throw UsageError("--skip rezero: the PyTorch route has no ReZero; add --skip-python");
     cfg.model.validate();
   });
+  if (!nproc_list.empty()) {
+    DataParallelBench dp;
+    check_usage([&] {
+      std::stringstream ss(nproc_list);
+      for (std::string n; std::getline(ss, n, ',');) {
+        dp.nproc.push_back(parse_flag("--nproc", [&] { return std::stoi(n); }));
+        if (dp.nproc.back() < 1 || cfg.batch % dp.nproc.back() != 0)
+          throw UsageError("--nproc: " + n + " ranks must be >= 1 and divide --batch " + std::to_string(cfg.batch));
+      }
+      if (std::find(dp.nproc.begin(), dp.nproc.end(), 1) == dp.nproc.end()) dp.nproc.insert(dp.nproc.begin(), 1);
+    });
+    dp.model = cfg.model;
+    dp.skip = skip;
+    dp.batch = cfg.batch, dp.steps = steps, dp.warmup = warmup;
+    dp.threads = static_cast<int>(cfg.threads);
+    dp.out_dir = out_dir, dp.python = python, dp.script = script, dp.skip_python = skip_python;
+    ensure_directory(out_dir);
+    return bench_data_parallel(dp, argc, argv);
+  }
   const torch::Device device = models::select_device(cfg);  // threads too; exit 1 without CUDA
   ensure_directory(out_dir);
 

@@ -15,12 +15,19 @@ does not depend on pixel values), so the timing is forward + backward + optimize
 --device cuda puts the model, the optimizer state and the batch on the GPU; loss.item() ends every
 step, so a step is timed to its end on the device.
 
-Prints ONE JSON line: {"images_per_s", "step_s", "steps", "batch", "threads", "torch_version",
-"device"} (device: the GPU's name, or "cpu").
+--nproc N (CPU) trains the same global batch data-parallel, the way a PyTorch user would:
+torch.multiprocessing.spawn starts N processes, each joins a Gloo process group over loopback,
+wraps the model in DistributedDataParallel and trains on its batch/N images with --threads
+threads; rank 0 times the steps (each ends with loss.item() after the gradient all-reduce).
+
+Prints ONE JSON line: {"images_per_s", "step_s", "steps", "batch", "threads", "nproc",
+"torch_version", "device"} (device: the GPU's name, or "cpu").
 """
 
 import argparse
 import json
+import os
+import socket
 import sys
 import time
 
@@ -93,16 +100,39 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--skip", choices=["full", "none", "no-ffn-skip", "no-sab-skip", "sab", "ffn"], default="full")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--nproc", type=int, default=1, help="data-parallel ranks (DDP on Gloo, CPU)")
     a = p.parse_args()
+    if a.nproc > 1:
+        if a.device != "cpu" or a.batch % a.nproc:
+            raise ValueError("--nproc needs --device cpu and a --batch divisible by it")
+        with socket.socket() as s:  # a free port for the rendezvous
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ctx = torch.multiprocessing.get_context("spawn")
+        result = ctx.SimpleQueue()
+        torch.multiprocessing.spawn(train, args=(a, port, result), nprocs=a.nproc, join=True)
+        print(json.dumps(result.get()))
+        return
+    print(json.dumps(train(0, a)))
+
+
+def train(rank, a, port=None, result=None):
+    """Times a.steps steps after a.warmup; with a.nproc > 1 this is one DDP rank."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: this torch has no CUDA device available")
     dev = torch.device(a.device)
     model = ViT(a.dim, a.depth, a.heads, a.patch, a.skip).to(dev)
+    local_batch = a.batch // a.nproc
+    if a.nproc > 1:
+        import torch.distributed as dist
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=a.nproc)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
-    x = torch.randn(a.batch, 1, 28, 28).to(dev)
-    y = torch.randint(0, 10, (a.batch,)).to(dev)
+    x = torch.randn(local_batch, 1, 28, 28).to(dev)
+    y = torch.randint(0, 10, (local_batch,)).to(dev)
 
     def step():
         opt.zero_grad()
@@ -117,9 +147,16 @@ def main():
     for _ in range(a.steps):
         step()
     dt = time.perf_counter() - t0
-    print(json.dumps({"images_per_s": a.steps * a.batch / dt, "step_s": dt / a.steps, "steps": a.steps,
-                      "batch": a.batch, "threads": torch.get_num_threads(), "torch_version": torch.__version__,
-                      "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"}))
+    out = {"images_per_s": a.steps * a.batch / dt, "step_s": dt / a.steps, "steps": a.steps, "batch": a.batch,
+           "threads": torch.get_num_threads(), "nproc": a.nproc, "torch_version": torch.__version__,
+           "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"}
+    if a.nproc > 1:
+        import torch.distributed as dist
+        dist.barrier()
+        if rank == 0:
+            result.put(out)
+        dist.destroy_process_group()
+    return out
 
 
 if __name__ == "__main__":

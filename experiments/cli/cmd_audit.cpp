@@ -17,6 +17,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/device_option.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/shard.h"
 #include "models/io/checkpoint.h"
 #include "models/track/conditioning.h"
 #include "models/data/fashion_mnist.h"
@@ -92,7 +93,7 @@ int run_audit(int argc, char** argv) {
   int64_t probe_size = 0, threads = 2;
   double lanczos_seconds = 30;
   std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre",
-              certify = "none", device = "cpu";
+              certify = "none", device = "cpu", shard_spec;
   int64_t heads = 0;
   po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
   desc.add_options()("help,h", "this help")
@@ -108,6 +109,7 @@ int run_audit(int argc, char** argv) {
       ("skip", po::value(&skip)->default_value(skip), "skip mode, for .safetensors files without jacond config")
       ("norm", po::value(&norm)->default_value(norm), "pre | post, for .safetensors files without jacond config")
       ("threads", po::value(&threads)->default_value(threads), "BLAS/torch threads")
+      ("shard", po::value(&shard_spec), "I/N: audit only block I of N of the checkpoints (join with jacond merge)")
       ("out", po::value(&out_dir), "write DIR/audit.csv and DIR/run.json");
   add_device_option(desc, &device);
   po::positional_options_description pos;
@@ -115,6 +117,7 @@ int run_audit(int argc, char** argv) {
   if (!parse_options(argc, argv, desc, &pos)) return 0;
   models::ViTConfig flags_cfg;
   models::TrackOptions opts;
+  Shard shard;
   check_usage([&] {
     if (paths.empty()) throw std::invalid_argument("give at least one checkpoint (jacond audit CKPT...)");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
@@ -127,6 +130,7 @@ int run_audit(int argc, char** argv) {
     opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
     opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(matrices); });
     validate_device_name(device);
+    shard = parse_flag("--shard", [&] { return parse_shard(shard_spec); });
   });
   torch::set_num_threads(static_cast<int>(threads));
   set_threads(static_cast<int>(threads));
@@ -135,16 +139,22 @@ int run_audit(int argc, char** argv) {
   std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
   opts.warm = &warm;
 
-  std::vector<std::string> all;
+  std::vector<std::string> listed;  // every checkpoint named, in order: the unsharded items
   for (const auto& p : paths)
-    for (auto& e : expand(p)) all.push_back(e);
+    for (auto& e : expand(p)) listed.push_back(e);
+  const auto [first, last] = shard.range(listed.size());
+  const std::vector<std::string> all(listed.begin() + static_cast<std::ptrdiff_t>(first),
+                                     listed.begin() + static_cast<std::ptrdiff_t>(last));
+  ShardRecord record(shard, listed.size());
 
   std::optional<models::FashionMnistSplit> test;
   std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
   size_t rows = 0;
   // One progress line per checkpoint (plain lines: the per-layer tables share the terminal).
   Progress progress("audit", all.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
-  for (const auto& path : all) {
+  for (size_t item = first; item < last; ++item) {
+    const std::string& path = listed[item];
+    const size_t rows_before = rows;
     if (heads > 0) flags_cfg.heads = heads;
     AuditTarget t = load_target(path, flags_cfg);
     if (heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
@@ -174,6 +184,7 @@ int run_audit(int argc, char** argv) {
       print_reports(layer);
     }
     for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n", ++rows;
+    record.item(item, rows - rows_before);
     if (all.size() > 1) progress.advance(fs::path(path).filename().string());
   }
   if (!out_dir.empty()) {
@@ -182,6 +193,11 @@ int run_audit(int argc, char** argv) {
     nlohmann::json meta = run_metadata(argc, argv);
     meta["rows"] = rows;
     meta["checkpoints"] = all;
+    // What determines the table (shard.h): merge refuses shards whose grids differ.
+    meta["grid"] = {{"command", "audit"}, {"checkpoints", listed}, {"data_free", data_free}, {"probe_size", probe_size},
+                    {"data_dir", data_dir}, {"method", method}, {"lanczos_seconds", lanczos_seconds}, {"certify", certify},
+                    {"matrices", matrices}, {"heads", heads}, {"skip", skip}, {"norm", norm}, {"device", device}};
+    if (shard.active()) meta["shard"] = record.to_json();
     meta["device"] = device_json(*opts.block.device);
     write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
     std::cout << "wrote " << out_dir << "/audit.csv (" << rows << " rows) and run.json\n";

@@ -14,6 +14,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
+#include "experiments/cli/shard.h"
 #include "models/init/init.h"
 
 namespace jacond::cli {
@@ -23,7 +24,7 @@ namespace po = boost::program_options;
 int run_sweep(int argc, char** argv) {
   std::string alpha_spec = "0:4:1", beta_spec = "0:2:0.5", c_spec = "3", skip = "none", kappa = "fast", certify = "none",
               out_dir;
-  std::string method = "auto", device = "cpu";
+  std::string method = "auto", device = "cpu", shard_spec;
   GklOptions gkl;
   std::string init = "ours";
   int seeds = 2, threads = 2;
@@ -50,12 +51,14 @@ int run_sweep(int argc, char** argv) {
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
       ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
+      ("shard", po::value(&shard_spec), "I/N: compute only block I of N of the grid points x seeds (join with jacond merge)")
       ("out", po::value(&out_dir)->default_value("results/sweep"), "output directory");
   add_device_option(desc, &device);
   if (!parse_options(argc, argv, desc)) return 0;
   std::vector<double> alphas, betas, cs;
   SkipMode mode{};
   CertifyMode certify_mode{};
+  Shard shard;
   check_usage([&] {
     certify_mode = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
     if (seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
@@ -74,6 +77,7 @@ int run_sweep(int argc, char** argv) {
     mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
     parse_flag("--init", [&] { return models::parse_init_scheme(init); });
     validate_device_name(device);
+    shard = parse_flag("--shard", [&] { return parse_shard(shard_spec); });
   });
   set_threads(threads);
   ensure_directory(out_dir);
@@ -90,27 +94,41 @@ int run_sweep(int argc, char** argv) {
   opt.warm = &warm;
   ResultsTable table({"init", "alpha", "beta", "c", "seed", "skip", "n", "d", "heads", "logit_scale"});
   const size_t total = alphas.size() * betas.size() * cs.size() * seeds;
-  Progress progress = Progress::on_stderr("sweep", total);
+  const auto [first, last] = shard.range(total);
+  ShardRecord record(shard, total);
+  Progress progress = Progress::on_stderr("sweep", last - first);
+  size_t item = 0;  // the position of (c, beta, alpha, seed) in the unsharded order
   for (double c : cs)
     for (double beta : betas)
       for (double alpha : alphas)
-        for (int s = 0; s < seeds; ++s) {
+        for (int s = 0; s < seeds; ++s, ++item) {
+          if (item < first || item >= last) continue;
+          const size_t rows_before = table.size();
           const BlockWeights w = init_weights(init, alpha, beta, c, "default", s, d, heads, mlp_ratio * d, logit_scale);
           const Mat X = gaussian_tokens(n, d, static_cast<uint64_t>(s) ^ 0x5eedULL);
           const std::vector<std::string> knobs = {init, fmt(alpha), fmt(beta), fmt(c), std::to_string(s), skip,
                                                   std::to_string(n), std::to_string(d), std::to_string(heads),
                                                   fmt(w.effective_logit_scale())};
           for (const auto& r : block_reports(w, X, mode, opt)) table.add(knobs, r);
+          record.item(item, table.size() - rows_before);
           progress.advance("alpha=" + fmt(alpha) + " beta=" + fmt(beta) + " c=" + fmt(c) + " seed=" + std::to_string(s));
         }
   progress.finish();
   write_file_atomic(out_dir + "/sweep.csv", table.to_csv());
   nlohmann::json meta = run_metadata(argc, argv);
   meta["grid_points"] = total;
+  // What determines the table (shard.h): merge refuses shards whose grids differ.
+  meta["grid"] = {{"command", "sweep"}, {"alpha", alphas}, {"beta", betas}, {"c", cs}, {"init", init}, {"seeds", seeds},
+                  {"n", n}, {"d", d}, {"heads", heads}, {"mlp_ratio", mlp_ratio}, {"logit_scale", logit_scale},
+                  {"skip", skip}, {"method", method}, {"kappa", kappa}, {"certify", certify},
+                  {"lanczos_seconds", gkl.max_seconds}, {"lanczos_tol", gkl.tolerance}, {"device", device}};
+  if (shard.active()) meta["shard"] = record.to_json();
   meta["device"] = device_json(*opt.device);
   meta["note"] = "||E_sa||_2 is the sigma_max column of the E_sa rows";
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-  std::cout << "wrote " << out_dir << "/sweep.csv (" << table.size() << " rows, " << total << " grid points x seeds)\n";
+  std::cout << "wrote " << out_dir << "/sweep.csv (" << table.size() << " rows, " << last - first << " grid points x seeds";
+  if (shard.active()) std::cout << ": shard " << shard.index << "/" << shard.count << " of " << total;
+  std::cout << ")\n";
   return 0;
 }
 

@@ -1,11 +1,17 @@
 // `jacond train`: trains a ViT on Fashion-MNIST with conditioning tracked (models/train/trainer.h).
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <map>
 #include <type_traits>
 
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/local_launch.h"
+#include "models/dist/process_group.h"
 #include "models/train/trainer.h"
 
 namespace jacond::cli {
@@ -29,6 +35,7 @@ int run_train(int argc, char** argv) {
   models::TrainConfig c;
   models::ViTConfig& m = c.model;
   std::string skip = "full", norm = "pre", init = "timm", mlp_init = "default", resume;
+  int nproc = 1;
   double alpha = 2.0, beta = 0.6, cc = 3.0;
   // The model's flags (ViTConfig, with the init scheme's knobs): fixed by the checkpoint when resuming.
   po::options_description model("model");
@@ -53,7 +60,9 @@ int run_train(int argc, char** argv) {
   models::for_each_train_field(c, [&](const models::TrainField& f, auto& field) {
     (std::string(f.group) == "model" ? model : groups.at(f.group)).add_options()(f.flag, field_value(f, field), f.help);
   });
-  groups.at("run").add_options()("resume", po::value(&resume), "continue from a checkpoint dir or the newest in a run dir");
+  groups.at("run").add_options()("resume", po::value(&resume), "continue from a checkpoint dir or the newest in a run dir")(
+      "nproc", po::value(&nproc)->default_value(nproc),
+      "data parallel: start N ranks on this machine (Gloo; --threads each); under torchrun or srun leave it out");
   po::options_description desc("jacond train: a ViT (or the ConvMixer control) on Fashion-MNIST, checkpoints and conditioning.csv");
   desc.add_options()("help,h", "this help");
   desc.add(model);
@@ -63,7 +72,17 @@ int run_train(int argc, char** argv) {
   auto typed = [&](const std::string& flag) { return vm.count(flag) && !vm[flag].defaulted(); };
 
   // Flag values are checked here, before any file is read or written: a bad one exits 2.
+  const bool launched_here = std::getenv(kLocalLaunchVariable) != nullptr;
+  models::dist::LaunchEnv launch;
   check_usage([&] {
+    launch = models::dist::read_launch_env();
+    if (nproc < 1) throw UsageError("--nproc must be >= 1");
+    if (nproc > 1 && launch.launcher != "none" && !launched_here)
+      throw UsageError("--nproc starts local ranks; under " + launch.launcher +
+                       " (RANK or SLURM_PROCID is set) the launcher starts them: leave --nproc out");
+    const int world = launched_here ? launch.world_size : std::max(nproc, launch.world_size);
+    if (resume.empty() && c.batch % world != 0)
+      throw UsageError("--batch " + std::to_string(c.batch) + " does not split evenly over " + std::to_string(world) + " ranks");
     m.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
     m.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
     m.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(init); }), c.seed);
@@ -83,10 +102,20 @@ int run_train(int argc, char** argv) {
     }
   });
 
+  if (nproc > 1 && !launched_here) return launch_local_ranks(nproc, argc, argv);
+
+  // A rank of a data-parallel run joins its group once the run's --dist-timeout is known.
+  std::unique_ptr<models::dist::RankGroup> ranks;
+  auto join = [&](const models::TrainConfig& cfg) {
+    if (!launch.distributed()) return;
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist_timeout * 1000));
+    ranks = std::make_unique<models::dist::RankGroup>(launch, timeout);
+  };
   models::TrainResult r;
   std::string run_dir = c.out_dir;
   if (resume.empty()) {
-    r = models::train(c, nullptr, std::cout);
+    join(c);
+    r = models::train(c, nullptr, std::cout, ranks.get());
   } else {
     // The checkpoint's own config is data (a bad one exits 1); the flags typed with --resume
     // override it (a bad value exits 2).
@@ -100,8 +129,10 @@ int run_train(int argc, char** argv) {
     models::TrainConfig resumed;
     check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
     run_dir = resumed.out_dir;
-    r = models::train(resumed, &checkpoint, std::cout);
+    join(resumed);
+    r = models::train(resumed, &checkpoint, std::cout, ranks.get());
   }
+  if (launch.rank != 0) return 0;
   // The command that (last) wrote the run, for the captions of `jacond plot RUN`.
   write_file_atomic(run_dir + "/run.json", run_metadata(argc, argv).dump(2) + "\n");
   std::cout << "done: " << r.steps << " steps, last loss " << r.last_loss << ", test acc " << r.test_acc

@@ -13,6 +13,8 @@ int run_bench(int argc, char** argv);
 int run_spectrum(int argc, char** argv);
 int run_train(int argc, char** argv);
 int run_audit(int argc, char** argv);
+/// `jacond merge`: joins sharded sweep/audit outputs (experiments/cli/shard.h).
+int run_merge(int argc, char** argv);
 /// `jacond plot`: runs the Python package jacond_plots (experiments/cli/cmd_python.cpp).
 int run_plot(int argc, char** argv);
 /// `jacond recipe`: runs the Python package jacond_recipes (experiments/cli/cmd_python.cpp).

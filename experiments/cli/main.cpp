@@ -14,8 +14,10 @@ void print_usage(std::ostream& os) {
         "  block    condition numbers of one ViT block's Jacobians (from an init or safetensors)\n"
         "  verify   check the papers' propositions numerically: prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all\n"
         "  sweep    grid over alpha/beta/c of the `ours` init -> tidy CSV\n"
-        "  train    train a ViT (any skip mode / init, AdamW or SOAP) on Fashion-MNIST, tracking conditioning\n"
+        "  train    train a ViT (any skip mode / init, AdamW or SOAP) on Fashion-MNIST, tracking conditioning;\n"
+        "           data parallel on c10d/Gloo with --nproc N, torchrun or srun\n"
         "  audit    per-layer conditioning of checkpoints (with a probe batch, or --data-free)\n"
+        "  merge    join the outputs of `sweep --shard I/N` or `audit --shard I/N` into one table\n"
         "  bench    benchmarks against the PyTorch route: dense\n"
         "  spectrum singular values of one block's Jacobian (dense list or SLQ density) -> CSV\n"
         "  plot     figures (PNG, SVG) of result directories (block, sweep, verify, train, audit, spectrum, bench)\n"
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
     if (cmd == "spectrum") return jacond::cli::run_spectrum(argc - 1, argv + 1);
     if (cmd == "train") return jacond::cli::run_train(argc - 1, argv + 1);
     if (cmd == "audit") return jacond::cli::run_audit(argc - 1, argv + 1);
+    if (cmd == "merge") return jacond::cli::run_merge(argc - 1, argv + 1);
     if (cmd == "plot") return jacond::cli::run_plot(argc - 1, argv + 1);
     if (cmd == "recipe") return jacond::cli::run_recipe(argc - 1, argv + 1);
   } catch (const jacond::cli::UsageError& e) {
@@ -47,6 +50,6 @@ int main(int argc, char** argv) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 1;
   }
-  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | bench | plot | recipe; see jacond --help)\n";
+  std::cerr << "jacond: unknown command '" << cmd << "' (block | verify | sweep | spectrum | train | audit | merge | bench | plot | recipe; see jacond --help)\n";
   return 2;
 }

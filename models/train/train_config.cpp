@@ -102,6 +102,7 @@ void TrainConfig::finalize() {
   require(track_every >= 0, "track_every", "must be >= 0");
   require(probe_size >= 1, "probe_size", "must be >= 1");
   require(track_seconds > 0, "track_seconds", "must be positive");
+  require(dist_timeout > 0, "dist_timeout", "must be positive");
   // The name parsers' messages list the valid names; prefix the flag.
   auto named = [](const char* key, auto&& parse) {
     try {

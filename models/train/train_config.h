@@ -52,8 +52,11 @@ struct TrainConfig {
   std::string token_graying = "none";  // none | svd | dct (models/data/token_graying.h)
   double tg_eps = 0.95;
   // Run.
-  int64_t threads = 2;
+  int64_t threads = 2;  // per rank
   uint64_t seed = 0;
+  // Data parallel (models/dist): how long a collective waits for the other ranks before the run
+  // fails; it must exceed what rank 0 does alone between steps (tracking, checkpoints).
+  double dist_timeout = 600;
   std::string device = "cpu";
   std::string out_dir = "results/train";
   int64_t log_every = 1, print_every = 10, eval_every = 0;  // eval_every 0: at each epoch's end
@@ -149,6 +152,10 @@ void for_each_train_field(Config& c, Visit&& visit) {
   visit(TrainField{"threads", "threads", "run", "torch + BLAS threads"}, c.threads);
   visit(TrainField{"seed", "seed", "run", "seed of init, data order, augmentation"}, c.seed);
   visit(TrainField{"device", "device", "run", "cpu | cuda"}, c.device);
+  visit(TrainField{"dist_timeout", "dist-timeout", "run",
+                   "data parallel: seconds a collective waits for the other ranks before the run fails "
+                   "(must exceed rank 0's tracking and checkpoint time)"},
+        c.dist_timeout);
   visit(TrainField{"out_dir", "out", "run", "run directory"}, c.out_dir);
   visit(TrainField{"log_every", "log-every", "run", "train_log.jsonl period"}, c.log_every);
   visit(TrainField{"print_every", "print-every", "run", "progress line period"}, c.print_every);

@@ -16,6 +16,7 @@
 #include "models/track/conditioning.h"
 #include "models/data/fashion_mnist.h"
 #include "models/data/token_graying.h"
+#include "models/dist/data_parallel.h"
 #include "models/optim/soap.h"
 
 namespace fs = std::filesystem;
@@ -200,23 +201,30 @@ struct EvalResult {
   double loss = 0, acc = 0;
 };
 
+// Test loss and accuracy over the whole split; with `ranks`, each rank takes every W-th chunk of
+// 500 images and the sums are all-reduced.
 EvalResult evaluate(ClassifierImpl& model, const FashionMnistSplit& split, const TrainConfig& cfg,
-                    const torch::Device& device) {
+                    const torch::Device& device, dist::RankGroup* ranks) {
   torch::NoGradGuard no_grad;
   model.eval();
-  double loss_sum = 0;
-  int64_t correct = 0;
+  double loss_sum = 0, correct = 0;
   const int64_t N = split.size(), chunk = 500;
-  for (int64_t b = 0; b < N; b += chunk) {
+  const int64_t first = ranks ? ranks->rank() : 0, stride = ranks ? ranks->size() : 1;
+  for (int64_t b = first * chunk; b < N; b += stride * chunk) {
     const int64_t len = std::min(chunk, N - b);
     auto x = model_input(normalize_images(split.images.narrow(0, b, len)), cfg).to(device);
     auto y = split.labels.narrow(0, b, len).to(device);
     auto logits = model.forward(x);
     loss_sum += torch::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    correct += static_cast<double>(logits.argmax(1).eq(y).sum().item<int64_t>());
   }
   model.train();
-  return {loss_sum / static_cast<double>(N), static_cast<double>(correct) / static_cast<double>(N)};
+  if (ranks) {
+    auto sums = torch::tensor({loss_sum, correct}, torch::kFloat64);
+    ranks->allreduce_sum(sums);
+    loss_sum = sums[0].item<double>(), correct = sums[1].item<double>();
+  }
+  return {loss_sum / static_cast<double>(N), correct / static_cast<double>(N)};
 }
 
 std::string generator_state(const std::mt19937_64& g) {
@@ -261,7 +269,7 @@ std::string prepare_run_dir(const TrainConfig& cfg, bool resuming) {
 // One training run: configuration, data, model, optimizer, logs and tracking; run() is the loop.
 class TrainingRun {
  public:
-  TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log);
+  TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks);
   TrainResult run();
 
  private:
@@ -280,6 +288,11 @@ class TrainingRun {
 
   const TrainConfig cfg_;
   std::ostream& log_;
+  // Data parallel: null for one process. Rank 0 (main_) alone writes files and logs.
+  dist::RankGroup* const ranks_;
+  const bool main_;
+  const int64_t local_batch_;  // batch / W
+  std::unique_ptr<dist::GradientAverager> averager_;
   const torch::Device device_;
   const std::string run_;
   const FashionMnistSplit train_split_, test_split_;
@@ -304,11 +317,14 @@ class TrainingRun {
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
 };
 
-TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log)
+TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks)
     : cfg_(cfg),
       log_(log),
+      ranks_(ranks),
+      main_(!ranks || ranks->rank() == 0),
+      local_batch_(cfg_.batch / (ranks ? ranks->size() : 1)),
       device_(select_device(cfg_)),
-      run_(prepare_run_dir(cfg_, resume != nullptr)),
+      run_(main_ ? prepare_run_dir(cfg_, resume != nullptr) : cfg_.out_dir),
       train_split_(load_fashion_mnist(cfg_.data_dir, "train", cfg_.data_limit)),
       test_split_(load_fashion_mnist(cfg_.data_dir, "test", cfg_.test_limit)),
       steps_per_epoch_(train_split_.size() / cfg_.batch),
@@ -320,6 +336,15 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
   model_->to(device_);
   optimizer_ = make_optimizer(*model_, cfg_);
   restore_or_start(resume);
+  if (ranks_) {
+    // DDP's start: rank 0's model everywhere (equal already when every rank read the same seed
+    // or checkpoint; this also catches a rank that could not start: its peers fail here).
+    dist::broadcast_module_state(*model_, *ranks_);
+    averager_ = std::make_unique<dist::GradientAverager>(*model_, *ranks_);
+    log_ << "data parallel: " << ranks_->size() << " ranks (Gloo), " << local_batch_ << " of the " << cfg_.batch
+         << " images of each batch per rank, collectives time out after " << cfg_.dist_timeout << " s\n";
+  }
+  if (!main_) return;
   write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
   train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
   eval_log_ = std::make_unique<AppendLog>(run_ + "/eval.csv", "step,epoch,test_loss,test_acc,train_loss,train_acc");
@@ -336,6 +361,9 @@ void TrainingRun::check_schedule(const Checkpoint* resume) const {
   if (N < cfg_.batch)
     throw std::invalid_argument("--batch " + std::to_string(cfg_.batch) + " exceeds the " + std::to_string(N) +
                                 " training images");
+  if (ranks_ && cfg_.batch % ranks_->size() != 0)
+    throw std::invalid_argument("--batch " + std::to_string(cfg_.batch) + " does not split evenly over " +
+                                std::to_string(ranks_->size()) + " ranks");
   if (start_step_ >= total_)
     throw std::runtime_error(resume->dir + ": already at step " + std::to_string(start_step_) + " of " +
                              std::to_string(total_));
@@ -343,6 +371,7 @@ void TrainingRun::check_schedule(const Checkpoint* resume) const {
 }
 
 void TrainingRun::restore_or_start(const Checkpoint* resume) {
+  if (!resume && !main_) return;
   if (!resume) {
     for (const char* f : {"train_log.jsonl", "eval.csv", "conditioning.csv"}) write_text_atomic(run_ + "/" + f, "");
     return;
@@ -350,6 +379,7 @@ void TrainingRun::restore_or_start(const Checkpoint* resume) {
   model_->load_state(resume->model);
   read_optimizer_state(resume->dir, [&](torch::serialize::InputArchive& a) { optimizer_->load(a); });
   restore_generator(aug_gen_, resume->meta.at("rng").at("augment").get<std::string>());
+  if (!main_) return;  // rank 0 cuts the logs back
   auto cut_back = [&](const char* file, bool header, const auto& step_of) {
     const int64_t dropped = truncate_log(run_ + "/" + file, header, start_step_, step_of);
     if (dropped > 0) log_ << "resume: dropped " << dropped << " unreadable line(s) of " << file << " (cut by the kill)\n";
@@ -366,29 +396,48 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
     perm_ = epoch_permutation(train_split_.size(), cfg_.seed, epoch);
     perm_epoch_ = epoch;
   }
+  // The global batch, augmented as a whole (the generator's draws do not depend on W); this
+  // rank's shard of it.
   auto index = torch::from_blob(perm_.data() + in_epoch * cfg_.batch, {cfg_.batch}, torch::kLong);
   auto images = normalize_images(train_split_.images.index_select(0, index));
   if (cfg_.augment) images = augment(images, cfg_.crop_pad, cfg_.flip, aug_gen_);
-  images = model_input(images, cfg_);
-  auto labels = train_split_.labels.index_select(0, index).to(device_);
-  images = images.to(device_);
+  auto labels = train_split_.labels.index_select(0, index);
+  if (ranks_) {
+    images = images.narrow(0, ranks_->rank() * local_batch_, local_batch_);
+    labels = labels.narrow(0, ranks_->rank() * local_batch_, local_batch_);
+  }
+  images = model_input(images, cfg_).to(device_);
+  labels = labels.to(device_);
 
-  torch::manual_seed(layer_seed(cfg_.seed, step));
+  const uint64_t step_seed = layer_seed(cfg_.seed, step);
+  torch::manual_seed(ranks_ && ranks_->rank() > 0 ? layer_seed(step_seed, ranks_->rank()) : step_seed);
   optimizer_->set_lr(lr);
   optimizer_->zero_grad();
+  if (averager_) averager_->before_forward();
   auto logits = model_->forward(images);
   auto loss = torch::cross_entropy_loss(logits, labels);
-  loss.backward();
+  if (averager_) averager_->before_backward();
+  if (averager_)  // returns with the gradients averaged over the global batch, bucket by bucket
+    dist::run_collective(ranks_->rank(), "the backward pass's gradient all-reduce", [&] { loss.backward(); });
+  else
+    loss.backward();
   const double grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_grad > 0 ? cfg_.clip_grad : INFINITY);
   optimizer_->step();
-  const double loss_value = loss.item<double>();
+  double loss_value = loss.item<double>();
+  double acc = logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>();
+  if (ranks_) {  // the global batch's mean loss and accuracy (equal shards: the mean of the ranks')
+    auto sums = torch::tensor({loss_value, acc}, torch::kFloat64);
+    ranks_->allreduce_sum(sums);
+    loss_value = sums[0].item<double>() / ranks_->size(), acc = sums[1].item<double>() / ranks_->size();
+  }
   if (!std::isfinite(loss_value))
     throw std::runtime_error("loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +
                              " (diverged; lower --lr)");
-  return {loss_value, logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>(), grad_norm};
+  return {loss_value, acc, grad_norm};
 }
 
 void TrainingRun::log_step(int64_t step, int64_t epoch, const StepResult& r, double lr, double dt) {
+  if (!main_) return;
   if (step % cfg_.log_every == 0 || step == total_) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
     train_log_->line(nlohmann::json{{"step", step}, {"epoch", epoch}, {"loss", r.loss}, {"acc", r.acc}, {"lr", lr},
@@ -401,22 +450,24 @@ void TrainingRun::log_step(int64_t step, int64_t epoch, const StepResult& r, dou
     log_ << "step " << step << "/" << total_ << " | epoch " << epoch << " | loss " << std::fixed << std::setprecision(4)
          << r.loss << " | acc " << std::setprecision(3) << r.acc << " | lr " << std::scientific << std::setprecision(2) << lr
          << " | " << std::fixed << std::setprecision(0) << ips << " img/s | ETA " << format_duration(eta) << std::endl
-         << std::defaultfloat;
+         << std::defaultfloat << std::setprecision(6);
   }
 }
 
 void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
-  last_eval_ = evaluate(*model_, test_split_, cfg_, device_);
+  last_eval_ = evaluate(*model_, test_split_, cfg_, device_, ranks_);
+  if (!main_) return;
   std::ostringstream row;
   row << step << "," << epoch << "," << format_number(last_eval_.loss) << "," << format_number(last_eval_.acc) << ","
       << format_number(epoch_loss_ / epoch_seen_) << "," << format_number(epoch_correct_ / epoch_seen_);
   eval_log_->line(row.str());
   log_ << "[eval] step " << step << ": test loss " << std::fixed << std::setprecision(4) << last_eval_.loss
        << ", test acc " << std::setprecision(4) << last_eval_.acc << " (" << test_split_.size() << " images)" << std::endl
-       << std::defaultfloat;
+       << std::defaultfloat << std::setprecision(6);
 }
 
 void TrainingRun::track_now(int64_t step) {
+  if (!main_) return;  // the other ranks go on and wait in the next step's all-reduce
   const auto t0 = std::chrono::steady_clock::now();
   const auto reports = [&] {
     if (auto vit = std::dynamic_pointer_cast<VisionTransformerImpl>(model_)) {
@@ -430,13 +481,16 @@ void TrainingRun::track_now(int64_t step) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_ << "[track] step " << step << ": " << reports.size() << " reports over " << cfg_.model.depth << " layers in "
        << std::fixed << std::setprecision(1) << secs << " s" << std::endl
-       << std::defaultfloat;
+       << std::defaultfloat << std::setprecision(6);
 }
 
 void TrainingRun::save(int64_t step, double loss) {
+  if (ranks_) dist::check_replicas_agree(*model_, *ranks_, step);
+  if (!main_) return;
   nlohmann::json meta{{"epoch", (step - 1) / steps_per_epoch_},
                       {"model", cfg_.arch == "convmixer" ? cfg_.convmixer().to_json() : cfg_.model.to_json()},
                       {"train", cfg_.to_json()},
+                      {"world_size", ranks_ ? ranks_->size() : 1},
                       {"rng", {{"augment", generator_state(aug_gen_)},
                                {"torch", "manual_seed(layer_seed(seed, step)) before each step"},
                                {"data_order", "epoch_permutation(N, seed, epoch)"}}},
@@ -478,6 +532,7 @@ TrainResult TrainingRun::run() {
       break;
     }
   }
+  if (ranks_) ranks_->barrier();  // rank 0's last checkpoint is written before any rank leaves
   result.last_loss = loss;
   result.test_loss = last_eval_.loss;
   result.test_acc = last_eval_.acc;
@@ -499,10 +554,11 @@ TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& o
   return cfg;
 }
 
-TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log) {
+TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks) {
   TrainConfig finalized = cfg;
   finalized.finalize();  // idempotent: a finalized config is unchanged
-  TrainingRun run(finalized, resume, log);
+  std::ostream silent(nullptr);  // the ranks other than 0 print nothing (errors still reach stderr)
+  TrainingRun run(finalized, resume, ranks && ranks->rank() > 0 ? silent : log, ranks);
   return run.run();
 }
 

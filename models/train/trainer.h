@@ -18,6 +18,16 @@
 // generator (drop path) is re-seeded with layer_seed(seed, step) before every step. With the same
 // threads, a run resumed from step S repeats the uninterrupted run's losses exactly; the logs
 // are cut back to step S on resume, so they read as one run.
+//
+// Data parallel (a RankGroup of W ranks, models/dist): every rank draws the same global batch of
+// `batch` images (the same permutation and augmentation draws, so the data order is still a
+// function of (seed, step) whatever W is), keeps its shard of batch/W images, and the gradients
+// are averaged by c10d's Reducer during the backward pass (models/dist/data_parallel.h). Every
+// rank evaluates a 1/W share of the test set (sums all-reduced); rank 0 alone writes: logs,
+// config.json, checkpoints (all ranks first check that their parameters agree), and it alone
+// tracks conditioning while the others wait in the next step's all-reduce (--dist-timeout).
+// Every rank resumes from the same checkpoint; a run may resume under another W. Drop path
+// draws each rank's masks from layer_seed(layer_seed(seed, step), rank) (rank 0: as one process).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "models/dist/process_group.h"
 #include "models/io/checkpoint.h"
 #include "models/train/train_config.h"
 #include "models/classifier/convmixer.h"
@@ -76,7 +87,8 @@ TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& o
 
 /// Trains with `cfg` (finalized here; for a resumed run, resumed_config of the checkpoint) from
 /// scratch (resume null) or from the checkpoint `resume` (read_checkpoint of
-/// resolve_resume_checkpoint). Progress lines go to `log`.
-TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log);
+/// resolve_resume_checkpoint). Progress lines go to `log` (rank 0's; the other ranks are silent).
+/// `ranks`: the data-parallel group this process is a rank of (null: one process).
+TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks = nullptr);
 
 }  // namespace jacond::models

@@ -1,0 +1,151 @@
+// `jacond merge DIR... --out OUT`: joins the outputs of `jacond sweep --shard I/N` or `jacond
+// audit --shard I/N` (experiments/cli/shard.h) into the table the unsharded command writes, row
+// for row: the shards' rows put back in item order under the one header.
+//
+// Refused (exit 1, one line naming the shard): a shard without run.json (not finished), a
+// directory that is not a shard, grids that differ (named setting), shard counts or item counts
+// that differ, a shard given twice or missing, a table whose rows do not match its run.json.
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "experiments/cli/cli_common.h"
+#include "experiments/cli/commands.h"
+
+namespace jacond::cli {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct ShardOutput {
+  std::string dir;
+  json meta;  // run.json
+  std::string header;
+  std::vector<std::string> rows;
+};
+
+std::string read_text(const fs::path& path, const std::string& missing_hint) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path.string() + ": missing" + missing_hint);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// The table file a grid's command writes.
+std::string table_name(const json& grid) {
+  const std::string command = grid.value("command", "");
+  if (command == "sweep") return "sweep.csv";
+  if (command == "audit") return "audit.csv";
+  throw std::runtime_error("run.json: grid of an unknown command '" + command + "'");
+}
+
+ShardOutput read_shard(const std::string& dir) {
+  ShardOutput s;
+  s.dir = dir;
+  try {
+    s.meta = json::parse(read_text(fs::path(dir) / "run.json", " (did the shard finish?)"));
+  } catch (const json::exception& e) {
+    throw std::runtime_error(dir + "/run.json: malformed: " + e.what());
+  }
+  if (!s.meta.contains("shard") || !s.meta.contains("grid"))
+    throw std::runtime_error(dir + ": not a shard (run.json has no 'shard'; run sweep or audit with --shard I/N)");
+  std::istringstream table(read_text(fs::path(dir) / table_name(s.meta["grid"]), ""));
+  std::getline(table, s.header);
+  for (std::string line; std::getline(table, line);)
+    if (!line.empty()) s.rows.push_back(line);
+  return s;
+}
+
+// The first setting in which two grids differ ("" when equal).
+std::string first_difference(const json& a, const json& b) {
+  std::set<std::string> keys;
+  for (auto it = a.begin(); it != a.end(); ++it) keys.insert(it.key());
+  for (auto it = b.begin(); it != b.end(); ++it) keys.insert(it.key());
+  for (const auto& k : keys)
+    if (!a.contains(k) || !b.contains(k) || a[k] != b[k]) return k;
+  return "";
+}
+
+}  // namespace
+
+int run_merge(int argc, char** argv) {
+  std::vector<std::string> dirs;
+  std::string out_dir;
+  po::options_description desc("jacond merge DIR... --out OUT: join `sweep --shard` / `audit --shard` outputs into one table");
+  desc.add_options()("help,h", "this help")
+      ("dirs", po::value(&dirs)->composing(), "the shards' output directories (positional)")
+      ("out", po::value(&out_dir), "write OUT/sweep.csv (or audit.csv) and OUT/run.json");
+  po::positional_options_description pos;
+  pos.add("dirs", -1);
+  if (!parse_options(argc, argv, desc, &pos)) return 0;
+  check_usage([&] {
+    if (dirs.empty()) throw std::invalid_argument("give the shards' directories (jacond merge DIR... --out OUT)");
+    if (out_dir.empty()) throw std::invalid_argument("--out is required");
+  });
+
+  std::vector<ShardOutput> shards;
+  for (const auto& d : dirs) shards.push_back(read_shard(d));
+  const ShardOutput& ref = shards.front();
+  const int64_t count = ref.meta["shard"].at("count").get<int64_t>();
+  const size_t items = ref.meta["shard"].at("items").get<size_t>();
+  std::map<int64_t, std::string> index_dir;
+  std::vector<std::vector<std::string>> item_rows(items);
+  std::vector<bool> seen(items, false);
+  for (const auto& s : shards) {
+    if (const std::string k = first_difference(s.meta["grid"], ref.meta["grid"]); !k.empty())
+      throw std::runtime_error(s.dir + ": its grid differs from " + ref.dir + "'s in '" + k + "'");
+    const json& sh = s.meta["shard"];
+    if (sh.at("count").get<int64_t>() != count || sh.at("items").get<size_t>() != items)
+      throw std::runtime_error(s.dir + ": shard of " + sh.at("count").dump() + " over " + sh.at("items").dump() +
+                               " items, but " + ref.dir + " is one of " + std::to_string(count) + " over " +
+                               std::to_string(items));
+    if (s.header != ref.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref.dir + "'s");
+    const int64_t index = sh.at("index").get<int64_t>();
+    if (!index_dir.emplace(index, s.dir).second)
+      throw std::runtime_error(s.dir + ": shard " + std::to_string(index) + " is also " + index_dir[index]);
+    size_t next = 0;
+    for (const auto& entry : sh.at("item_rows")) {
+      const size_t item = entry.at(0).get<size_t>(), n = entry.at(1).get<size_t>();
+      if (item >= items || seen[item] || next + n > s.rows.size())
+        throw std::runtime_error(s.dir + ": run.json's item_rows do not match its table");
+      seen[item] = true;
+      item_rows[item].assign(s.rows.begin() + static_cast<std::ptrdiff_t>(next),
+                             s.rows.begin() + static_cast<std::ptrdiff_t>(next + n));
+      next += n;
+    }
+    if (next != s.rows.size())
+      throw std::runtime_error(s.dir + ": its table has " + std::to_string(s.rows.size()) + " rows, run.json accounts for " +
+                               std::to_string(next));
+  }
+  std::string missing;
+  for (int64_t i = 0; i < count; ++i)
+    if (!index_dir.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+  if (!missing.empty())
+    throw std::runtime_error("shard(s) " + missing + " of " + std::to_string(count) + " missing");
+
+  std::string table = ref.header + "\n";
+  size_t rows = 0;
+  for (const auto& block : item_rows)
+    for (const auto& r : block) table += r + "\n", ++rows;
+  const std::string name = table_name(ref.meta["grid"]);
+  ensure_directory(out_dir);
+  write_file_atomic(out_dir + "/" + name, table);
+  json meta = run_metadata(argc, argv);
+  meta["grid"] = ref.meta["grid"];
+  meta["merged_from"] = dirs;
+  meta["rows"] = rows;
+  write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
+  std::cout << "wrote " << out_dir << "/" << name << " (" << rows << " rows from " << count << " shards over " << items
+            << " items)\n";
+  return 0;
+}
+
+}  // namespace jacond::cli

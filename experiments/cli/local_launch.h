@@ -1,0 +1,22 @@
+// `jacond train --nproc N`: N ranks of one data-parallel run on this machine, started the way
+// torchrun starts them (models/dist/process_group.h): each is this program with the same
+// arguments and RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
+// MASTER_PORT in its environment, plus JACOND_LOCAL_LAUNCH=1 so that it runs as a rank instead
+// of launching again.
+#pragma once
+
+namespace jacond::cli {
+
+/// The variable that marks a process started by launch_local_ranks.
+inline constexpr const char* kLocalLaunchVariable = "JACOND_LOCAL_LAUNCH";
+
+/// Starts `nproc` ranks running `jacond <args...>` (args = the command and its arguments, as
+/// run_train receives them) and waits for all of them. When one fails (non-zero exit or a
+/// signal) the others are stopped with SIGTERM. Returns 0 when every rank succeeded, else the
+/// first failure's exit code (1 for a signal), after one line on stderr naming the rank.
+int launch_local_ranks(int nproc, int argc, char** args);
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+int free_local_port();
+
+}  // namespace jacond::cli

@@ -1,0 +1,90 @@
+#include "models/dist/data_parallel.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+namespace jacond::models::dist {
+
+namespace {
+
+std::vector<at::Tensor> module_state(torch::nn::Module& module) {
+  std::vector<at::Tensor> state;
+  for (auto& p : module.parameters()) state.push_back(p.detach());
+  for (auto& b : module.buffers()) state.push_back(b.detach());
+  return state;
+}
+
+}  // namespace
+
+void broadcast_module_state(torch::nn::Module& module, RankGroup& group) {
+  torch::NoGradGuard no_grad;
+  const auto state = module_state(module);
+  if (state.empty()) return;
+  run_collective(group.rank(), "broadcast of the model", [&] {
+    c10d::broadcast_coalesced(group.process_group(), state, /*buffer_size=*/256 << 20, /*rank=*/0);
+  });
+}
+
+void check_replicas_agree(torch::nn::Module& module, RankGroup& group, int64_t step) {
+  torch::NoGradGuard no_grad;
+  double sum = 0, sum_sq = 0;
+  for (const auto& p : module.parameters()) {
+    const auto p64 = p.detach().to(torch::kFloat64);
+    sum += p64.sum().item<double>();
+    sum_sq += p64.square().sum().item<double>();
+  }
+  auto mine = torch::tensor({sum, sum_sq}, torch::kFloat64);
+  auto rank0 = mine.clone();
+  group.broadcast(rank0, 0);
+  auto differs = torch::tensor({rank0.equal(mine) ? 0.0 : 1.0}, torch::kFloat64);
+  group.allreduce_sum(differs);
+  if (differs.item<double>() > 0)
+    throw std::runtime_error("step " + std::to_string(step) + ": the parameters of " +
+                             std::to_string(static_cast<int64_t>(differs.item<double>())) +
+                             " rank(s) differ from rank 0's (a replica drifted: non-deterministic kernels or mixed hardware)");
+}
+
+GradientAverager::GradientAverager(torch::nn::Module& module, RankGroup& group, int64_t bucket_bytes)
+    : module_(module), group_(group) {
+  std::vector<at::Tensor> params;
+  std::unordered_map<size_t, std::string> names;
+  for (const auto& p : module.named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    names[params.size()] = p.key();
+    params.push_back(p.value());
+  }
+  if (params.empty()) throw std::invalid_argument("data parallel: the model has no trainable parameters");
+  // DDP's bucketing: a small first bucket (its all-reduce starts early), then bucket_bytes; the
+  // buckets reversed because gradients arrive from the last layer to the first.
+  const std::vector<size_t> limits{static_cast<size_t>(c10d::kDefaultFirstBucketBytes), static_cast<size_t>(bucket_bytes)};
+  auto [buckets, bucket_limits] = c10d::compute_bucket_assignment_by_size(params, limits, std::vector<bool>(params.size(), false));
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(bucket_limits.begin(), bucket_limits.end());
+  run_collective(group.rank(), "setting up the gradient all-reduce", [&] {
+    reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), std::move(bucket_limits), group.process_group(),
+                                               std::vector<bool>(params.size(), false), bucket_bytes,
+                                               /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+                                               std::move(names), c10d::kDefaultFirstBucketBytes);
+  });
+}
+
+GradientAverager::~GradientAverager() = default;
+
+void GradientAverager::before_forward() {
+  reducer_->prepare_for_forward();
+  run_collective(group_.rank(), "rebuilding the gradient buckets", [&] { reducer_->rebuild_buckets(); });
+  std::vector<at::Tensor> buffers;
+  for (auto& b : module_.buffers()) buffers.push_back(b.detach());
+  if (!buffers.empty())
+    run_collective(group_.rank(), "broadcast of the buffers", [&] {
+      c10d::broadcast_coalesced(group_.process_group(), buffers, /*buffer_size=*/256 << 20, /*rank=*/0);
+    });
+}
+
+void GradientAverager::before_backward() { reducer_->prepare_for_backward({}); }
+
+}  // namespace jacond::models::dist

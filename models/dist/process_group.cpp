@@ -1,0 +1,136 @@
+#include "models/dist/process_group.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace jacond::models::dist {
+
+namespace {
+
+// A whole non-negative integer, or std::invalid_argument naming the variable.
+int parse_count(const std::string& name, const std::string& text) {
+  size_t used = 0;
+  long v = -1;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < 0 || v > 65535)
+    throw std::invalid_argument(name + "=" + text + " is not a whole number in [0, 65535]");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+LaunchEnv read_launch_env(const std::function<std::optional<std::string>(const std::string&)>& lookup) {
+  LaunchEnv env;
+  // torchrun's names first; Slurm's when RANK is absent (srun without torchrun).
+  const char* rank_var = "RANK";
+  const char* size_var = "WORLD_SIZE";
+  const char* local_var = "LOCAL_RANK";
+  if (lookup("RANK")) {
+    env.launcher = "torchrun";
+  } else if (lookup("SLURM_PROCID") && lookup("SLURM_NTASKS")) {
+    env.launcher = "slurm";
+    rank_var = "SLURM_PROCID", size_var = "SLURM_NTASKS", local_var = "SLURM_LOCALID";
+  } else {
+    if (auto ws = lookup("WORLD_SIZE"); ws && parse_count("WORLD_SIZE", *ws) > 1)
+      throw std::invalid_argument("WORLD_SIZE=" + *ws + " is set but RANK is not");
+    return env;
+  }
+  const auto size_text = lookup(size_var);
+  if (!size_text) throw std::invalid_argument(std::string(rank_var) + " is set but " + size_var + " is not");
+  env.rank = parse_count(rank_var, *lookup(rank_var));
+  env.world_size = parse_count(size_var, *size_text);
+  if (env.world_size < 1) throw std::invalid_argument(std::string(size_var) + "=" + *size_text + " must be >= 1");
+  if (env.rank >= env.world_size)
+    throw std::invalid_argument(std::string(rank_var) + "=" + std::to_string(env.rank) + " is not below " + size_var +
+                                "=" + std::to_string(env.world_size));
+  if (auto local = lookup(local_var)) env.local_rank = parse_count(local_var, *local);
+  if (!env.distributed()) return env;
+  const auto addr = lookup("MASTER_ADDR"), port = lookup("MASTER_PORT");
+  if (!addr || addr->empty()) throw std::invalid_argument("MASTER_ADDR is not set (rank 0's host, where the ranks meet)");
+  if (!port) throw std::invalid_argument("MASTER_PORT is not set (the port rank 0 serves the rendezvous on)");
+  env.master_addr = *addr;
+  env.master_port = parse_count("MASTER_PORT", *port);
+  if (env.master_port == 0) throw std::invalid_argument("MASTER_PORT=0: the other ranks cannot find a port chosen by rank 0");
+  env.agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+  if (auto restarts = lookup("TORCHELASTIC_RESTART_COUNT")) env.restart_count = parse_count("TORCHELASTIC_RESTART_COUNT", *restarts);
+  return env;
+}
+
+LaunchEnv read_launch_env() {
+  return read_launch_env([](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+void run_collective(int rank, const std::string& op, const std::function<void()>& collective) {
+  try {
+    collective();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // c10 appends a C++ trace
+    throw std::runtime_error("rank " + std::to_string(rank) + ": " + op +
+                             " failed (a rank died, or did not answer within --dist-timeout): " + what);
+  }
+}
+
+struct RankGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+};
+
+RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(timeout) {
+  run_collective(rank_, "rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(env.master_port);
+    store_options.isServer = env.rank == 0 && !env.agent_store;
+    store_options.numWorkers = static_cast<size_t>(env.world_size);
+    store_options.waitWorkers = !env.agent_store;
+    store_options.timeout = timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    if (env.agent_store)
+      impl_->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), impl_->store);
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, options);
+  });
+}
+
+RankGroup::~RankGroup() = default;
+
+const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const { return impl_->group; }
+
+void RankGroup::allreduce_sum(torch::Tensor& t) {
+  run_collective(rank_, "all-reduce", [&] {
+    std::vector<at::Tensor> tensors{t};
+    impl_->group->allreduce(tensors)->wait(timeout_);
+  });
+}
+
+void RankGroup::broadcast(torch::Tensor& t, int root) {
+  run_collective(rank_, "broadcast", [&] {
+    std::vector<at::Tensor> tensors{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    impl_->group->broadcast(tensors, o)->wait(timeout_);
+  });
+}
+
+void RankGroup::barrier() {
+  run_collective(rank_, "barrier", [&] { impl_->group->barrier()->wait(timeout_); });
+}
+
+}  // namespace jacond::models::dist

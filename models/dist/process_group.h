@@ -1,0 +1,91 @@
+// The ranks of a data-parallel run and their collectives, on PyTorch's own engine: c10d's
+// ProcessGroupGloo (CPU tensors; Debian's LibTorch 1.13 ships it) behind a TCPStore rendezvous,
+// exactly what `torch.distributed.init_process_group("gloo")` builds in Python.
+//
+// Launch contract: the torchrun environment (torch.distributed.run), so `torchrun
+// --nproc-per-node N jacond train ...`, Slurm's `srun` and `jacond train --nproc N` all work:
+//   RANK, WORLD_SIZE          this process's rank and the number of ranks (all nodes)
+//   LOCAL_RANK                its rank on this node (the GPU it would use)
+//   MASTER_ADDR, MASTER_PORT  where rank 0 serves the TCPStore the ranks meet at
+// Under `srun` without torchrun, SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID stand in for
+// RANK / WORLD_SIZE / LOCAL_RANK (MASTER_ADDR and MASTER_PORT still have to be exported: the
+// batch script knows the first node's name). No variables, or a world of 1: one process, no group.
+// GLOO_SOCKET_IFNAME picks the network interface, as it does for PyTorch.
+//
+// Failure contract: every collective (and the rendezvous) waits at most `timeout`; a rank that
+// dies closes its sockets and its peers' pending collectives fail at once; either way the
+// collective throws std::runtime_error naming the rank and the operation, and the run exits 1
+// instead of hanging. Guarded by tests/models/test_dist.cpp and the 2-rank CLI tests
+// (tests/experiments/test_train_dist_cli.cpp).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace jacond::models::dist {
+
+/// Where this process sits in a launch.
+struct LaunchEnv {
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string launcher = "none";  // none | torchrun | slurm (which variables were read)
+  // torchrun's agent serves the store itself (TORCHELASTIC_USE_AGENT_STORE=True): every rank,
+  // rank 0 included, is then a client, under the key prefix of the agent's restart count
+  // (TORCHELASTIC_RESTART_COUNT), as torch.distributed does.
+  bool agent_store = false;
+  int restart_count = 0;
+  bool distributed() const { return world_size > 1; }
+};
+
+/// Reads the launch variables through `lookup` (name -> value, nullopt when unset). A malformed
+/// or inconsistent value throws std::invalid_argument naming the variable ("RANK=2 is not below
+/// WORLD_SIZE=2").
+LaunchEnv read_launch_env(const std::function<std::optional<std::string>(const std::string&)>& lookup);
+/// read_launch_env of this process's environment.
+LaunchEnv read_launch_env();
+
+/// The ranks of one run joined by Gloo. Collectives act in place on contiguous CPU tensors.
+class RankGroup {
+ public:
+  /// Rendezvous at env.master_addr:env.master_port (rank 0 serves the store) and connect the
+  /// full mesh; std::runtime_error after `timeout` when a rank does not show up.
+  RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout);
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// t <- Σ_ranks t.
+  void allreduce_sum(torch::Tensor& t);
+  /// t <- t of rank `root`.
+  void broadcast(torch::Tensor& t, int root = 0);
+  /// Returns when every rank has called it.
+  void barrier();
+  /// The c10d process group (for c10d::Reducer and broadcast_coalesced).
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, size_ = 1;
+  std::chrono::milliseconds timeout_;
+};
+
+/// Runs `collective` (which waits on a c10d work), turning any c10d/Gloo error into
+/// std::runtime_error("rank R: OP failed ...: WHAT").
+void run_collective(int rank, const std::string& op, const std::function<void()>& collective);
+
+}  // namespace jacond::models::dist

@@ -1,0 +1,244 @@
+// models/dist: the launch environment's parsing, and two Gloo ranks (two threads of this
+// process, each with its own TCPStore client and process group) averaging gradients like the
+// full batch, agreeing on their parameters, and failing within the timeout when a peer is gone.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "models/dist/data_parallel.h"
+#include "models/dist/process_group.h"
+
+namespace jd = jacond::models::dist;
+
+namespace {
+
+jd::LaunchEnv env_of(const std::map<std::string, std::string>& vars) {
+  return jd::read_launch_env([&](const std::string& name) -> std::optional<std::string> {
+    const auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+// The error read_launch_env throws for `vars` (empty when it does not throw).
+std::string env_error(const std::map<std::string, std::string>& vars) {
+  try {
+    env_of(vars);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+jd::LaunchEnv rank_env(int rank, int world, int port) {
+  jd::LaunchEnv env;
+  env.rank = rank, env.world_size = world, env.local_rank = rank;
+  env.master_addr = "127.0.0.1", env.master_port = port;
+  env.launcher = "torchrun";
+  return env;
+}
+
+// Runs body(rank, group) on `world` threads, one rank each, and rethrows the first failure.
+void on_ranks(int world, std::chrono::milliseconds timeout, const std::function<void(int, jd::RankGroup&)>& body) {
+  const int port = free_port();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.push_back(std::async(std::launch::async, [=] {
+      jd::RankGroup group(rank_env(r, world, port), timeout);
+      body(r, group);
+    }));
+  for (auto& f : ranks) f.get();
+}
+
+// A small model with a LayerNorm, in fp64 so that the averaged gradient can be compared with
+// the full batch's to 1e-12.
+struct TinyNet : torch::nn::Module {
+  TinyNet() {
+    torch::manual_seed(7);
+    a = register_module("a", torch::nn::Linear(6, 8));
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({8})));
+    b = register_module("b", torch::nn::Linear(8, 3));
+    to(torch::kFloat64);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return b(torch::gelu(norm(a(x)))); }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+};
+
+std::pair<torch::Tensor, torch::Tensor> batch() {
+  torch::manual_seed(11);
+  return {torch::randn({8, 6}, torch::kFloat64), torch::randint(0, 3, {8}, torch::kLong)};
+}
+
+std::vector<torch::Tensor> grads(torch::nn::Module& m) {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : m.parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
+}  // namespace
+
+TEST(LaunchEnv, NoVariablesIsOneProcess) {
+  const auto env = env_of({});
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_FALSE(env.distributed());
+  EXPECT_EQ(env.launcher, "none");
+}
+
+TEST(LaunchEnv, ReadsTorchrunVariables) {
+  const auto env = env_of({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node07"},
+                           {"MASTER_PORT", "29400"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                           {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.master_addr, "node07");
+  EXPECT_EQ(env.master_port, 29400);
+  EXPECT_EQ(env.launcher, "torchrun");
+  EXPECT_TRUE(env.agent_store);
+  EXPECT_EQ(env.restart_count, 2);
+}
+
+TEST(LaunchEnv, ReadsSlurmVariablesWhenRankIsAbsent) {
+  const auto env = env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                           {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(env.launcher, "slurm");
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.world_size, 8);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_FALSE(env.agent_store);
+  // torchrun inside an allocation wins over Slurm's task variables.
+  EXPECT_EQ(env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}}).launcher, "torchrun");
+}
+
+TEST(LaunchEnv, BadValuesNameTheVariable) {
+  const std::map<std::string, std::string> good{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}};
+  EXPECT_EQ(env_error(good), "");
+  auto with = [&](const std::string& k, const std::string& v) {
+    auto vars = good;
+    vars[k] = v;
+    return env_error(vars);
+  };
+  auto without = [&](const std::string& k) {
+    auto vars = good;
+    vars.erase(k);
+    return env_error(vars);
+  };
+  EXPECT_NE(with("RANK", "2").find("RANK=2 is not below WORLD_SIZE=2"), std::string::npos);
+  EXPECT_NE(with("RANK", "one").find("RANK=one"), std::string::npos);
+  EXPECT_NE(with("WORLD_SIZE", "-2").find("WORLD_SIZE"), std::string::npos);
+  EXPECT_NE(with("WORLD_SIZE", "0").find("WORLD_SIZE"), std::string::npos);
+  EXPECT_NE(with("MASTER_PORT", "0").find("MASTER_PORT"), std::string::npos);
+  EXPECT_NE(with("MASTER_PORT", "80a").find("MASTER_PORT"), std::string::npos);
+  EXPECT_NE(without("MASTER_ADDR").find("MASTER_ADDR"), std::string::npos);
+  EXPECT_NE(without("MASTER_PORT").find("MASTER_PORT"), std::string::npos);
+  EXPECT_NE(without("WORLD_SIZE").find("WORLD_SIZE"), std::string::npos);
+  EXPECT_NE(env_error({{"WORLD_SIZE", "2"}}).find("RANK"), std::string::npos);
+}
+
+TEST(RankGroup, CollectivesSumAndBroadcast) {
+  on_ranks(3, std::chrono::seconds(30), [](int rank, jd::RankGroup& group) {
+    auto t = torch::full({2}, static_cast<double>(rank + 1), torch::kFloat64);
+    group.allreduce_sum(t);
+    EXPECT_EQ(t[0].item<double>(), 6.0);
+    auto b = torch::full({1}, static_cast<double>(10 * rank), torch::kFloat64);
+    group.broadcast(b, 2);
+    EXPECT_EQ(b.item<double>(), 20.0);
+    group.barrier();
+  });
+}
+
+// The math of models/dist/data_parallel.h: with equal shards, the averaged gradient is the full
+// batch's gradient (fp64: to rounding).
+TEST(GradientAverager, TwoRanksAverageToTheFullBatchGradient) {
+  const auto [x, y] = batch();
+  TinyNet full;
+  torch::cross_entropy_loss(full.forward(x), y).backward();
+  const auto expected = grads(full);
+
+  std::vector<std::vector<torch::Tensor>> got(2);
+  std::vector<std::shared_ptr<TinyNet>> nets{std::make_shared<TinyNet>(), std::make_shared<TinyNet>()};  // seeded here, not racing in the threads
+  on_ranks(2, std::chrono::seconds(30), [&](int rank, jd::RankGroup& group) {
+    TinyNet& net = *nets[rank];
+    jd::broadcast_module_state(net, group);
+    jd::GradientAverager averager(net, group);
+    for (int step = 0; step < 2; ++step) {  // the second step runs on the rebuilt buckets
+      net.zero_grad();
+      averager.before_forward();
+      auto out = net.forward(x.narrow(0, 4 * rank, 4));
+      auto loss = torch::cross_entropy_loss(out, y.narrow(0, 4 * rank, 4));
+      averager.before_backward();
+      loss.backward();
+    }
+    got[rank] = grads(net);
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(got[rank].size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_TRUE(torch::allclose(got[rank][i], expected[i], 1e-12, 1e-14)) << "rank " << rank << " parameter " << i;
+  }
+}
+
+TEST(GradientAverager, BroadcastMakesReplicasAgreeAndDriftIsCaught) {
+  on_ranks(2, std::chrono::seconds(30), [](int rank, jd::RankGroup& group) {
+    TinyNet net;
+    {
+      torch::NoGradGuard no_grad;
+      if (rank == 1) net.a->weight.add_(1.0);
+    }
+    jd::broadcast_module_state(net, group);
+    EXPECT_NO_THROW(jd::check_replicas_agree(net, group, 5));
+    {
+      torch::NoGradGuard no_grad;
+      if (rank == 1) net.b->bias[0].add_(1e-12);
+    }
+    try {
+      jd::check_replicas_agree(net, group, 6);
+      ADD_FAILURE() << "rank " << rank << ": a drifted replica was not reported";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("step 6"), std::string::npos) << e.what();
+    }
+  });
+}
+
+// A rank that never joins a collective makes its peer fail after the timeout, not hang.
+TEST(RankGroup, ASilentPeerFailsTheCollectiveAfterTheTimeout) {
+  const auto timeout = std::chrono::milliseconds(1500);
+  std::string error;
+  std::chrono::duration<double> waited{0};
+  on_ranks(2, timeout, [&](int rank, jd::RankGroup& group) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(timeout * 2);  // alive but silent
+      return;
+    }
+    auto t = torch::ones({1});
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      group.allreduce_sum(t);
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+    }
+    waited = std::chrono::steady_clock::now() - start;
+  });
+  EXPECT_NE(error.find("rank 0: all-reduce failed"), std::string::npos) << error;
+  EXPECT_GE(waited.count(), 0.9 * 1.5);
+  EXPECT_LT(waited.count(), 1.5 + 5.0);
+}
