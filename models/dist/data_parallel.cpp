@@ -4,10 +4,18 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#if JACOND_HAVE_C10D
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
+#else
+namespace c10d {
+class Reducer {};  // never made: RankGroup cannot be constructed without c10d
+}
+#endif
 
 namespace jacond::models::dist {
+
+#if JACOND_HAVE_C10D
 
 namespace {
 
@@ -86,5 +94,16 @@ void GradientAverager::before_forward() {
 }
 
 void GradientAverager::before_backward() { reducer_->prepare_for_backward({}); }
+
+#else  // no c10d: unreachable, since no RankGroup exists (process_group.cpp)
+
+void broadcast_module_state(torch::nn::Module&, RankGroup&) {}
+void check_replicas_agree(torch::nn::Module&, RankGroup&, int64_t) {}
+GradientAverager::GradientAverager(torch::nn::Module& module, RankGroup& group, int64_t) : module_(module), group_(group) {}
+GradientAverager::~GradientAverager() = default;
+void GradientAverager::before_forward() {}
+void GradientAverager::before_backward() {}
+
+#endif
 
 }  // namespace jacond::models::dist

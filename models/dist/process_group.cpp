@@ -1,11 +1,14 @@
 #include "models/dist/process_group.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
+#if JACOND_HAVE_C10D
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
 
 namespace jacond::models::dist {
 
@@ -83,6 +86,8 @@ void run_collective(int rank, const std::string& op, const std::function<void()>
   }
 }
 
+#if JACOND_HAVE_C10D
+
 struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -129,8 +134,50 @@ void RankGroup::broadcast(torch::Tensor& t, int root) {
   });
 }
 
+std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
+  auto length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64);
+  std::vector<std::vector<at::Tensor>> lengths(1);
+  for (int r = 0; r < size_; ++r) lengths[0].push_back(torch::empty({1}, torch::kInt64));
+  std::vector<at::Tensor> mine{length};
+  run_collective(rank_, "all-gather", [&] { impl_->group->allgather(lengths, mine)->wait(timeout_); });
+  int64_t longest = 0;
+  for (const auto& l : lengths[0]) longest = std::max(longest, l.item<int64_t>());
+  auto bytes = torch::zeros({std::max<int64_t>(longest, 1)}, torch::kUInt8);
+  std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  std::vector<std::vector<at::Tensor>> gathered(1);
+  for (int r = 0; r < size_; ++r) gathered[0].push_back(torch::empty_like(bytes));
+  std::vector<at::Tensor> input{bytes};
+  run_collective(rank_, "all-gather", [&] { impl_->group->allgather(gathered, input)->wait(timeout_); });
+  std::vector<std::string> out;
+  for (int r = 0; r < size_; ++r) {
+    const auto* p = gathered[0][r].data_ptr<uint8_t>();
+    out.emplace_back(p, p + lengths[0][r].item<int64_t>());
+  }
+  return out;
+}
+
 void RankGroup::barrier() {
   run_collective(rank_, "barrier", [&] { impl_->group->barrier()->wait(timeout_); });
 }
+
+#else  // no c10d/Gloo in this build: a rank cannot be made, so nothing below is reached
+
+struct RankGroup::Impl {};
+
+RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout)
+    : rank_(env.rank), size_(env.world_size), timeout_(timeout) {
+  throw std::runtime_error("this jacond was built without c10d/Gloo (libgloo-dev and LibTorch's distributed "
+                           "headers): no data-parallel training; run one process");
+}
+RankGroup::~RankGroup() = default;
+const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const {
+  throw std::logic_error("RankGroup without c10d");
+}
+void RankGroup::allreduce_sum(torch::Tensor&) {}
+void RankGroup::broadcast(torch::Tensor&, int) {}
+std::vector<std::string> RankGroup::allgather_text(const std::string& text) { return {text}; }
+void RankGroup::barrier() {}
+
+#endif
 
 }  // namespace jacond::models::dist

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -72,6 +73,9 @@ class RankGroup {
   void allreduce_sum(torch::Tensor& t);
   /// t <- t of rank `root`.
   void broadcast(torch::Tensor& t, int root = 0);
+  /// Every rank's `text`, in rank order, on every rank (an all-gather of the bytes, padded to
+  /// the longest).
+  std::vector<std::string> allgather_text(const std::string& text);
   /// Returns when every rank has called it.
   void barrier();
   /// The c10d process group (for c10d::Reducer and broadcast_coalesced).
@@ -83,6 +87,9 @@ class RankGroup {
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
 };
+
+/// Whether this build has c10d with Gloo (models/CMakeLists.txt); without it RankGroup throws.
+constexpr bool c10d_available() { return JACOND_HAVE_C10D; }
 
 /// Runs `collective` (which waits on a c10d work), turning any c10d/Gloo error into
 /// std::runtime_error("rank R: OP failed ...: WHAT").

@@ -86,7 +86,7 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
   in_eval_mode(*model, [&] { model->forward_with_block_inputs(probe_images, inputs); });
   const TensorMap state = model->state();
   std::vector<LayerReport> out;
-  for (int64_t l = 0; l < cfg.depth; ++l) {
+  for (int64_t l = options.layer_offset; l < cfg.depth; l += options.layer_stride) {
     jacond::SkipMode mode;
     const jacond::BlockWeights w = analysis_block(state, cfg, l, &mode);
     for (int64_t m = 0; m < probe_images.size(0); ++m) {

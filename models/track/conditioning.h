@@ -46,6 +46,9 @@ struct TrackOptions {
   /// Lanczos warm starts per (layer, probe), carried across calls (training steps, checkpoints
   /// in step order) when set; block.warm is ignored then.
   std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>>* warm = nullptr;
+  /// Only the layers l with l % layer_stride == layer_offset (data-parallel tracking split by
+  /// layer across the ranks: offset = rank, stride = number of ranks).
+  int64_t layer_offset = 0, layer_stride = 1;
 };
 
 /// Reports of every layer for every probe image ([m, C, H, W], already normalised).

@@ -103,6 +103,7 @@ void TrainConfig::finalize() {
   require(probe_size >= 1, "probe_size", "must be >= 1");
   require(track_seconds > 0, "track_seconds", "must be positive");
   require(dist_timeout > 0, "dist_timeout", "must be positive");
+  require(track_split == "layers" || track_split == "rank0", "track_split", "must be layers or rank0, got '" + track_split + "'");
   // The name parsers' messages list the valid names; prefix the flag.
   auto named = [](const char* key, auto&& parse) {
     try {

@@ -76,6 +76,10 @@ struct TrainConfig {
   // (an LU and a QR of 3200 × 3200) costs about 2.7 s per layer, 11 s per call (25 %); ask for
   // it with --track-matrices, as run_main does, or read it from `jacond audit` afterwards.
   std::string track_matrices = "K_ffn,softmax,attention";  // comma list or all, see models/track/conditioning.h
+  // Data parallel: "layers" splits a ViT's tracking across the ranks by layer (rank r takes the
+  // layers l ≡ r mod W; rank 0 gathers and writes the rows in the one-process order); "rank0"
+  // tracks on rank 0 alone while the others wait. Measured in README "Data-parallel training".
+  std::string track_split = "layers";
 
   /// The ConvMixer of a convmixer run (from model and kernel, seeded by `seed`).
   ConvMixerConfig convmixer() const;
@@ -178,6 +182,9 @@ void for_each_train_field(Config& c, Visit&& visit) {
                    "comma list of K_sa,B_sa,E_sa,K_sab,K_mlp,K_ffn,softmax,attention, the token matrices "
                    "X_in,LN1_out,SA_out,SAB_out,LN2_out,FFN_out,FFN_block_out, or all"},
         c.track_matrices);
+  visit(TrainField{"track_split", "track-split", "tracking",
+                   "data parallel: layers (each rank tracks every W-th layer) | rank0 (rank 0 tracks alone)"},
+        c.track_split);
 }
 
 /// "--flag" of the table row whose config key is `key`; throws std::logic_error for a key that

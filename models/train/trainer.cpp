@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "analysis/report/report_csv.h"
 #include "analysis/core/threads.h"
@@ -239,6 +240,35 @@ void restore_generator(std::mt19937_64& g, const std::string& text) {
   if (!is) throw std::runtime_error("checkpoint meta.json: malformed augmentation generator state");
 }
 
+// Tracking split by layer: every rank's conditioning.csv rows, on rank 0 in the one-process
+// order (layer, then probe; each rank's rows of one (layer, probe) keep their order); the other
+// ranks get an empty list. A row starts "step,probe,layer,".
+std::vector<std::string> gather_layer_rows(const std::vector<std::string>& mine, dist::RankGroup& ranks) {
+  std::string text;
+  for (const auto& r : mine) text += r + "\n";
+  const std::vector<std::string> all = ranks.allgather_text(text);
+  if (ranks.rank() != 0) return {};
+  struct Row {
+    int64_t layer, probe;
+    std::string text;
+  };
+  std::vector<Row> rows;
+  for (const auto& block : all) {
+    std::istringstream in(block);
+    for (std::string line; std::getline(in, line);) {
+      const auto c1 = line.find(','), c2 = line.find(',', c1 + 1), c3 = line.find(',', c2 + 1);
+      const std::string probe = line.substr(c1 + 1, c2 - c1 - 1);  // "none": a weights-only report
+      rows.push_back({std::stoll(line.substr(c2 + 1, c3 - c2 - 1)), probe == "none" ? -1 : std::stoll(probe), line});
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.layer, a.probe) < std::tie(b.layer, b.probe);
+  });
+  std::vector<std::string> out;
+  for (auto& r : rows) out.push_back(std::move(r.text));
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -292,6 +322,7 @@ class TrainingRun {
   dist::RankGroup* const ranks_;
   const bool main_;
   const int64_t local_batch_;  // batch / W
+  const bool split_tracking_;  // each rank tracks every W-th layer (--track-split layers, ViT)
   std::unique_ptr<dist::GradientAverager> averager_;
   const torch::Device device_;
   const std::string run_;
@@ -323,6 +354,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
       ranks_(ranks),
       main_(!ranks || ranks->rank() == 0),
       local_batch_(cfg_.batch / (ranks ? ranks->size() : 1)),
+      split_tracking_(ranks && cfg_.track_split == "layers" && cfg_.arch == "vit"),
       device_(select_device(cfg_)),
       run_(main_ ? prepare_run_dir(cfg_, resume != nullptr) : cfg_.out_dir),
       train_split_(load_fashion_mnist(cfg_.data_dir, "train", cfg_.data_limit)),
@@ -344,16 +376,17 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
     log_ << "data parallel: " << ranks_->size() << " ranks (Gloo), " << local_batch_ << " of the " << cfg_.batch
          << " images of each batch per rank, collectives time out after " << cfg_.dist_timeout << " s\n";
   }
-  if (!main_) return;
-  write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
-  train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
-  eval_log_ = std::make_unique<AppendLog>(run_ + "/eval.csv", "step,epoch,test_loss,test_acc,train_loss,train_acc");
-  cond_log_ = std::make_unique<AppendLog>(run_ + "/conditioning.csv", conditioning_csv_header());
   probe_ = model_input(normalize_images(test_split_.images.narrow(0, 0, cfg_.probe_size)), cfg_).to(device_);
   track_.block.route = parse_kappa_route(cfg_.track_method);
   track_.block.lanczos.max_seconds = cfg_.track_seconds;
   track_.warm = &warm_;
   track_.matrices = cfg_.tracked_matrices();
+  if (split_tracking_) track_.layer_offset = ranks_->rank(), track_.layer_stride = ranks_->size();
+  if (!main_) return;
+  write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
+  train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
+  eval_log_ = std::make_unique<AppendLog>(run_ + "/eval.csv", "step,epoch,test_loss,test_acc,train_loss,train_acc");
+  cond_log_ = std::make_unique<AppendLog>(run_ + "/conditioning.csv", conditioning_csv_header());
 }
 
 void TrainingRun::check_schedule(const Checkpoint* resume) const {
@@ -467,7 +500,7 @@ void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
 }
 
 void TrainingRun::track_now(int64_t step) {
-  if (!main_) return;  // the other ranks go on and wait in the next step's all-reduce
+  if (!main_ && !split_tracking_) return;  // the other ranks go on and wait in the next step's all-reduce
   const auto t0 = std::chrono::steady_clock::now();
   const auto reports = [&] {
     if (auto vit = std::dynamic_pointer_cast<VisionTransformerImpl>(model_)) {
@@ -477,10 +510,14 @@ void TrainingRun::track_now(int64_t step) {
     ConvMixer holder(std::dynamic_pointer_cast<ConvMixerImpl>(model_));
     return convmixer_conditioning(holder, probe_, track_.matrices);
   }();
-  for (const auto& r : reports) cond_log_->line(conditioning_csv_row(step, r));
+  std::vector<std::string> rows;
+  for (const auto& r : reports) rows.push_back(conditioning_csv_row(step, r));
+  if (split_tracking_) rows = gather_layer_rows(rows, *ranks_);
+  if (!main_) return;
+  for (const auto& row : rows) cond_log_->line(row);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_ << "[track] step " << step << ": " << reports.size() << " reports over " << cfg_.model.depth << " layers in "
-       << std::fixed << std::setprecision(1) << secs << " s" << std::endl
+  log_ << "[track] step " << step << ": " << rows.size() << " reports over " << cfg_.model.depth << " layers in "
+       << std::fixed << std::setprecision(1) << secs << " s" << (split_tracking_ ? " (split over the ranks)" : "") << std::endl
        << std::defaultfloat << std::setprecision(6);
 }
 

@@ -155,6 +155,7 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
 }
 
 TEST(RankGroup, CollectivesSumAndBroadcast) {
+  if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
   on_ranks(3, std::chrono::seconds(30), [](int rank, jd::RankGroup& group) {
     auto t = torch::full({2}, static_cast<double>(rank + 1), torch::kFloat64);
     group.allreduce_sum(t);
@@ -169,6 +170,7 @@ TEST(RankGroup, CollectivesSumAndBroadcast) {
 // The math of models/dist/data_parallel.h: with equal shards, the averaged gradient is the full
 // batch's gradient (fp64: to rounding).
 TEST(GradientAverager, TwoRanksAverageToTheFullBatchGradient) {
+  if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
   const auto [x, y] = batch();
   TinyNet full;
   torch::cross_entropy_loss(full.forward(x), y).backward();
@@ -198,6 +200,7 @@ TEST(GradientAverager, TwoRanksAverageToTheFullBatchGradient) {
 }
 
 TEST(GradientAverager, BroadcastMakesReplicasAgreeAndDriftIsCaught) {
+  if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
   on_ranks(2, std::chrono::seconds(30), [](int rank, jd::RankGroup& group) {
     TinyNet net;
     {
@@ -221,6 +224,7 @@ TEST(GradientAverager, BroadcastMakesReplicasAgreeAndDriftIsCaught) {
 
 // A rank that never joins a collective makes its peer fail after the timeout, not hang.
 TEST(RankGroup, ASilentPeerFailsTheCollectiveAfterTheTimeout) {
+  if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
   const auto timeout = std::chrono::milliseconds(1500);
   std::string error;
   std::chrono::duration<double> waited{0};

@@ -25,7 +25,7 @@ json every_field_changed() {
           {"data_limit", 1000}, {"test_limit", 500}, {"augment", true}, {"crop_pad", 3}, {"flip", false},
           {"batch", 64}, {"steps", 99}, {"epochs", 4}, {"threads", 3}, {"seed", 17}, {"device", "cuda"},
           {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13},
-          {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5},
+          {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5}, {"dist_timeout", 45.0}, {"track_split", "rank0"},
           {"track_matrices", "mix_out,block_out"}, {"token_graying", "svd"}, {"tg_eps", 0.6}, {"arch", "convmixer"},
           {"kernel", 3}};  // a ConvMixer run: its own tracking names
 }
@@ -114,6 +114,7 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
       {"log_every", 0, "--log-every"}, {"print_every", 0, "--print-every"}, {"eval_every", -1, "--eval-every"},
       {"checkpoint_every", -1, "--checkpoint-every"}, {"keep", -1, "--keep"}, {"track_every", -1, "--track-every"},
       {"probe_size", 0, "--probe-size"}, {"track_seconds", 0.0, "--track-seconds"},
+      {"dist_timeout", 0.0, "--dist-timeout"}, {"track_split", "rank1", "--track-split"},
       {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},
       {"arch", "resnet", "--arch"}, {"token_graying", "fft", "--token-graying"}, {"tg_eps", 0.0, "--tg-eps"},
   };
