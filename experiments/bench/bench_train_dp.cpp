@@ -100,10 +100,10 @@ int bench_data_parallel(const DataParallelBench& b, int argc, char** argv) {
     if (!is_jacond && b.skip_python) continue;
     auto get = [&](int n, int t) { return is_jacond ? ips.at({n, t}).first : ips.at({n, t}).second; };
     for (const Config& c : configs) {
-      const bool ranks = c.nproc > 1 || c.threads == b.threads;
-      const double eff = ranks && ips.count({1, b.threads}) ? get(c.nproc, c.threads) / (c.nproc * get(1, b.threads)) : NAN;
+      // Against 1 rank × T threads (always timed: the list holds 1); blank for 1 × N·T threads.
+      const double eff = get(c.nproc, c.threads) / (c.nproc * get(1, b.threads));
       csv << route << "," << c.nproc << "," << c.threads << "," << b.batch << "," << format_number(get(c.nproc, c.threads))
-          << "," << (c.nproc > 1 ? format_number(eff) : std::string(c.threads == b.threads ? "1" : "")) << "\n";
+          << "," << (c.nproc > 1 || c.threads == b.threads ? format_number(eff) : std::string()) << "\n";
       if (c.nproc > 1) {
         const std::string n = std::to_string(c.nproc);
         ratios[std::string(route) + "_scaling_efficiency_" + n] = eff;

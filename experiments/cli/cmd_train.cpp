@@ -80,7 +80,7 @@ int run_train(int argc, char** argv) {
     if (nproc > 1 && launch.launcher != "none" && !launched_here)
       throw UsageError("--nproc starts local ranks; under " + launch.launcher +
                        " (RANK or SLURM_PROCID is set) the launcher starts them: leave --nproc out");
-    const int world = launched_here ? launch.world_size : std::max(nproc, launch.world_size);
+    const int world = std::max(nproc, launch.world_size);  // a launched rank has both equal
     if (resume.empty() && c.batch % world != 0)
       throw UsageError("--batch " + std::to_string(c.batch) + " does not split evenly over " + std::to_string(world) + " ranks");
     m.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });

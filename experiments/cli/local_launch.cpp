@@ -1,9 +1,6 @@
 #include "experiments/cli/local_launch.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,28 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "models/dist/process_group.h"
+
 namespace jacond::cli {
 
-int free_local_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error(std::string("--nproc: cannot open a socket: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    throw std::runtime_error("--nproc: cannot find a free port on 127.0.0.1: " + why);
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 int launch_local_ranks(int nproc, int argc, char** args) {
-  const std::string port = std::to_string(free_local_port());
+  const std::string port = std::to_string(models::dist::free_loopback_port());
   std::vector<char*> child_argv{const_cast<char*>("jacond")};
   for (int i = 0; i < argc; ++i) child_argv.push_back(args[i]);
   child_argv.push_back(nullptr);

@@ -16,7 +16,4 @@ inline constexpr const char* kLocalLaunchVariable = "JACOND_LOCAL_LAUNCH";
 /// first failure's exit code (1 for a signal), after one line on stderr naming the rank.
 int launch_local_ranks(int nproc, int argc, char** args);
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
-int free_local_port();
-
 }  // namespace jacond::cli

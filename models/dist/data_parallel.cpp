@@ -48,11 +48,10 @@ void check_replicas_agree(torch::nn::Module& module, RankGroup& group, int64_t s
   auto mine = torch::tensor({sum, sum_sq}, torch::kFloat64);
   auto rank0 = mine.clone();
   group.broadcast(rank0, 0);
-  auto differs = torch::tensor({rank0.equal(mine) ? 0.0 : 1.0}, torch::kFloat64);
-  group.allreduce_sum(differs);
-  if (differs.item<double>() > 0)
+  const double differs = group.allreduce_sum({rank0.equal(mine) ? 0.0 : 1.0})[0];
+  if (differs > 0)
     throw std::runtime_error("step " + std::to_string(step) + ": the parameters of " +
-                             std::to_string(static_cast<int64_t>(differs.item<double>())) +
+                             std::to_string(static_cast<int64_t>(differs)) +
                              " rank(s) differ from rank 0's (a replica drifted: non-deterministic kernels or mixed hardware)");
 }
 
@@ -93,7 +92,10 @@ void GradientAverager::before_forward() {
     });
 }
 
-void GradientAverager::before_backward() { reducer_->prepare_for_backward({}); }
+void GradientAverager::backward(const torch::Tensor& loss) {
+  reducer_->prepare_for_backward({});
+  run_collective(group_.rank(), "the backward pass's gradient all-reduce", [&] { loss.backward(); });
+}
 
 #else  // no c10d: unreachable, since no RankGroup exists (process_group.cpp)
 
@@ -102,7 +104,7 @@ void check_replicas_agree(torch::nn::Module&, RankGroup&, int64_t) {}
 GradientAverager::GradientAverager(torch::nn::Module& module, RankGroup& group, int64_t) : module_(module), group_(group) {}
 GradientAverager::~GradientAverager() = default;
 void GradientAverager::before_forward() {}
-void GradientAverager::before_backward() {}
+void GradientAverager::backward(const torch::Tensor& loss) { loss.backward(); }
 
 #endif
 

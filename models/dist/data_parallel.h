@@ -41,7 +41,7 @@ void broadcast_module_state(torch::nn::Module& module, RankGroup& group);
 void check_replicas_agree(torch::nn::Module& module, RankGroup& group, int64_t step);
 
 /// Gradient averaging across the ranks for one module; call before_forward() before every
-/// training forward and before_backward() between the forward and loss.backward().
+/// training forward and backward(loss) instead of loss.backward().
 class GradientAverager {
  public:
   /// The module's parameters (in this order on every rank) and their names for error messages.
@@ -53,8 +53,9 @@ class GradientAverager {
   /// Rebuilds the buckets in gradient-arrival order after the first step (DDP) and broadcasts
   /// rank 0's buffers.
   void before_forward();
-  /// Arms the reducer for the coming backward pass.
-  void before_backward();
+  /// loss.backward() with the reducer armed: returns with every gradient averaged over the
+  /// ranks; a failed all-reduce throws as run_collective does.
+  void backward(const torch::Tensor& loss);
 
  private:
   torch::nn::Module& module_;

@@ -1,7 +1,14 @@
 #include "models/dist/process_group.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #if JACOND_HAVE_C10D
@@ -75,6 +82,24 @@ LaunchEnv read_launch_env() {
   });
 }
 
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("cannot open a socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("cannot find a free port on 127.0.0.1: " + why);
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
 void run_collective(int rank, const std::string& op, const std::function<void()>& collective) {
   try {
     collective();
@@ -134,6 +159,12 @@ void RankGroup::broadcast(torch::Tensor& t, int root) {
   });
 }
 
+std::vector<double> RankGroup::allreduce_sum(const std::vector<double>& values) {
+  auto t = torch::tensor(values, torch::kFloat64);
+  allreduce_sum(t);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
 std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
   auto length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64);
   std::vector<std::vector<at::Tensor>> lengths(1);
@@ -174,6 +205,7 @@ const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const {
   throw std::logic_error("RankGroup without c10d");
 }
 void RankGroup::allreduce_sum(torch::Tensor&) {}
+std::vector<double> RankGroup::allreduce_sum(const std::vector<double>& values) { return values; }
 void RankGroup::broadcast(torch::Tensor&, int) {}
 std::vector<std::string> RankGroup::allgather_text(const std::string& text) { return {text}; }
 void RankGroup::barrier() {}

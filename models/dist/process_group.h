@@ -71,6 +71,8 @@ class RankGroup {
 
   /// t <- Σ_ranks t.
   void allreduce_sum(torch::Tensor& t);
+  /// Σ_ranks of each value (fp64), for a few scalars (losses, counts, flags).
+  std::vector<double> allreduce_sum(const std::vector<double>& values);
   /// t <- t of rank `root`.
   void broadcast(torch::Tensor& t, int root = 0);
   /// Every rank's `text`, in rank order, on every rank (an all-gather of the bytes, padded to
@@ -87,6 +89,10 @@ class RankGroup {
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
 };
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close): for
+/// local launches and tests. std::runtime_error when no socket can be bound.
+int free_loopback_port();
 
 /// Whether this build has c10d with Gloo (models/CMakeLists.txt); without it RankGroup throws.
 constexpr bool c10d_available() { return JACOND_HAVE_C10D; }

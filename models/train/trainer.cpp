@@ -221,9 +221,8 @@ EvalResult evaluate(ClassifierImpl& model, const FashionMnistSplit& split, const
   }
   model.train();
   if (ranks) {
-    auto sums = torch::tensor({loss_sum, correct}, torch::kFloat64);
-    ranks->allreduce_sum(sums);
-    loss_sum = sums[0].item<double>(), correct = sums[1].item<double>();
+    const auto sums = ranks->allreduce_sum({loss_sum, correct});
+    loss_sum = sums[0], correct = sums[1];
   }
   return {loss_sum / static_cast<double>(N), correct / static_cast<double>(N)};
 }
@@ -449,9 +448,8 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   if (averager_) averager_->before_forward();
   auto logits = model_->forward(images);
   auto loss = torch::cross_entropy_loss(logits, labels);
-  if (averager_) averager_->before_backward();
-  if (averager_)  // returns with the gradients averaged over the global batch, bucket by bucket
-    dist::run_collective(ranks_->rank(), "the backward pass's gradient all-reduce", [&] { loss.backward(); });
+  if (averager_)
+    averager_->backward(loss);  // returns with the gradients averaged over the global batch
   else
     loss.backward();
   const double grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_grad > 0 ? cfg_.clip_grad : INFINITY);
@@ -459,9 +457,8 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   double loss_value = loss.item<double>();
   double acc = logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>();
   if (ranks_) {  // the global batch's mean loss and accuracy (equal shards: the mean of the ranks')
-    auto sums = torch::tensor({loss_value, acc}, torch::kFloat64);
-    ranks_->allreduce_sum(sums);
-    loss_value = sums[0].item<double>() / ranks_->size(), acc = sums[1].item<double>() / ranks_->size();
+    const auto sums = ranks_->allreduce_sum({loss_value, acc});
+    loss_value = sums[0] / ranks_->size(), acc = sums[1] / ranks_->size();
   }
   if (!std::isfinite(loss_value))
     throw std::runtime_error("loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +

@@ -4,8 +4,6 @@
 // uninterrupted one exactly; torchrun's launch equals --nproc's; a killed rank makes its peer
 // exit 1 with a one-line error instead of hanging; bad launches are usage errors.
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,19 +51,6 @@ std::vector<StepLog> step_log(const std::string& run) {
     out.push_back({j["step"], j["loss"], j["acc"], j["grad_norm"]});
   }
   return out;
-}
-
-// A loopback port that was free a moment ago (bind to port 0, read it, close).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
@@ -214,7 +199,7 @@ TEST_F(TrainDistCli, TorchrunLaunchEqualsNproc) {
   ASSERT_EQ(run(tiny_run(path("nproc"), {"--nproc", "2"})).code, 0);
   // Debian's torchrun 1.13 on Python 3.11 cannot parse its own default "--redirects 0"
   // (Std.from_str returns None); redirecting stderr (2) to --log_dir and teeing it avoids that.
-  std::string cmd = "torchrun --nproc_per_node 2 --master_port " + std::to_string(free_port()) +
+  std::string cmd = "torchrun --nproc_per_node 2 --master_port " + std::to_string(jacond::models::dist::free_loopback_port()) +
                     " --no_python -r 2 -t 2 --log_dir " + shell_quote(path("torchrun-logs")) + " " + shell_quote(JACOND_BINARY);
   for (const auto& a : tiny_run(path("torchrun"))) cmd += " " + shell_quote(a);
   const int status = std::system((cmd + " >" + shell_quote(path("torchrun.out")) + " 2>&1").c_str());
@@ -232,7 +217,7 @@ TEST_F(TrainDistCli, AKilledRankMakesItsPeerExitWithAnError) {
   const auto args = tiny_run(path("run"), {"--steps", "1000000", "--track-every", "0", "--checkpoint-every", "0",
                                            "--print-every", "1000000", "--dist-timeout", "30"});
   std::map<std::string, std::string> env{{"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                                         {"MASTER_PORT", std::to_string(free_port())}};
+                                         {"MASTER_PORT", std::to_string(jacond::models::dist::free_loopback_port())}};
   env["SLURM_PROCID"] = "0";
   const pid_t rank0 = spawn(args, env, path("r0.out"), path("r0.err"));
   env["SLURM_PROCID"] = "1";

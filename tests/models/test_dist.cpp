@@ -2,9 +2,6 @@
 // process, each with its own TCPStore client and process group) averaging gradients like the
 // full batch, agreeing on their parameters, and failing within the timeout when a peer is gone.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <future>
@@ -36,18 +33,6 @@ std::string env_error(const std::map<std::string, std::string>& vars) {
   return "";
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 jd::LaunchEnv rank_env(int rank, int world, int port) {
   jd::LaunchEnv env;
   env.rank = rank, env.world_size = world, env.local_rank = rank;
@@ -58,7 +43,7 @@ jd::LaunchEnv rank_env(int rank, int world, int port) {
 
 // Runs body(rank, group) on `world` threads, one rank each, and rethrows the first failure.
 void on_ranks(int world, std::chrono::milliseconds timeout, const std::function<void(int, jd::RankGroup&)>& body) {
-  const int port = free_port();
+  const int port = jd::free_loopback_port();
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < world; ++r)
     ranks.push_back(std::async(std::launch::async, [=] {
@@ -187,8 +172,7 @@ TEST(GradientAverager, TwoRanksAverageToTheFullBatchGradient) {
       averager.before_forward();
       auto out = net.forward(x.narrow(0, 4 * rank, 4));
       auto loss = torch::cross_entropy_loss(out, y.narrow(0, 4 * rank, 4));
-      averager.before_backward();
-      loss.backward();
+      averager.backward(loss);
     }
     got[rank] = grads(net);
   });
