@@ -118,7 +118,8 @@ struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
 };
 
-RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout)
+RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout,
+                     std::optional<std::chrono::milliseconds> rendezvous_timeout)
     : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(timeout) {
   run_collective(rank_, "rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
     c10d::TCPStoreOptions store_options;
@@ -126,7 +127,7 @@ RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout)
     store_options.isServer = env.rank == 0 && !env.agent_store;
     store_options.numWorkers = static_cast<size_t>(env.world_size);
     store_options.waitWorkers = !env.agent_store;
-    store_options.timeout = timeout;
+    store_options.timeout = rendezvous_timeout.value_or(timeout);
     impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
     if (env.agent_store)
       impl_->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), impl_->store);
@@ -195,7 +196,7 @@ void RankGroup::barrier() {
 
 struct RankGroup::Impl {};
 
-RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout)
+RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::optional<std::chrono::milliseconds>)
     : rank_(env.rank), size_(env.world_size), timeout_(timeout) {
   throw std::runtime_error("this jacond was built without c10d/Gloo (libgloo-dev and LibTorch's distributed "
                            "headers): no data-parallel training; run one process");

@@ -12,7 +12,8 @@
 // batch script knows the first node's name). No variables, or a world of 1: one process, no group.
 // GLOO_SOCKET_IFNAME picks the network interface, as it does for PyTorch.
 //
-// Failure contract: every collective (and the rendezvous) waits at most `timeout`; a rank that
+// Failure contract: every collective waits at most `timeout`, the rendezvous at most
+// `rendezvous_timeout` (the same by default; the CLI passes --dist-timeout for both); a rank that
 // dies closes its sockets and its peers' pending collectives fail at once; either way the
 // collective throws std::runtime_error naming the rank and the operation, and the run exits 1
 // instead of hanging. Guarded by tests/models/test_dist.cpp and the 2-rank CLI tests
@@ -59,8 +60,12 @@ LaunchEnv read_launch_env();
 class RankGroup {
  public:
   /// Rendezvous at env.master_addr:env.master_port (rank 0 serves the store) and connect the
-  /// full mesh; std::runtime_error after `timeout` when a rank does not show up.
-  RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout);
+  /// full mesh; std::runtime_error after `rendezvous_timeout` when a rank does not show up.
+  /// The rendezvous has its own budget because a TCPStore client that comes before the server
+  /// retries its connect about once a second: a collective timeout of a second or two would make
+  /// a merely late start fail (seen under load in CI).
+  RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout,
+            std::optional<std::chrono::milliseconds> rendezvous_timeout = std::nullopt);
   ~RankGroup();
   RankGroup(const RankGroup&) = delete;
   RankGroup& operator=(const RankGroup&) = delete;

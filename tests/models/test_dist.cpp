@@ -42,12 +42,14 @@ jd::LaunchEnv rank_env(int rank, int world, int port) {
 }
 
 // Runs body(rank, group) on `world` threads, one rank each, and rethrows the first failure.
+// `timeout` bounds the collectives; the rendezvous gets 60 s, so that a loaded CI machine (the
+// store client retries its connect once a second) tests the collective timeout, not the start.
 void on_ranks(int world, std::chrono::milliseconds timeout, const std::function<void(int, jd::RankGroup&)>& body) {
   const int port = jd::free_loopback_port();
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < world; ++r)
     ranks.push_back(std::async(std::launch::async, [=] {
-      jd::RankGroup group(rank_env(r, world, port), timeout);
+      jd::RankGroup group(rank_env(r, world, port), timeout, std::chrono::seconds(60));
       body(r, group);
     }));
   for (auto& f : ranks) f.get();
