@@ -19,6 +19,8 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-scipy python3-pandas python3-matplotlib
   # notebooks executed by the tests (tests/notebooks)
   jupyter-nbconvert python3-nbformat python3-ipykernel
+  # the Python module (python/): pybind11, headers, pytest, the progress bar, `pip install .` in a venv
+  pybind11-dev python3-dev python3-pytest python3-tqdm python3-venv python3-setuptools python3-wheel
   # data
   dataset-fashion-mnist
 )

@@ -323,4 +323,20 @@ const ConditionReport& find_report(const std::vector<ConditionReport>& reports, 
   throw std::out_of_range("no report for " + matrix + " on " + space);
 }
 
+std::vector<ConditionReport> post_norm_block_reports(const BlockWeights& w, const Mat& Y, const BlockReportOptions& opt) {
+  std::vector<ConditionReport> out;
+  const AttentionCache c = attention_forward(w, Y);
+  const std::pair<const char*, AttentionPart> parts[] = {
+      {"K_sa", AttentionPart::kFull}, {"B_sa", AttentionPart::kB}, {"E_sa", AttentionPart::kE}};
+  for (const auto& [name, part] : parts)
+    if (wants(opt, name)) out.push_back(condition_dense(attention_jacobian(w, c, part), name, opt.route, opt.device));
+  if (wants(opt, "attention"))
+    for (Index h = 0; h < w.heads; ++h) {
+      ConditionReport a = condition_svd(c.A[h], "attention");
+      a.head = static_cast<int>(h);
+      out.push_back(a);
+    }
+  return out;
+}
+
 }  // namespace jacond

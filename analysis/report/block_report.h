@@ -88,6 +88,11 @@ struct BlockReportOptions {
   std::shared_ptr<const DenseDevice> device;
 };
 
+/// The reports of a post-norm block, whose attention sees the block input Y itself (no LayerNorm
+/// before the branch): K_sa, B_sa, E_sa at Y, assembled and solved by condition_dense with
+/// opt.route, and the attention map per head; only those of opt.matrices.
+std::vector<ConditionReport> post_norm_block_reports(const BlockWeights& w, const Mat& Y, const BlockReportOptions& opt = {});
+
 /// True when `matrix` is among opt.matrices (or opt.matrices is empty).
 bool wants(const BlockReportOptions& opt, const std::string& matrix);
 

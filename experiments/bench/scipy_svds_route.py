@@ -68,8 +68,8 @@ from scipy.sparse.linalg import LinearOperator, svds  # noqa: E402
 import torch  # noqa: E402
 import torch.autograd.forward_ad as fwad  # noqa: E402
 
-import safetensors_np  # noqa: E402
-from torch_dense_route import build_attention, load_tokens, tensor  # noqa: E402
+# safetensors_reader: python/jacond/safetensors.py, loaded by file path by torch_dense_route.
+from torch_dense_route import build_attention, load_tokens, safetensors_reader, tensor  # noqa: E402
 
 
 def layernorm(x, gamma, beta, eps):
@@ -80,7 +80,7 @@ def layernorm(x, gamma, beta, eps):
 
 def build_block(weights_path, layer, heads, logit_scale, d, ln_eps):
     """LN1, SA, LN2 and MLP of block `layer` as torch functions of [n, d] fp64 tensors."""
-    tensors, _ = safetensors_np.read(weights_path)
+    tensors, _ = safetensors_reader.read(weights_path)
     p = f"blocks.{layer}."
     g1 = tensor(tensors, p + "norm1.weight", weights_path, [d])
     b1 = tensor(tensors, p + "norm1.bias", weights_path, [d])

@@ -33,11 +33,14 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import safetensors_np  # noqa: E402
-import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import package_modules  # noqa: E402
+
+safetensors_reader = package_modules.load("safetensors")  # python/jacond/safetensors.py
 
 
 def tensor(tensors, key, path, shape):
@@ -52,7 +55,7 @@ def tensor(tensors, key, path, shape):
 
 def load_tokens(path):
     """`tokens` [n, d] of a safetensors file as an fp64 torch tensor (a copy)."""
-    tokens, _ = safetensors_np.read(path)
+    tokens, _ = safetensors_reader.read(path)
     if "tokens" not in tokens:
         raise ValueError(f"{path}: missing key tokens")
     if tokens["tokens"].ndim != 2:
@@ -109,7 +112,7 @@ def main():
 
     x = load_tokens(args.tokens)
     n, d = x.shape
-    tensors, _ = safetensors_np.read(args.weights)
+    tensors, _ = safetensors_reader.read(args.weights)
     sa, scale = build_attention(tensors, args.weights, args.layer, args.heads, args.logit_scale, d)
 
     best = None

@@ -5,11 +5,13 @@ Run by `jacond bench train` as a subprocess, with the same threads:
     python3 torch_train_route.py --dim 192 --depth 6 --heads 3 --patch 4 --batch 128 \
         --steps 20 --warmup 3 --threads 1 --skip full [--device cuda]
 
-The model is written the way timm writes a ViT (pre-norm blocks, fused qkv Linear, exact GELU,
-LayerNorm eps 1e-6, cls token + learned position embedding, conv patch embedding, final norm,
-linear head; --skip full | none | sab | ffn keeps the residual of both sub-blocks, neither, only
-the attention's, only the MLP's, as `jacond train --skip`), fp32, trained with torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999), wd 0.05) and
-cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
+The model is jacond's ViT in Python, python/jacond/vit.py (the C++ model op for op, timm names;
+loaded by file path, since `import jacond` would need the compiled extension): pre-norm blocks,
+fused qkv Linear, exact GELU, LayerNorm eps 1e-6, cls token + learned position embedding, conv
+patch embedding, final norm, linear head; --skip full | none | no-ffn-skip | no-sab-skip (or the
+earlier sab | ffn) keeps the residual of both sub-blocks, neither, only the attention's, only the
+MLP's, as `jacond train --skip`. fp32, trained with torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999),
+wd 0.05) and cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
 does not depend on pixel values), so the timing is forward + backward + optimizer step only.
 
 --device cuda puts the model, the optimizer state and the batch on the GPU; loss.item() ends every
@@ -32,60 +34,21 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 
-class Attention(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.head_dim = dim // heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import package_modules  # noqa: E402
 
-    def forward(self, x):
-        B, n, d = x.shape
-        q, k, v = self.qkv(x).reshape(B, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        a = torch.softmax(q @ k.transpose(-2, -1) * self.head_dim ** -0.5, dim=-1)
-        return self.proj((a @ v).transpose(1, 2).reshape(B, n, d))
+vit = package_modules.load("vit")  # python/jacond/vit.py
 
 
-class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, skip):
-        super().__init__()
-        self.attn_residual = skip in ("full", "sab", "no-ffn-skip")  # "sab"/"ffn": the earlier spellings
-        self.mlp_residual = skip in ("full", "ffn", "no-sab-skip")
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = Attention(dim, heads)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.fc1 = nn.Linear(dim, hidden)
-        self.fc2 = nn.Linear(hidden, dim)
-
-    def forward(self, x):
-        a = self.attn(self.norm1(x))
-        x = x + a if self.attn_residual else a
-        m = self.fc2(F.gelu(self.fc1(self.norm2(x))))
-        return x + m if self.mlp_residual else m
-
-
-class ViT(nn.Module):
-    def __init__(self, dim, depth, heads, patch, skip="full", image=28, chans=1, classes=10, mlp_ratio=4.0):
-        super().__init__()
-        self.patch = nn.Conv2d(chans, dim, patch, stride=patch)
-        tokens = (image // patch) ** 2 + 1
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
-        self.blocks = nn.ModuleList([Block(dim, heads, int(dim * mlp_ratio), skip) for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim, eps=1e-6)
-        self.head = nn.Linear(dim, classes)
-
-    def forward(self, images):
-        x = self.patch(images).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.norm(x)[:, 0])
+def build_model(a):
+    """jacond's ViT of `jacond bench train`'s shape: 28×28 Fashion-MNIST-sized inputs, 10 classes,
+    MLP ratio 4, pre-norm, LayerNorm eps 1e-6 (the ViTConfig defaults)."""
+    return vit.VisionTransformer({"image_size": 28, "in_chans": 1, "num_classes": 10, "dim": a.dim, "depth": a.depth,
+                                  "heads": a.heads, "patch": a.patch, "mlp_ratio": 4.0, "skip": a.skip, "norm": "pre",
+                                  "ln_eps": 1e-6})
 
 
 def main():
@@ -123,7 +86,7 @@ def train(rank, a, port=None, result=None):
     if a.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: this torch has no CUDA device available")
     dev = torch.device(a.device)
-    model = ViT(a.dim, a.depth, a.heads, a.patch, a.skip).to(dev)
+    model = build_model(a).to(dev).train()
     local_batch = a.batch // a.nproc
     if a.nproc > 1:
         import torch.distributed as dist

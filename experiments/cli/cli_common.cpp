@@ -112,7 +112,7 @@ nlohmann::json run_metadata(int argc, char** argv, const std::string& parent) {
   if (!parent.empty()) args.insert(args.begin(), parent);
   args.insert(args.begin(), "jacond");
   j["command"] = args;
-  j["jacond_version"] = "0.1.0";
+  j["jacond_version"] = JACOND_VERSION;  // CMake project(VERSION), as the Python module's __version__
   j["git_revision"] = git_revision();
   j["eigen_version"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
                        std::to_string(EIGEN_MINOR_VERSION);

@@ -31,6 +31,10 @@ int main(int argc, char** argv) {
     print_usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;
   }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::cout << "jacond " << JACOND_VERSION << "\n";
+    return 0;
+  }
   const std::string cmd = argv[1];
   try {
     if (cmd == "block") return jacond::cli::run_block(argc - 1, argv + 1);

@@ -1,13 +1,16 @@
-// LibTorch ↔ analysis weights. The Linear transpose (timm weight = Wᵀ) happens here only
-// (docs/design.md §2); see bridge.h for the key layout.
+// LibTorch ↔ analysis weights: tensors to fp64 Eigen and back. The timm layout itself (and the
+// Linear transpose) is analysis/jacobians/timm_layout.h's.
 #include "models/track/bridge.h"
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "analysis/jacobians/timm_layout.h"
 
 namespace jacond::models {
 namespace {
@@ -41,19 +44,6 @@ const torch::Tensor& fetch(const TensorMap& tensors, const std::string& key,
   if (torch::isnan(t).any().item<bool>()) throw std::invalid_argument(key + " contains NaN");
   if (torch::isinf(t).any().item<bool>()) throw std::invalid_argument(key + " contains inf");
   return t;
-}
-
-/// Rank of a tensor that is looked up before its size is known (norm1.weight, fc1.weight).
-const torch::Tensor& fetch_rank(const TensorMap& tensors, const std::string& key, int64_t dim) {
-  auto it = tensors.find(key);
-  if (it == tensors.end()) throw std::invalid_argument("missing key " + key);
-  if (!it->second.defined() || it->second.dim() != dim || it->second.numel() == 0) {
-    throw std::invalid_argument(key + " has wrong shape: expected a non-empty " +
-                                std::to_string(dim) + "-D tensor, got " +
-                                (it->second.defined() ? shape_str(it->second.sizes())
-                                                      : std::string("undefined")));
-  }
-  return it->second;
 }
 
 }  // namespace
@@ -96,73 +86,36 @@ at::Tensor to_torch_vec(const jacond::Vec& v) {
   return t;
 }
 
+namespace {
+
+// The map's tensors as fp64 arrays for the timm layout (a 3-D or 0-D tensor keeps only its shape,
+// which the layout then rejects by name).
+jacond::TimmLookup timm_lookup(const TensorMap& tensors) {
+  return [&tensors](const std::string& key) -> std::optional<jacond::TimmArray> {
+    const auto it = tensors.find(key);
+    if (it == tensors.end()) return std::nullopt;
+    const torch::Tensor& t = it->second;
+    if (!t.defined()) throw std::invalid_argument(key + " is an undefined tensor");
+    if (!t.is_floating_point()) {
+      std::ostringstream os;
+      os << key << " has non-floating dtype " << t.scalar_type();
+      throw std::invalid_argument(os.str());
+    }
+    if (t.dim() != 1 && t.dim() != 2) return jacond::TimmArray{{t.sizes().begin(), t.sizes().end()}, jacond::Mat()};
+    return jacond::TimmArray{{t.sizes().begin(), t.sizes().end()}, to_eigen(t)};
+  };
+}
+
+}  // namespace
+
 jacond::BlockWeights block_from_timm(const TensorMap& tensors, int64_t layer, int64_t heads,
                                      double logit_scale, double ln_eps) {
-  const std::string p = "blocks." + std::to_string(layer) + ".";
-  const int64_t d = fetch_rank(tensors, p + "norm1.weight", 1).size(0);
-  if (heads <= 0) {
-    throw std::invalid_argument(p + "attn: heads must be positive (got " +
-                                std::to_string(heads) + ")");
-  }
-  if (d % heads != 0) {
-    throw std::invalid_argument(p + "norm1.weight gives d = " + std::to_string(d) +
-                                ", not divisible by heads = " + std::to_string(heads));
-  }
-  const int64_t hidden = fetch_rank(tensors, p + "mlp.fc1.weight", 2).size(0);
-
-  jacond::BlockWeights w;
-  w.d = d;
-  w.heads = heads;
-  w.hidden = hidden;
-  w.logit_scale = logit_scale;
-  w.ln_eps = ln_eps;
-
-  w.ln1_gamma = to_eigen_vec(fetch(tensors, p + "norm1.weight", {d}));
-  w.ln1_beta = to_eigen_vec(fetch(tensors, p + "norm1.bias", {d}));
-
-  // qkv.weight rows Q|K|V, each block = Wᵀ (out×in) -> transpose to W (in×out).
-  const torch::Tensor& qkv_w = fetch(tensors, p + "attn.qkv.weight", {3 * d, d});
-  w.Wq = to_eigen(qkv_w.slice(0, 0, d)).transpose();
-  w.Wk = to_eigen(qkv_w.slice(0, d, 2 * d)).transpose();
-  w.Wv = to_eigen(qkv_w.slice(0, 2 * d, 3 * d)).transpose();
-  const torch::Tensor& qkv_b = fetch(tensors, p + "attn.qkv.bias", {3 * d});
-  w.bq = to_eigen_vec(qkv_b.slice(0, 0, d));
-  w.bk = to_eigen_vec(qkv_b.slice(0, d, 2 * d));
-  w.bv = to_eigen_vec(qkv_b.slice(0, 2 * d, 3 * d));
-  w.Wo = to_eigen(fetch(tensors, p + "attn.proj.weight", {d, d})).transpose();
-  w.bo = to_eigen_vec(fetch(tensors, p + "attn.proj.bias", {d}));
-
-  w.ln2_gamma = to_eigen_vec(fetch(tensors, p + "norm2.weight", {d}));
-  w.ln2_beta = to_eigen_vec(fetch(tensors, p + "norm2.bias", {d}));
-
-  w.W1 = to_eigen(fetch(tensors, p + "mlp.fc1.weight", {hidden, d})).transpose();  // d×hidden
-  w.b1 = to_eigen_vec(fetch(tensors, p + "mlp.fc1.bias", {hidden}));
-  w.W2 = to_eigen(fetch(tensors, p + "mlp.fc2.weight", {d, hidden})).transpose();  // hidden×d
-  w.b2 = to_eigen_vec(fetch(tensors, p + "mlp.fc2.bias", {d}));
-
-  w.validate();
-  return w;
+  return jacond::block_from_timm_layout(timm_lookup(tensors), layer, heads, logit_scale, ln_eps);
 }
 
 void block_to_timm(const jacond::BlockWeights& w, int64_t layer, TensorMap& out) {
-  w.validate();
-  const std::string p = "blocks." + std::to_string(layer) + ".";
-  out[p + "norm1.weight"] = to_torch_vec(w.ln1_gamma);
-  out[p + "norm1.bias"] = to_torch_vec(w.ln1_beta);
-  out[p + "attn.qkv.weight"] =
-      torch::cat({to_torch(w.Wq.transpose()), to_torch(w.Wk.transpose()),
-                  to_torch(w.Wv.transpose())},
-                 0);
-  out[p + "attn.qkv.bias"] =
-      torch::cat({to_torch_vec(w.bq), to_torch_vec(w.bk), to_torch_vec(w.bv)}, 0);
-  out[p + "attn.proj.weight"] = to_torch(w.Wo.transpose());
-  out[p + "attn.proj.bias"] = to_torch_vec(w.bo);
-  out[p + "norm2.weight"] = to_torch_vec(w.ln2_gamma);
-  out[p + "norm2.bias"] = to_torch_vec(w.ln2_beta);
-  out[p + "mlp.fc1.weight"] = to_torch(w.W1.transpose());
-  out[p + "mlp.fc1.bias"] = to_torch_vec(w.b1);
-  out[p + "mlp.fc2.weight"] = to_torch(w.W2.transpose());
-  out[p + "mlp.fc2.bias"] = to_torch_vec(w.b2);
+  for (const auto& [key, a] : jacond::block_to_timm_layout(w, layer))
+    out[key] = a.shape.size() == 1 ? to_torch_vec(a.values.col(0)) : to_torch(a.values);
 }
 
 jacond::BlockWeights analysis_block(const TensorMap& state, const ViTConfig& cfg, int64_t layer,

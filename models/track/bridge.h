@@ -1,11 +1,7 @@
 // The bridge between LibTorch tensors (timm names, Linear weight = Wᵀ, out×in) and the analysis
-// weights jacond::BlockWeights (paper row-vector convention, y = x W + b). docs/design.md §2: this is
-// the ONLY place where the Linear transpose happens.
-//
-//   attn.qkv.weight [3d, d]: rows [0,d) = (W^Q)ᵀ, [d,2d) = (W^K)ᵀ, [2d,3d) = (W^V)ᵀ
-//   attn.qkv.bias   [3d]:    b_Q | b_K | b_V
-//   attn.proj.weight [d, d] = (W^O)ᵀ,  mlp.fc1.weight [hidden, d] = W_1ᵀ,  mlp.fc2.weight [d, hidden] = W_2ᵀ
-//   norm1/norm2 weight, bias [d] = γ, β of LN1/LN2.
+// weights jacond::BlockWeights (paper row-vector convention, y = x W + b): tensors become fp64
+// arrays here, and the timm layout with its Linear transpose is analysis/jacobians/timm_layout.h
+// (docs/design.md §2), shared with the Python module.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include "analysis/jacobians/block.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/report/report_csv.h"
+#include "analysis/report/weight_report.h"
 #include "models/track/bridge.h"
 
 namespace jacond::models {
@@ -18,7 +19,7 @@ namespace {
 const std::vector<std::string>& known_matrices() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> all = jacond::block_matrix_names();
-    for (const char* m : {"W_VO", "W_VO_h", "W_QK_h", "W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"}) all.push_back(m);
+    for (const auto& m : jacond::weight_matrix_names()) all.push_back(m);
     return all;
   }();
   return names;
@@ -37,25 +38,6 @@ void in_eval_mode(torch::nn::Module& model, Forward&& forward) {
   model.eval();
   forward();
   if (was_training) model.train();
-}
-
-// Post-norm blocks: the attention sees X_ℓ itself; report the attention-level matrices there.
-std::vector<jacond::ConditionReport> post_norm_reports(const jacond::BlockWeights& w, const jacond::Mat& X,
-                                                       const TrackOptions& opt) {
-  std::vector<jacond::ConditionReport> out;
-  const jacond::AttentionCache c = jacond::attention_forward(w, X);
-  const jacond::KappaRoute route = opt.block.route;
-  const std::pair<const char*, jacond::AttentionPart> parts[] = {
-      {"K_sa", jacond::AttentionPart::kFull}, {"B_sa", jacond::AttentionPart::kB}, {"E_sa", jacond::AttentionPart::kE}};
-  for (const auto& [name, part] : parts)
-    if (wanted(opt.matrices, name)) out.push_back(jacond::condition_dense(jacond::attention_jacobian(w, c, part), name, route, opt.block.device));
-  if (wanted(opt.matrices, "attention"))
-    for (jacond::Index h = 0; h < w.heads; ++h) {
-      jacond::ConditionReport a = jacond::condition_svd(c.A[h], "attention");
-      a.head = static_cast<int>(h);
-      out.push_back(a);
-    }
-  return out;
 }
 
 }  // namespace
@@ -94,7 +76,7 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
       TrackOptions o = selected;
       if (options.warm) o.block.warm = &(*options.warm)[{l, m}];
       std::vector<jacond::ConditionReport> reports =
-          cfg.norm == NormPlacement::kPre ? jacond::block_reports(w, X, mode, o.block) : post_norm_reports(w, X, o);
+          cfg.norm == NormPlacement::kPre ? jacond::block_reports(w, X, mode, o.block) : jacond::post_norm_block_reports(w, X, o.block);
       for (auto& r : reports) out.push_back({m, l, std::move(r)});
     }
   }
@@ -123,38 +105,10 @@ std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::T
   return out;
 }
 
-namespace {
-
-// κ over the range of a rank-r product: the r largest singular values.
-jacond::ConditionReport range_report(const jacond::Mat& P, jacond::Index r, const std::string& name, int head) {
-  const jacond::Vec sv = jacond::singular_values(P);
-  jacond::ConditionReport rep = jacond::report_from_singular_values(name, P.rows(), P.cols(), sv.head(r), "dense-svd");
-  rep.space = "rank-" + std::to_string(r);
-  rep.head = head;
-  return rep;
-}
-
-}  // namespace
-
 std::vector<LayerReport> data_free_conditioning(const TensorMap& state, const ViTConfig& cfg) {
   std::vector<LayerReport> out;
-  for (int64_t l = 0; l < cfg.depth; ++l) {
-    const jacond::BlockWeights w = block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps);  // raw weights (no ReZero α)
-    const jacond::Index dh = w.head_dim();
-    auto add = [&](jacond::ConditionReport r) { out.push_back({-1, l, std::move(r)}); };
-    add(jacond::condition_svd(w.Wv * w.Wo, "W_VO"));
-    for (jacond::Index h = 0; h < w.heads; ++h) {
-      const auto cols = Eigen::seqN(h * dh, dh);
-      add(range_report(w.Wv(Eigen::all, cols) * w.Wo(cols, Eigen::all), dh, "W_VO_h", static_cast<int>(h)));
-      add(range_report(w.Wq(Eigen::all, cols) * w.Wk(Eigen::all, cols).transpose(), dh, "W_QK_h", static_cast<int>(h)));
-    }
-    add(jacond::condition_svd(w.Wq, "W_Q"));
-    add(jacond::condition_svd(w.Wk, "W_K"));
-    add(jacond::condition_svd(w.Wv, "W_V"));
-    add(jacond::condition_svd(w.Wo, "W_O"));
-    add(jacond::condition_svd(w.W1, "W_1"));
-    add(jacond::condition_svd(w.W2, "W_2"));
-  }
+  for (int64_t l = 0; l < cfg.depth; ++l)  // raw weights (no ReZero α)
+    for (auto& r : jacond::weight_reports(block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps))) out.push_back({-1, l, std::move(r)});
   return out;
 }
 

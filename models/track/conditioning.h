@@ -10,12 +10,8 @@
 // no LayerNorm before the branches, so only the attention-level matrices at the attention's
 // input X_ℓ are reported (K_sa, B_sa, E_sa, attention per head).
 //
-// Data-free (weights only), per layer:
-//   W_VO          W^V W^O                      d×d
-//   W_VO_h        W^V_h W^O_h   per head       d×d of rank d_h: κ over its range σ_1/σ_{d_h}
-//   W_QK_h        W^Q_h W^K_hᵀ  per head       same (the bilinear form of the attention logits)
-//   W_Q, W_K, W_V, W_O, W_1, W_2               each weight matrix (σ_max = spectral norm)
-// Rank-d_h matrices carry space = "rank-<d_h>".
+// Data-free (weights only), per layer: analysis/report/weight_report.h (W_VO, W_VO_h, W_QK_h and
+// each weight matrix).
 #pragma once
 
 #include <cstdint>

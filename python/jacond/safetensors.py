@@ -1,4 +1,10 @@
-"""A tiny numpy reader for safetensors files (docs/design.md §6), for the benchmark scripts.
+"""jacond's safetensors reader (docs/design.md §6): numpy only, for the package and the bench scripts.
+
+This is `jacond.safetensors` (the package reads checkpoints with it, python/jacond/vit.py) and is
+also loaded by file path, with no package around it, by experiments/bench/torch_dense_route.py and
+scipy_svds_route.py (which must not import the compiled extension): so it imports nothing
+package-relative. The writer is C++, models/io/safetensors.cpp; this reads what it writes (and any
+other safetensors file of the dtypes below).
 
 Debian packages no python3-safetensors, so this reads the format directly:
 
@@ -10,12 +16,14 @@ Debian packages no python3-safetensors, so this reads the format directly:
 
 Usage:
     tensors, metadata = read("weights.safetensors")   # {name: np.ndarray}, {str: str}
+    write("tokens.safetensors", {"tokens": X})         # e.g. tokens for `jacond block --tokens`
 
 The arrays are writable views into one bytearray read from the file (no per-tensor copy).
 Values are not judged (NaN/inf come back as stored).
 """
 
 import json
+import os
 import struct
 import sys
 
@@ -105,8 +113,32 @@ def read(path):
     return tensors, {str(k): str(v) for k, v in metadata.items()}
 
 
+def write(path, tensors, metadata=None):
+    """Writes {name: array} (and optional {str: str} metadata) at `path`, tensors in name order,
+    header padded with spaces to a multiple of 8; through a temporary name and a rename, so a
+    reader never sees half a file. Arrays keep their dtype (one of DTYPES) and C order."""
+    names = {dtype: name for name, dtype in DTYPES.items()}
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name])
+        if a.dtype.newbyteorder("<") not in names:
+            raise SafetensorsError(f"{path}: tensor {name!r} has dtype {a.dtype}, not one of {', '.join(DTYPES)}")
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        chunks.append(a.tobytes())
+        offset += a.nbytes
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    os.replace(temporary, path)
+
+
 def main(argv):
-    """`python3 safetensors_np.py FILE...`: lists each tensor's name, dtype and shape."""
+    """`python3 safetensors.py FILE...`: lists each tensor's name, dtype and shape."""
     for path in argv[1:]:
         tensors, metadata = read(path)
         print(path)

@@ -1,0 +1,100 @@
+// The timm layout of a block (see timm_layout.h). The Linear transpose happens here only.
+#include "analysis/jacobians/timm_layout.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace jacond {
+namespace {
+
+std::string shape_str(const std::vector<Index>& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+TimmArray require(const TimmLookup& lookup, const std::string& key) {
+  std::optional<TimmArray> a = lookup(key);
+  if (!a) throw std::invalid_argument("missing key " + key);
+  return std::move(*a);
+}
+
+// The array under `key` with exactly `expected` shape and finite entries.
+Mat fetch(const TimmLookup& lookup, const std::string& key, const std::vector<Index>& expected) {
+  TimmArray a = require(lookup, key);
+  if (a.shape != expected)
+    throw std::invalid_argument(key + " has wrong shape: expected " + shape_str(expected) + ", got " + shape_str(a.shape));
+  if (a.values.array().isNaN().any()) throw std::invalid_argument(key + " contains NaN");
+  if (!a.values.allFinite()) throw std::invalid_argument(key + " contains inf");
+  return std::move(a.values);
+}
+
+Vec fetch_vec(const TimmLookup& lookup, const std::string& key, Index size) { return fetch(lookup, key, {size}).col(0); }
+
+// The size of a key looked up before its shape is known (norm1.weight: d; mlp.fc1.weight: hidden).
+Index leading_size(const TimmLookup& lookup, const std::string& key, size_t rank) {
+  const TimmArray a = require(lookup, key);
+  Index numel = 1;
+  for (Index s : a.shape) numel *= s;
+  if (a.shape.size() != rank || numel == 0)
+    throw std::invalid_argument(key + " has wrong shape: expected a non-empty " + std::to_string(rank) + "-D tensor, got " +
+                                shape_str(a.shape));
+  return a.shape[0];
+}
+
+TimmArray array_of(const Mat& m) { return {{m.rows(), m.cols()}, m}; }
+TimmArray array_of(const Vec& v) { return {{v.size()}, v}; }
+
+}  // namespace
+
+BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index heads, double logit_scale,
+                                    double ln_eps) {
+  const std::string p = "blocks." + std::to_string(layer) + ".";
+  const Index d = leading_size(lookup, p + "norm1.weight", 1);
+  if (heads <= 0) throw std::invalid_argument(p + "attn: heads must be positive (got " + std::to_string(heads) + ")");
+  if (d % heads != 0)
+    throw std::invalid_argument(p + "norm1.weight gives d = " + std::to_string(d) + ", not divisible by heads = " +
+                                std::to_string(heads));
+  const Index hidden = leading_size(lookup, p + "mlp.fc1.weight", 2);
+
+  BlockWeights w;
+  w.d = d, w.heads = heads, w.hidden = hidden, w.logit_scale = logit_scale, w.ln_eps = ln_eps;
+  w.ln1_gamma = fetch_vec(lookup, p + "norm1.weight", d);
+  w.ln1_beta = fetch_vec(lookup, p + "norm1.bias", d);
+  // qkv.weight rows Q|K|V, each block Wᵀ (out×in) -> W (in×out).
+  const Mat qkv = fetch(lookup, p + "attn.qkv.weight", {3 * d, d});
+  w.Wq = qkv.middleRows(0, d).transpose();
+  w.Wk = qkv.middleRows(d, d).transpose();
+  w.Wv = qkv.middleRows(2 * d, d).transpose();
+  const Vec qkv_b = fetch_vec(lookup, p + "attn.qkv.bias", 3 * d);
+  w.bq = qkv_b.segment(0, d), w.bk = qkv_b.segment(d, d), w.bv = qkv_b.segment(2 * d, d);
+  w.Wo = fetch(lookup, p + "attn.proj.weight", {d, d}).transpose();
+  w.bo = fetch_vec(lookup, p + "attn.proj.bias", d);
+  w.ln2_gamma = fetch_vec(lookup, p + "norm2.weight", d);
+  w.ln2_beta = fetch_vec(lookup, p + "norm2.bias", d);
+  w.W1 = fetch(lookup, p + "mlp.fc1.weight", {hidden, d}).transpose();  // d × hidden
+  w.b1 = fetch_vec(lookup, p + "mlp.fc1.bias", hidden);
+  w.W2 = fetch(lookup, p + "mlp.fc2.weight", {d, hidden}).transpose();  // hidden × d
+  w.b2 = fetch_vec(lookup, p + "mlp.fc2.bias", d);
+  w.validate();
+  return w;
+}
+
+std::vector<std::pair<std::string, TimmArray>> block_to_timm_layout(const BlockWeights& w, Index layer) {
+  w.validate();
+  const std::string p = "blocks." + std::to_string(layer) + ".";
+  Mat qkv(3 * w.d, w.d);
+  qkv << w.Wq.transpose(), w.Wk.transpose(), w.Wv.transpose();
+  Vec qkv_b(3 * w.d);
+  qkv_b << w.bq, w.bk, w.bv;
+  return {{p + "norm1.weight", array_of(w.ln1_gamma)}, {p + "norm1.bias", array_of(w.ln1_beta)},
+          {p + "attn.qkv.weight", array_of(qkv)},      {p + "attn.qkv.bias", array_of(qkv_b)},
+          {p + "attn.proj.weight", array_of(Mat(w.Wo.transpose()))}, {p + "attn.proj.bias", array_of(w.bo)},
+          {p + "norm2.weight", array_of(w.ln2_gamma)}, {p + "norm2.bias", array_of(w.ln2_beta)},
+          {p + "mlp.fc1.weight", array_of(Mat(w.W1.transpose()))}, {p + "mlp.fc1.bias", array_of(w.b1)},
+          {p + "mlp.fc2.weight", array_of(Mat(w.W2.transpose()))}, {p + "mlp.fc2.bias", array_of(w.b2)}};
+}
+
+}  // namespace jacond

@@ -1,0 +1,132 @@
+// JacobianOperator: a block Jacobian applied matrix-free (analysis/operators/operators.h), and the
+// same Jacobian assembled densely (analysis/jacobians/jacobians.h, the independent closed forms).
+#include <pybind11/stl.h>
+
+#include <functional>
+#include <memory>
+
+#include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/operators.h"
+#include "python/bindings/bindings.h"
+
+namespace py = pybind11;
+
+namespace jacond::python {
+namespace {
+
+const std::vector<std::string>& operator_names() {
+  static const std::vector<std::string> names = {"K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn"};
+  return names;
+}
+
+std::string checked_name(const std::string& matrix) {
+  for (const auto& n : operator_names())
+    if (n == matrix) return matrix;
+  throw std::invalid_argument("unknown Jacobian '" + matrix + "' (one of K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn)");
+}
+
+AttentionPart part_of(const std::string& matrix) {
+  return matrix == "B_sa" ? AttentionPart::kB : matrix == "E_sa" ? AttentionPart::kE : AttentionPart::kFull;
+}
+
+// The weights and the forward pass a Jacobian is taken at, owned in one place so that the
+// operator's references into them stay valid for the object's lifetime.
+struct BlockPoint {
+  BlockWeights w;
+  BlockForward f;
+  BlockPoint(const BlockWeights& weights, const Eigen::Ref<const Mat>& X, const std::string& skip)
+      : w(weights), f(block_forward(weights, checked_tokens(X, weights), parse_skip_mode(skip))) {}
+};
+
+// K of one block at one input, as products x -> K x and y -> Kᵀ y on vec-ordered vectors.
+class JacobianOperator {
+ public:
+  JacobianOperator(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip)
+      : point_(std::make_unique<BlockPoint>(w, X, skip)), matrix_(checked_name(matrix)) {
+    const BlockPoint& p = *point_;
+    if (matrix_ == "K_sab") {
+      bind(std::make_shared<SabJacobianOp>(p.w, p.f));
+    } else if (matrix_ == "K_mlp") {
+      bind(std::make_shared<MlpJacobianOp>(p.w, p.f.mlp));
+    } else if (matrix_ == "K_ffn") {
+      bind(std::make_shared<FfnJacobianOp>(p.w, p.f));
+    } else {  // K_sa, B_sa, E_sa of bare attention at its input LN1(X)
+      bind(std::make_shared<AttentionJacobianOp>(p.w, p.f.attn, part_of(matrix_)));
+    }
+  }
+  Index rows() const { return rows_; }
+  Index cols() const { return cols_; }
+  const std::string& matrix() const { return matrix_; }
+
+  /// y = K x (forward mode).
+  Vec matvec(const Eigen::Ref<const Vec>& x) const { return apply(x, cols_, rows_, apply_); }
+  /// x = Kᵀ y (reverse mode).
+  Vec rmatvec(const Eigen::Ref<const Vec>& y) const { return apply(y, rows_, cols_, apply_transpose_); }
+  /// K X for a block of columns (each column one product).
+  Mat matmat(const Eigen::Ref<const Mat>& X) const {
+    if (X.rows() != cols_) throw std::invalid_argument(shape_error("matmat", X.rows(), cols_));
+    Mat in = X, out(rows_, X.cols());
+    py::gil_scoped_release release;
+    for (Index j = 0; j < X.cols(); ++j) apply_(in.col(j).data(), out.col(j).data());
+    return out;
+  }
+
+ private:
+  using Product = std::function<void(const double*, double*)>;
+
+  template <typename Op>
+  void bind(std::shared_ptr<Op> op) {
+    rows_ = op->rows(), cols_ = op->cols();
+    apply_ = [op](const double* x, double* y) { op->perform_op(x, y); };
+    apply_transpose_ = [op](const double* x, double* y) { op->perform_op_transpose(x, y); };
+  }
+
+  static std::string shape_error(const char* what, Index got, Index want) {
+    return std::string(what) + ": vector of length " + std::to_string(got) + ", the operator needs " + std::to_string(want);
+  }
+
+  static Vec apply(const Eigen::Ref<const Vec>& x, Index in, Index out, const Product& product) {
+    if (x.size() != in) throw std::invalid_argument(shape_error("product", x.size(), in));
+    Vec y(out);
+    py::gil_scoped_release release;
+    product(x.data(), y.data());  // Ref<const Vec> of a contiguous fp64 array: read in place
+    return y;
+  }
+
+  std::unique_ptr<BlockPoint> point_;
+  std::string matrix_;
+  Index rows_ = 0, cols_ = 0;
+  Product apply_, apply_transpose_;
+};
+
+Mat dense_jacobian(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip) {
+  const std::string name = checked_name(matrix);
+  const BlockPoint p(w, X, skip);
+  py::gil_scoped_release release;
+  if (name == "K_sab") return sab_jacobian(p.w, p.f);
+  if (name == "K_mlp") return mlp_jacobian(p.w, p.f.mlp).to_dense();
+  if (name == "K_ffn") return ffn_jacobian(p.w, p.f).to_dense();
+  return attention_jacobian(p.w, p.f.attn, part_of(name));
+}
+
+}  // namespace
+
+void bind_operators(py::module_& m) {
+  py::class_<JacobianOperator>(m, "JacobianOperator", R"(A block Jacobian K applied matrix-free (JVP / VJP), never formed.
+
+JacobianOperator(block, X, matrix, skip="full"): matrix one of K_sa, B_sa, E_sa (bare attention at
+LN1(X)), K_sab, K_mlp (bare MLP at LN2(X1)), K_ffn. Vectors are vec(X) in column-major order:
+x = dX.ravel(order="F"). Holds its own copy of the weights and the forward pass.)")
+      .def(py::init<const BlockWeights&, const Eigen::Ref<const Mat>&, const std::string&, const std::string&>(),
+           py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full")
+      .def_property_readonly("shape", [](const JacobianOperator& op) { return py::make_tuple(op.rows(), op.cols()); })
+      .def_property_readonly("matrix", &JacobianOperator::matrix)
+      .def("matvec", &JacobianOperator::matvec, py::arg("x"), "K x")
+      .def("rmatvec", &JacobianOperator::rmatvec, py::arg("y"), "Kᵀ y")
+      .def("matmat", &JacobianOperator::matmat, py::arg("X"), "K X, column by column");
+  m.def("dense_jacobian", &dense_jacobian, py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full",
+        "The Jacobian assembled densely from its closed form (nd x nd; rows and columns in vec order).");
+  m.def("operator_names", &operator_names, "The Jacobians JacobianOperator and dense_jacobian take.");
+}
+
+}  // namespace jacond::python

@@ -1,0 +1,172 @@
+"""jacond.audit(model, images) and jacond.audit_state_dict(state): `jacond audit` from Python.
+
+audit runs the model's own forward pass (eval mode, no gradients) with a forward pre-hook on each
+block that keeps the tokens entering it, X_ℓ [m, n, d]; then, per layer and per image, the block's
+weights (Block.from_timm of the model's state_dict, fp32 -> fp64) and X_ℓ[i] go to the core's
+block_reports, exactly what `jacond audit` does in C++ (models/track/conditioning.cpp). The
+DataFrame has audit.csv's columns: checkpoint, step, probe, layer, then the report columns.
+
+What a model must look like: `model.blocks` a sequence of blocks with timm parameter names
+(blocks.{l}.norm1, .attn.qkv, .attn.proj, .norm2, .mlp.fc1, .mlp.fc2), as timm's
+VisionTransformer and jacond.vit.VisionTransformer. Per block it reads, when present:
+  block.skip   the residuals (full | none | no-ffn-skip | no-sab-skip; default full, as timm)
+  block.norm   "pre" (default) or "post"
+  rezero_attn / rezero_mlp parameters: ReZero's α₁, α₂, folded into W^O, b_O, W_2, b_2 as the
+               C++ bridge does (x + α(hW + b) = x + h(αW) + αb), analysed as a full block
+The number of heads comes from `heads=`, else model.num_heads / model.heads, else
+block.attn.num_heads / block.attn.heads.
+"""
+
+import re
+import sys
+
+import numpy as np
+
+from . import _jacond
+
+
+def _heads_of(model, heads):
+    if heads is not None:
+        return int(heads)
+    for owner in (model, model.blocks[0].attn if len(model.blocks) else None):
+        for name in ("num_heads", "heads"):
+            value = getattr(owner, name, None)
+            if isinstance(value, int):
+                return value
+    raise ValueError("cannot tell the number of heads: pass heads=")
+
+
+def _numpy_state(state):
+    return {k: v.detach().cpu().double().numpy() if hasattr(v, "detach") else np.asarray(v, dtype=np.float64)
+            for k, v in state.items()}
+
+
+def _block_of(state, layer, heads, ln_eps):
+    """Block `layer` for analysis, with ReZero's α folded in (models/track/bridge.h, analysis_block)."""
+    p = f"blocks.{layer}."
+    if p + "rezero_attn" in state:
+        state = dict(state)
+        a1, a2 = float(state[p + "rezero_attn"].reshape(-1)[0]), float(state[p + "rezero_mlp"].reshape(-1)[0])
+        for key, a in (("attn.proj.weight", a1), ("attn.proj.bias", a1), ("mlp.fc2.weight", a2), ("mlp.fc2.bias", a2)):
+            state[p + key] = state[p + key] * a
+    return _jacond.Block.from_timm(state, layer=layer, heads=heads, ln_eps=ln_eps)
+
+
+def _progress(total, enabled, desc):
+    """A tqdm bar (python3-tqdm; the notebook widget when ipywidgets is there, else text), or one
+    line per step on stderr without tqdm; nothing when disabled."""
+    if not enabled:
+        return None
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("ipywidgets") is not None:
+            from tqdm.auto import tqdm
+        else:
+            from tqdm import tqdm
+        return tqdm(total=total, desc=desc, unit="block")
+    except ImportError:
+        return _LineProgress(total, desc)
+
+
+class _LineProgress:
+    def __init__(self, total, desc):
+        self.total, self.desc, self.done = total, desc, 0
+
+    def update(self, k=1):
+        self.done += k
+        print(f"{self.desc}: {self.done}/{self.total}", file=sys.stderr, flush=True)
+
+    def set_postfix_str(self, s):
+        pass
+
+    def close(self):
+        pass
+
+
+def _capture_block_inputs(model, images):
+    """Tokens entering each block, [m, n, d] per block, from one eval-mode forward pass."""
+    import torch
+
+    inputs = [None] * len(model.blocks)
+    hooks = [b.register_forward_pre_hook(lambda module, args, l=l: inputs.__setitem__(l, args[0].detach()))
+             for l, b in enumerate(model.blocks)]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(images)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    missing = [l for l, x in enumerate(inputs) if x is None]
+    if missing:
+        raise ValueError(f"blocks {missing} did not run in the model's forward pass")
+    return inputs
+
+
+def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_seconds=30.0, certify="none",
+          threads=None, checkpoint="", step=-1, ln_eps=None, progress=True):
+    """Per-layer conditioning of a timm-style ViT at `images` ([m, C, H, W], already normalised),
+    as `jacond audit`: a DataFrame with audit.csv's columns (checkpoint and step are the values
+    given). method, matrices, lanczos_seconds and certify as `jacond audit`'s flags; threads sets
+    the core's threads (None: unchanged). progress: a progress bar over the blocks (tqdm)."""
+    from . import _warn_not_converged, reports_frame
+
+    if not hasattr(model, "blocks"):
+        raise ValueError("model has no `blocks`: jacond.audit takes a timm-style VisionTransformer")
+    if isinstance(matrices, str):
+        matrices = [m for m in matrices.split(",") if m and m != "all"] or None
+    if matrices is not None:
+        known = set(_jacond.block_matrix_names())
+        unknown = [m for m in matrices if m not in known]
+        if unknown:
+            raise ValueError(f"unknown matrix '{unknown[0]}' (one of {', '.join(_jacond.block_matrix_names())})")
+    if threads is not None:
+        _jacond.set_threads(int(threads))
+    heads = _heads_of(model, heads)
+    inputs = _capture_block_inputs(model, images)
+    state = _numpy_state(model.state_dict())
+    reports, prefix = [], []
+    bar = _progress(len(model.blocks) * int(images.shape[0]), progress, "jacond audit")
+    try:
+        for l, block_module in enumerate(model.blocks):
+            eps = ln_eps if ln_eps is not None else getattr(getattr(block_module, "norm1", None), "eps", 1e-6)
+            block = _block_of(state, l, heads, eps)
+            skip = getattr(block_module, "skip", "full")
+            norm = getattr(block_module, "norm", "pre")
+            X = inputs[l].double().cpu().numpy()
+            for i in range(X.shape[0]):
+                rs = _jacond.block_reports(block, np.asfortranarray(X[i]), skip=skip, method=method, matrices=matrices,
+                                           lanczos_seconds=lanczos_seconds, certify=certify, norm=norm)
+                _warn_not_converged(rs, f"layer {l}, image {i}: ")
+                reports += rs
+                prefix += [[checkpoint, step, i, l]] * len(rs)
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))
+
+
+def audit_state_dict(state, *, heads, layers=None, checkpoint="", step=-1, ln_eps=1e-6):
+    """Data-free audit of a timm-named state dict (`jacond audit --data-free`): per layer, W_VO,
+    W_VO_h, W_QK_h per head and every weight matrix, as a DataFrame with audit.csv's columns
+    (probe "none"). layers: which (None: every blocks.{l} present)."""
+    from . import reports_frame
+
+    if not hasattr(state, "items"):
+        raise ValueError("state must be a mapping of timm names to arrays (a state_dict)")
+    state = _numpy_state(state)
+    if layers is None:
+        layers = sorted({int(m.group(1)) for k in state for m in [re.match(r"blocks\.(\d+)\.", k)] if m})
+        if not layers:
+            raise ValueError("state has no blocks.{l}.* keys")
+    reports, prefix = [], []
+    for l in layers:
+        rs = _jacond.weight_reports(_jacond.Block.from_timm(state, layer=l, heads=heads, ln_eps=ln_eps))
+        reports += rs
+        prefix += [[checkpoint, step, "none", l]] * len(rs)
+    return reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))

@@ -1,0 +1,60 @@
+"""Block Jacobians as scipy.sparse.linalg.LinearOperator, for users' own solvers (svds, eigsh, lsqr).
+
+    K = jacond.linear_operator(block, X, "K_sab", skip="full")
+    K @ x, K.T @ y, K.matmat(V)          # JVP, VJP, a block of JVPs; never forms the nd x nd matrix
+    scipy.sparse.linalg.svds(K, k=1, which="SM")
+
+The products are the core's matrix-free kernels (analysis/operators/operators.h), O(n²d + nd²)
+each, with the GIL released. Vectors are vec(X) in column-major order (x = dX.ravel(order="F")).
+"""
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+
+from . import _jacond
+
+
+class JacobianLinearOperator(LinearOperator):
+    """A block Jacobian (K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn) at tokens X as a LinearOperator."""
+
+    def __init__(self, block, X, matrix, skip="full"):
+        from . import as_fp64
+
+        self.core = _jacond.JacobianOperator(block, as_fp64(X, "X"), matrix, skip)
+        self.matrix = matrix
+        super().__init__(dtype=np.float64, shape=self.core.shape)
+
+    def _matvec(self, x):
+        return self.core.matvec(np.ascontiguousarray(np.ravel(x), dtype=np.float64))
+
+    def _rmatvec(self, y):
+        return self.core.rmatvec(np.ascontiguousarray(np.ravel(y), dtype=np.float64))
+
+    def _matmat(self, V):
+        return self.core.matmat(np.asfortranarray(V, dtype=np.float64))
+
+    def _adjoint(self):  # real: the adjoint is the transpose, applied by the VJP kernel
+        return _Transposed(self)
+
+    def __repr__(self):
+        return f"<{self.shape[0]}x{self.shape[1]} jacond {self.matrix} operator (matrix-free, float64)>"
+
+
+class _Transposed(LinearOperator):
+    def __init__(self, op):
+        self.op = op
+        super().__init__(dtype=np.float64, shape=(op.shape[1], op.shape[0]))
+
+    def _matvec(self, y):
+        return self.op._rmatvec(y)
+
+    def _rmatvec(self, x):
+        return self.op._matvec(x)
+
+    def _adjoint(self):
+        return self.op
+
+
+def linear_operator(block, X, matrix, skip="full"):
+    """`matrix` of `block` at tokens X as a scipy LinearOperator (see the module docstring)."""
+    return JacobianLinearOperator(block, X, matrix, skip)

@@ -1,0 +1,330 @@
+"""The Python module against its oracles: the jacond CLI on the same weights and tokens (every
+report field), the dense closed-form Jacobians (the matrix-free LinearOperators), `jacond audit` on
+the same checkpoint (jacond.audit of the PyTorch model), plus errors, warnings and the GIL.
+
+Run in-tree by ctest (python.pytest): PYTHONPATH=<build>/python JACOND_BIN=<build>/experiments/jacond
+/usr/bin/python3 -m pytest python/tests.
+"""
+
+import os
+import subprocess
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import jacond
+from jacond import data, safetensors, vit
+
+REPO = Path(__file__).resolve().parents[2]
+SKIPS = ["full", "none", "no-ffn-skip", "no-sab-skip"]
+
+
+@pytest.fixture(scope="module")
+def jacond_bin():
+    value = os.environ.get("JACOND_BIN")
+    if not value:
+        pytest.skip("JACOND_BIN is not set (e.g. JACOND_BIN=build/experiments/jacond)")
+    return value
+
+
+def read_csv(path):
+    """A CSV jacond wrote, its 17-digit numbers parsed to the exact doubles (pandas' default
+    parser can be 1 ulp off)."""
+    return pd.read_csv(path, float_precision="round_trip")
+
+
+def run(binary, *args):
+    r = subprocess.run([binary, *map(str, args)], capture_output=True, text=True)
+    assert r.returncode == 0, f"jacond {' '.join(map(str, args))} exited {r.returncode}:\n{r.stderr[-2000:]}"
+    return r
+
+
+def random_block(d=8, heads=2, hidden=32, seed=0):
+    """A block with every parameter random (LayerNorm affine and biases too), paper convention."""
+    rng = np.random.default_rng(seed)
+    W = lambda r, c: rng.standard_normal((r, c)) / np.sqrt(r)  # noqa: E731
+    v = lambda n, s=0.1: s * rng.standard_normal(n)  # noqa: E731
+    return jacond.Block(W(d, d), W(d, d), W(d, d), W(d, d), W(d, hidden), W(hidden, d), heads,
+                        bq=v(d), bk=v(d), bv=v(d), bo=v(d), b1=v(hidden), b2=v(d),
+                        ln1_gamma=1 + v(d), ln1_beta=v(d), ln2_gamma=1 + v(d), ln2_beta=v(d))
+
+
+def tokens(n=6, d=8, seed=1):
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+# ---------------------------------------------------------------------------------------------
+# The module and the CLI are one program
+
+def test_version_is_the_cli_version(jacond_bin):
+    assert run(jacond_bin, "--version").stdout.strip() == f"jacond {jacond.__version__}"
+    assert jacond.__version__.count(".") == 2
+
+
+def cli_block(jacond_bin, tmp_path, block, X, skip, *flags):
+    """results.csv of `jacond block` on `block` and X written as safetensors (fp64)."""
+    safetensors.write(tmp_path / "w.safetensors", block.to_timm(layer=0))
+    safetensors.write(tmp_path / "t.safetensors", {"tokens": X})
+    out = tmp_path / f"cli-{skip}"
+    run(jacond_bin, "block", "--weights", tmp_path / "w.safetensors", "--tokens", tmp_path / "t.safetensors",
+        "--heads", block.heads, "--skip", skip, "--threads", 1, "--out", out, *flags)
+    return read_csv(out / "results.csv")
+
+
+REPORT_COLUMNS = jacond.report_csv_header().split(",")
+
+
+def assert_same_reports(mine, cli):
+    """Every report column equal, bit for bit as CSV text parses, except the wall-clock seconds."""
+    columns = [c for c in REPORT_COLUMNS if c != "seconds"]
+    assert len(mine) == len(cli) > 0
+    pd.testing.assert_frame_equal(mine[columns].reset_index(drop=True), cli[columns].reset_index(drop=True),
+                                  check_exact=True)
+
+
+@pytest.mark.parametrize("skip", SKIPS)
+def test_dense_reports_equal_the_cli(jacond_bin, tmp_path, skip):
+    jacond.set_threads(1)
+    block, X = random_block(), tokens()
+    mine = jacond.block_reports(block, X, skip=skip, method="dense")
+    assert_same_reports(mine, cli_block(jacond_bin, tmp_path, block, X, skip, "--method", "dense"))
+    assert set(mine.status) <= {"exact", "singular"}
+
+
+def test_lanczos_and_certified_reports_equal_the_cli(jacond_bin, tmp_path):
+    jacond.set_threads(1)
+    block, X = random_block(seed=3), tokens(n=8, seed=4)
+    matrices = "K_sa,K_sab,K_ffn"
+    mine = jacond.block_reports(block, X, skip="full", method="lanczos", matrices=matrices, certify="inertia")
+    cli = cli_block(jacond_bin, tmp_path, block, X, "full", "--method", "lanczos", "--matrices", matrices,
+                    "--certify", "inertia")
+    assert_same_reports(mine, cli)
+    assert (mine.method.str.startswith("gkl")).all() and (mine.status == "certified").all()
+
+
+def test_lanczos_brackets_the_dense_kappa():
+    block, X = random_block(seed=5), tokens(n=8, seed=6)
+    dense = jacond.block_reports(block, X, skip="full", method="dense", matrices=["K_sab"]).iloc[0]
+    bracket = jacond.block_reports(block, X, skip="full", method="lanczos", matrices=["K_sab"]).iloc[0]
+    assert bracket.kappa_lo <= dense.kappa * (1 + 1e-10) and dense.kappa <= bracket.kappa_hi * (1 + 1e-10)
+
+
+def test_reports_as_objects_carry_the_same_fields():
+    block, X = random_block(), tokens()
+    objects = jacond.block_reports(block, X, skip="none", method="dense", as_frame=False)
+    frame = jacond.reports_frame(objects)
+    assert [r.matrix for r in objects] == list(frame.matrix)
+    first = objects[0].to_dict()
+    assert set(first) == set(REPORT_COLUMNS)
+    assert first["kappa"] == frame.kappa[0] and first["status"] == frame.status[0]
+    assert first["head"] == -1 and frame["head"][0] == "all"  # the CSV spelling of a whole matrix
+
+
+def test_condition_of_a_matrix_with_known_singular_values():
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((20, 20)))
+    V, _ = np.linalg.qr(rng.standard_normal((20, 20)))
+    s = np.logspace(0, -4, 20)
+    for method in ("dense", "svd", "lanczos"):
+        r = jacond.condition(U @ np.diag(s) @ V.T, method=method)
+        assert r.kappa_lo <= 1e4 * (1 + 1e-9) and 1e4 * (1 - 1e-9) <= r.kappa_hi, (method, r)
+
+
+def test_weight_reports_are_the_svd_of_the_products():
+    block = random_block(d=8, heads=2)
+    df = jacond.weight_reports(block)
+    assert list(df.matrix.unique()) == jacond.weight_matrix_names()
+    s = np.linalg.svd(block.Wv @ block.Wo, compute_uv=False)
+    assert df.set_index("matrix").loc["W_VO", "kappa"] == pytest.approx(s[0] / s[-1], rel=1e-12)
+    h0 = df[(df.matrix == "W_QK_h") & (df["head"] == "0")].iloc[0]
+    s = np.linalg.svd(block.Wq[:, :4] @ block.Wk[:, :4].T, compute_uv=False)
+    assert h0.space == "rank-4" and h0.kappa == pytest.approx(s[0] / s[3], rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks from timm names, arrays and tensors
+
+def test_from_timm_round_trip_and_torch_tensors():
+    block = random_block()
+    state = block.to_timm(layer=3)
+    assert state["blocks.3.attn.qkv.weight"].shape == (24, 8)
+    np.testing.assert_array_equal(state["blocks.3.attn.qkv.weight"][:8], block.Wq.T)  # Linear weight = Wᵀ
+    back = jacond.Block.from_timm(state, layer=3, heads=2)
+    for name in ("Wq", "Wk", "Wv", "Wo", "W1", "W2", "bq", "b1", "ln2_gamma"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(block, name))
+    as_torch = {k: torch.tensor(v, dtype=torch.float32, requires_grad=True) for k, v in state.items()}
+    from_torch = jacond.Block.from_timm(as_torch, layer=3, heads=2)
+    np.testing.assert_allclose(from_torch.Wq, block.Wq, rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix-free operators = the dense closed forms
+
+@pytest.mark.parametrize("skip", SKIPS)
+@pytest.mark.parametrize("matrix", ["K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn"])
+def test_linear_operator_products_equal_the_dense_jacobian(matrix, skip):
+    block, X = random_block(), tokens()
+    K = jacond.dense_jacobian(block, X, matrix, skip=skip)
+    op = jacond.linear_operator(block, X, matrix, skip=skip)
+    assert op.shape == K.shape == (48, 48)
+    rng = np.random.default_rng(7)
+    x, y, V = rng.standard_normal(48), rng.standard_normal(48), rng.standard_normal((48, 3))
+    scale = np.linalg.norm(K, 2)
+    assert np.abs(op @ x - K @ x).max() <= 1e-13 * scale * np.abs(x).sum()
+    assert np.abs(op.T @ y - K.T @ y).max() <= 1e-13 * scale * np.abs(y).sum()
+    assert np.abs(op.rmatvec(y) - K.T @ y).max() <= 1e-13 * scale * np.abs(y).sum()
+    assert np.abs(op @ V - K @ V).max() <= 1e-13 * scale * np.abs(V).sum()
+
+
+def test_vec_is_column_major_and_scipy_svds_runs_on_the_operator():
+    from scipy.sparse.linalg import svds
+
+    block, X = random_block(), tokens()
+    op = jacond.linear_operator(block, X, "K_sab")
+    K = jacond.dense_jacobian(block, X, "K_sab")
+    dX = np.zeros_like(X)
+    dX[2, 5] = 1.0  # token 2, feature 5 -> vec index 2 + 5·n
+    np.testing.assert_allclose(op @ dX.ravel(order="F"), K[:, 2 + 5 * X.shape[0]], rtol=0, atol=1e-13 * np.abs(K).max())
+    assert not np.allclose(op @ dX.ravel(order="C"), K[:, 2 + 5 * X.shape[0]])  # row-major would be wrong
+    top = svds(op, k=1, return_singular_vectors=False)[0]
+    assert top == pytest.approx(np.linalg.norm(K, 2), rel=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# audit(model) = jacond audit on the same checkpoint
+
+@pytest.fixture(scope="module")
+def fashion():
+    if not Path(data.DEFAULT_DIR, "t10k-images-idx3-ubyte.gz").exists():
+        pytest.skip(f"Fashion-MNIST is not installed in {data.DEFAULT_DIR}")
+
+
+TRAIN = ["--dim", "16", "--depth", "2", "--heads", "2", "--patch", "7", "--batch", "32", "--data-limit", "640",
+         "--test-limit", "100", "--threads", "1", "--steps", "6", "--lr", "0.01", "--eval-every", "6",
+         "--checkpoint-every", "6", "--print-every", "6", "--track-every", "0"]
+
+
+@pytest.mark.parametrize("skip,norm", [("full", "pre"), ("none", "pre"), ("rezero", "pre"), ("full", "post")])
+def test_audit_of_the_model_equals_jacond_audit_of_its_checkpoint(jacond_bin, fashion, tmp_path, skip, norm):
+    run(jacond_bin, "train", *TRAIN, "--skip", skip, "--norm", norm, "--out", tmp_path / "run")
+    run(jacond_bin, "audit", tmp_path / "run", "--probe-size", 2, "--threads", 1, "--out", tmp_path / "audit")
+    cli = read_csv(tmp_path / "audit" / "audit.csv")
+    model, meta = vit.load_checkpoint(tmp_path / "run")
+    mine = jacond.audit(model, data.probe_images(2), progress=False, threads=1, step=meta["step"],
+                        checkpoint=cli.checkpoint[0])
+    assert list(mine.columns) == list(cli.columns)
+    columns = [c for c in cli.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(mine[columns], cli[columns], check_exact=True)
+    assert model.training is False  # load_checkpoint's eval mode, restored by audit
+
+
+def test_audit_restores_training_mode_and_reports_progress(jacond_bin, fashion, tmp_path, capsys):
+    run(jacond_bin, "train", *TRAIN, "--out", tmp_path / "run")
+    model, _ = vit.load_checkpoint(tmp_path / "run")
+    model.train()
+    df = jacond.audit(model, data.probe_images(1), matrices="K_sab,softmax", progress=True)
+    assert model.training
+    assert set(df.matrix) == {"K_sab", "softmax"} and set(df.layer) == {0, 1}
+    assert "jacond audit" in capsys.readouterr().err  # the progress bar's label
+
+
+def test_audit_state_dict_equals_jacond_audit_data_free(jacond_bin, fashion, tmp_path):
+    run(jacond_bin, "train", *TRAIN, "--out", tmp_path / "run")
+    run(jacond_bin, "audit", tmp_path / "run", "--data-free", "--out", tmp_path / "free")
+    cli = read_csv(tmp_path / "free" / "audit.csv")
+    model, meta = vit.load_checkpoint(tmp_path / "run")
+    mine = jacond.audit_state_dict(model.state_dict(), heads=2, step=meta["step"], checkpoint=cli.checkpoint[0])
+    columns = [c for c in cli.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(mine[columns], cli[columns], check_exact=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: ValueError with one line naming the problem
+
+def bad_inputs():
+    block, X = random_block(), tokens()
+    state = block.to_timm()
+    nan_state = dict(state, **{"blocks.0.attn.proj.weight": np.full((8, 8), np.nan)})
+    short_state = {k: v for k, v in state.items() if k != "blocks.0.mlp.fc2.bias"}
+    wide_state = dict(state, **{"blocks.0.norm2.weight": np.ones(9)})
+    int_state = dict(state, **{"blocks.0.norm1.bias": np.zeros(8, dtype=np.int64)})
+    nan_X = X.copy()
+    nan_X[1, 1] = np.nan
+    W = np.eye(8)
+    return [
+        (lambda: jacond.block_reports(block, X[:, :5]), "X has d=5 columns but the block has d=8"),
+        (lambda: jacond.block_reports(block, X[:1]), "X needs at least 2 tokens"),
+        (lambda: jacond.block_reports(block, nan_X), "X contains NaN or inf"),
+        (lambda: jacond.block_reports(block, X, skip="sometimes"), "sometimes"),
+        (lambda: jacond.block_reports(block, X, method="magic"), "magic"),
+        (lambda: jacond.block_reports(block, X, matrices=["K_xyz"]), "K_xyz"),
+        (lambda: jacond.block_reports(block, X, certify="maybe"), "maybe"),
+        (lambda: jacond.block_reports(block, X, lanczos_seconds=0), "lanczos_seconds must be > 0"),
+        (lambda: jacond.block_reports(block, X, norm="middle"), "norm must be pre or post"),
+        (lambda: jacond.Block.from_timm(nan_state, heads=2), "blocks.0.attn.proj.weight contains NaN"),
+        (lambda: jacond.Block.from_timm(short_state, heads=2), "missing key blocks.0.mlp.fc2.bias"),
+        (lambda: jacond.Block.from_timm(wide_state, heads=2), "blocks.0.norm2.weight has wrong shape: expected [8], got [9]"),
+        (lambda: jacond.Block.from_timm(int_state, heads=2), "blocks.0.norm1.bias has non-floating dtype"),
+        (lambda: jacond.Block.from_timm(state, heads=3), "not divisible by heads = 3"),
+        (lambda: jacond.Block.from_timm([1, 2], heads=2), "state must be a mapping"),
+        (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 3), "heads"),
+        (lambda: jacond.Block(W, W, W, W * np.nan, np.eye(8, 16), np.eye(16, 8), 2), "NaN"),
+        (lambda: jacond.Block(W, W, W, np.eye(8, 7), np.eye(8, 16), np.eye(16, 8), 2), "Wo"),
+        (lambda: jacond.linear_operator(block, X, "K_zz"), "unknown Jacobian 'K_zz'"),
+        (lambda: jacond.JacobianOperator(block, X, "K_sab").matvec(np.ones(5)), "vector of length 5, the operator needs 48"),
+        (lambda: jacond.condition(np.full((3, 3), np.inf)), "A contains NaN or inf"),
+        (lambda: jacond.audit_state_dict({"head.weight": np.eye(2)}, heads=1), "no blocks"),
+        (lambda: jacond.audit(torch.nn.Linear(2, 2), torch.zeros(1, 2)), "has no `blocks`"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(bad_inputs())))
+def test_bad_input_raises_a_one_line_value_error(case):
+    call, expected = bad_inputs()[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert expected in message, message
+    assert "\n" not in message.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets and the GIL
+
+def test_a_bracket_stopped_by_its_budget_warns_not_converged():
+    block, X = random_block(d=16, heads=2, hidden=64, seed=9), tokens(n=12, d=16)
+    with pytest.warns(jacond.NotConverged, match="not converged"):
+        df = jacond.block_reports(block, X, skip="none", method="lanczos", matrices=["K_sa"], max_products=30)
+    assert (df.status == "not-converged").all() and (df.kappa_lo < df.kappa_hi).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", jacond.NotConverged)
+        jacond.block_reports(block, X, skip="none", method="dense", matrices=["K_sa"])  # no warning
+
+
+def test_long_computations_release_the_gil():
+    """A second Python thread keeps running while the core computes: with the GIL held, the main
+    thread below could take no sample between the worker's start and end."""
+    jacond.set_threads(1)
+    block, X = random_block(d=48, heads=4, hidden=192, seed=2), tokens(n=24, d=48)
+    window = {}
+
+    def work():
+        window["start"] = time.monotonic()
+        jacond.block_reports(block, X, skip="full", method="svd", matrices=["K_sa", "K_sab"], as_frame=False)
+        window["end"] = time.monotonic()
+
+    worker = threading.Thread(target=work)
+    samples = []
+    worker.start()
+    while worker.is_alive():
+        samples.append(time.monotonic())
+    worker.join()
+    inside = [t for t in samples if window["start"] + 0.05 < t < window["end"] - 0.05]
+    assert window["end"] - window["start"] > 0.3, "the computation is too short to test the GIL"
+    assert len(inside) > 1000, f"{len(inside)} samples while the core ran {window['end'] - window['start']:.2f} s"
