@@ -37,8 +37,9 @@ def _heads_of(model, heads):
 
 
 def _numpy_state(state):
-    return {k: v.detach().cpu().double().numpy() if hasattr(v, "detach") else np.asarray(v, dtype=np.float64)
-            for k, v in state.items()}
+    from . import as_fp64
+
+    return {k: as_fp64(v, k) for k, v in state.items()}
 
 
 def _block_of(state, layer, heads, ln_eps):
@@ -76,9 +77,6 @@ class _LineProgress:
     def update(self, k=1):
         self.done += k
         print(f"{self.desc}: {self.done}/{self.total}", file=sys.stderr, flush=True)
-
-    def set_postfix_str(self, s):
-        pass
 
     def close(self):
         pass

@@ -1,7 +1,7 @@
 """Block Jacobians as scipy.sparse.linalg.LinearOperator, for users' own solvers (svds, eigsh, lsqr).
 
     K = jacond.linear_operator(block, X, "K_sab", skip="full")
-    K @ x, K.T @ y, K.matmat(V)          # JVP, VJP, a block of JVPs; never forms the nd x nd matrix
+    K @ x, K.T @ y, K.matmat(V)          # JVP, VJP (SciPy's .T and .H call _rmatvec), JVPs; never forms K
     scipy.sparse.linalg.svds(K, k=1, which="SM")
 
 The products are the core's matrix-free kernels (analysis/operators/operators.h), O(n²d + nd²)
@@ -33,26 +33,8 @@ class JacobianLinearOperator(LinearOperator):
     def _matmat(self, V):
         return self.core.matmat(np.asfortranarray(V, dtype=np.float64))
 
-    def _adjoint(self):  # real: the adjoint is the transpose, applied by the VJP kernel
-        return _Transposed(self)
-
     def __repr__(self):
         return f"<{self.shape[0]}x{self.shape[1]} jacond {self.matrix} operator (matrix-free, float64)>"
-
-
-class _Transposed(LinearOperator):
-    def __init__(self, op):
-        self.op = op
-        super().__init__(dtype=np.float64, shape=(op.shape[1], op.shape[0]))
-
-    def _matvec(self, y):
-        return self.op._rmatvec(y)
-
-    def _rmatvec(self, x):
-        return self.op._matvec(x)
-
-    def _adjoint(self):
-        return self.op
 
 
 def linear_operator(block, X, matrix, skip="full"):

@@ -192,15 +192,12 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x, maps=None):
-        """With a list `maps`, the attention maps [B, h, n, n] (detached) are appended to it."""
+    def forward(self, x):
         B, n, d = x.shape
         # qkv output feature s·d + h·d_h + j -> [3, B, h, n, d_h]: head h owns columns [h·d_h, (h+1)·d_h).
         q, k, v = self.qkv(x).reshape(B, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
         a = torch.softmax(scores, -1)
-        if maps is not None:
-            maps.append(a.detach())
         return self.proj(torch.matmul(a, v).transpose(1, 2).reshape(B, n, d))
 
 
@@ -293,7 +290,6 @@ class VisionTransformer(nn.Module):
         self.config = cfg
         self.heads = self.num_heads = cfg.heads
         self.skip = ANALYSIS_SKIP[cfg.skip]
-        self.norm_placement = cfg.norm
         self.patch_embed = PatchEmbed(cfg.in_chans, cfg.dim, cfg.patch)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, cfg.tokens, cfg.dim))
@@ -377,7 +373,7 @@ def _safetensors():
     """safetensors.py next to this file: jacond.safetensors in the package, else loaded by path."""
     if __package__:
         return importlib.import_module(f"{__package__}.safetensors")
-    name = "jacond_safetensors_by_path"
+    name = "jacond_safetensors"  # the name experiments/bench/package_modules.py gives it: one copy
     if name not in sys.modules:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "safetensors.py")
         spec = importlib.util.spec_from_file_location(name, path)

@@ -6,7 +6,6 @@ Run in-tree by ctest (python.pytest): PYTHONPATH=<build>/python JACOND_BIN=<buil
 /usr/bin/python3 -m pytest python/tests.
 """
 
-import os
 import subprocess
 import threading
 import time
@@ -21,16 +20,7 @@ import torch
 import jacond
 from jacond import data, safetensors, vit
 
-REPO = Path(__file__).resolve().parents[2]
 SKIPS = ["full", "none", "no-ffn-skip", "no-sab-skip"]
-
-
-@pytest.fixture(scope="module")
-def jacond_bin():
-    value = os.environ.get("JACOND_BIN")
-    if not value:
-        pytest.skip("JACOND_BIN is not set (e.g. JACOND_BIN=build/experiments/jacond)")
-    return value
 
 
 def read_csv(path):

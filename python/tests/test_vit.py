@@ -2,22 +2,16 @@
 load_checkpoint), data.py (Fashion-MNIST, normalize_images) and safetensors.py (the reader),
 checked on runs and files the `jacond` binary writes.
 
-    JACOND_BIN=build/experiments/jacond PYTHONPATH=python /usr/bin/python3 -m pytest -q python/tests/test_vit.py
-
-The modules are loaded by file path (`load_module`), not by `import jacond`: they import no
-compiled code, and these tests must run whether or not the extension is built.
+    JACOND_BIN=build/experiments/jacond PYTHONPATH=build/python /usr/bin/python3 -m pytest -q python/tests/test_vit.py
 """
 
 import csv
 import gzip
-import importlib.util
 import json
-import os
 import re
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,24 +19,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from jacond import data, safetensors, vit
+
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = REPO / "python" / "jacond"
-
-
-def load_module(name):
-    """python/jacond/<name>.py, imported by file path (no `import jacond`, no extension)."""
-    key = f"_jacond_by_path_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, PACKAGE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-vit = load_module("vit")
-data = load_module("data")
-safetensors = load_module("safetensors")
 
 # ---------------------------------------------------------------------------------------------
 # Fixtures: the binary, the data, tiny training runs
@@ -58,20 +37,6 @@ EVAL_CHUNK = 500  # models/train/trainer.cpp evaluate(): cross-entropy summed pe
 # (skip, norm) of the runs; the ids name them in the test report.
 RUNS = [("full", "pre"), ("none", "pre"), ("rezero", "pre"), ("full", "post")]
 RUN_IDS = [f"{s}-{n}" for s, n in RUNS]
-
-
-@pytest.fixture(scope="module")
-def jacond_bin():
-    value = os.environ.get("JACOND_BIN")
-    if not value:
-        pytest.skip("JACOND_BIN is not set (e.g. JACOND_BIN=build/experiments/jacond): "
-                    "these tests compare with runs of the jacond binary")
-    path = Path(value)
-    if not path.is_absolute() and not path.exists():
-        path = REPO / path
-    if not path.is_file():
-        pytest.fail(f"JACOND_BIN={value}: no such file")
-    return str(path)
 
 
 @pytest.fixture(scope="module")
