@@ -62,7 +62,7 @@ int run_train(int argc, char** argv) {
   });
   groups.at("run").add_options()("resume", po::value(&resume), "continue from a checkpoint dir or the newest in a run dir")(
       "nproc", po::value(&nproc)->default_value(nproc),
-      "data parallel: start N ranks on this machine (Gloo; --threads each); under torchrun or srun leave it out");
+      "data parallel: start N ranks on this machine (--threads each; Gloo on cpu, NCCL on cuda with one GPU per rank); under torchrun or srun leave it out");
   po::options_description desc("jacond train: a ViT (or the ConvMixer control) on Fashion-MNIST, checkpoints and conditioning.csv");
   desc.add_options()("help,h", "this help");
   desc.add(model);
@@ -109,7 +109,8 @@ int run_train(int argc, char** argv) {
   auto join = [&](const models::TrainConfig& cfg) {
     if (!launch.distributed()) return;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist_timeout * 1000));
-    ranks = std::make_unique<models::dist::RankGroup>(launch, timeout);
+    ranks = std::make_unique<models::dist::RankGroup>(launch, timeout, std::nullopt,
+                                                      models::dist::parse_dist_backend(cfg.resolved_dist_backend()));
   };
   models::TrainResult r;
   std::string run_dir = c.out_dir;

@@ -88,7 +88,7 @@ torch::Tensor idct2(const torch::Tensor& x) { return dct_sandwich(x, /*inverse=*
 
 torch::Tensor svd_token_graying(const torch::Tensor& images, double eps) {
   check_input(images, eps);
-  const auto [U, S, Vh] = torch::linalg::svd(images.to(torch::kFloat64), /*full_matrices=*/false, /*driver=*/c10::nullopt);
+  const auto [U, S, Vh] = torch::linalg_svd(images.to(torch::kFloat64), /*full_matrices=*/false);
   const torch::Tensor grayed = power_towards_max(S, eps, std::max(images.size(-2), images.size(-1)));
   return torch::matmul(U * grayed.unsqueeze(-2), Vh).to(images.scalar_type());
 }

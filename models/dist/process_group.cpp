@@ -11,10 +11,19 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <type_traits>
+
 #if JACOND_HAVE_C10D
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if JACOND_HAVE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if JACOND_HAVE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 #endif
 
 namespace jacond::models::dist {
@@ -111,7 +120,100 @@ void run_collective(int rank, const std::string& op, const std::function<void()>
   }
 }
 
+DistBackend parse_dist_backend(const std::string& name) {
+  if (name == "gloo") return DistBackend::gloo;
+  if (name == "nccl") return DistBackend::nccl;
+  throw std::invalid_argument("the data-parallel backend must be gloo or nccl, got '" + name + "'");
+}
+
+std::string to_string(DistBackend backend) { return backend == DistBackend::nccl ? "nccl" : "gloo"; }
+
+bool backend_available(DistBackend backend) {
+  return backend == DistBackend::nccl ? JACOND_HAVE_C10D_NCCL : JACOND_HAVE_C10D_GLOO;
+}
+
 #if JACOND_HAVE_C10D
+
+namespace {
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0 && !env.agent_store;
+  store_options.numWorkers = static_cast<size_t>(env.world_size);
+  store_options.waitWorkers = !env.agent_store;
+  store_options.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  if (env.agent_store)
+    store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+  return store;
+}
+
+// The process group of one backend. LibTorch >= 2.0 makes Gloo and NCCL c10d::Backends inside a
+// ProcessGroup that routes `device_type`'s tensors to them, as torch.distributed's
+// init_process_group builds it (the group's constructor took Options up to 2.2); in 1.13 the
+// backend is itself the ProcessGroup. The branch not taken is never instantiated.
+template <class BackendImpl, class Group = c10d::ProcessGroup>
+c10::intrusive_ptr<c10d::ProcessGroup> group_of(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
+                                                c10::intrusive_ptr<BackendImpl> backend, c10::DeviceType device_type,
+                                                std::chrono::milliseconds timeout) {
+  if constexpr (std::is_base_of_v<Group, BackendImpl>) {
+    return backend;
+  } else {
+    c10::intrusive_ptr<Group> group;
+    if constexpr (std::is_constructible_v<Group, c10::intrusive_ptr<c10d::Store>, int, int>)
+      group = c10::make_intrusive<Group>(store, env.rank, env.world_size);
+    else
+      group = c10::make_intrusive<Group>(store, env.rank, env.world_size,
+                                         c10::make_intrusive<typename Group::Options>(backend->getBackendName(), timeout));
+    const auto type = Group::strToBackendType(backend->getBackendName());
+    group->setBackend(device_type, type, backend);
+    group->setDefaultBackend(type);
+    return group;
+  }
+}
+
+#if JACOND_HAVE_C10D_GLOO
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
+                                                  std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  else
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+  return group_of(store, env, gloo, c10::DeviceType::CPU, timeout);
+}
+#endif
+
+#if JACOND_HAVE_C10D_NCCL
+// NCCL on cuda:LOCAL_RANK, made the current device first (NCCL binds its communicator to it).
+c10::intrusive_ptr<c10d::ProcessGroup> nccl_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
+                                                  std::chrono::milliseconds timeout) {
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
+  return group_of(store, env, nccl, c10::DeviceType::CUDA, timeout);
+}
+#endif
+
+// The device a rank's collectives run on; std::runtime_error when it cannot be had here.
+torch::Device collective_device(const LaunchEnv& env, DistBackend backend) {
+  if (!backend_available(backend))
+    throw std::runtime_error("this jacond was built without c10d's " + to_string(backend) + " backend" +
+                             (backend == DistBackend::nccl ? " (it needs a CUDA LibTorch with ProcessGroupNCCL and nccl.h)"
+                                                           : " (libgloo-dev and LibTorch's distributed headers)"));
+  if (backend == DistBackend::gloo) return torch::kCPU;
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (env.local_rank >= gpus)
+    throw std::runtime_error("NCCL: LOCAL_RANK=" + std::to_string(env.local_rank) + " needs cuda:" +
+                             std::to_string(env.local_rank) + ", but this machine has " + std::to_string(gpus) +
+                             " CUDA device(s): one rank per GPU");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+}
+
+}  // namespace
 
 struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
@@ -119,24 +221,21 @@ struct RankGroup::Impl {
 };
 
 RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout,
-                     std::optional<std::chrono::milliseconds> rendezvous_timeout)
-    : impl_(std::make_unique<Impl>()), rank_(env.rank), size_(env.world_size), timeout_(timeout) {
+                     std::optional<std::chrono::milliseconds> rendezvous_timeout, DistBackend backend)
+    : impl_(std::make_unique<Impl>()),
+      rank_(env.rank),
+      size_(env.world_size),
+      timeout_(timeout),
+      backend_(backend),
+      device_(collective_device(env, backend)) {
   run_collective(rank_, "rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0 && !env.agent_store;
-    store_options.numWorkers = static_cast<size_t>(env.world_size);
-    store_options.waitWorkers = !env.agent_store;
-    store_options.timeout = rendezvous_timeout.value_or(timeout);
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-    if (env.agent_store)
-      impl_->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), impl_->store);
-    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    else
-      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env.rank, env.world_size, options);
+    impl_->store = rendezvous(env, rendezvous_timeout.value_or(timeout));
+#if JACOND_HAVE_C10D_NCCL
+    if (backend == DistBackend::nccl) impl_->group = nccl_group(impl_->store, env, timeout);
+#endif
+#if JACOND_HAVE_C10D_GLOO
+    if (backend == DistBackend::gloo) impl_->group = gloo_group(impl_->store, env, timeout);
+#endif
   });
 }
 
@@ -145,19 +244,23 @@ RankGroup::~RankGroup() = default;
 const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const { return impl_->group; }
 
 void RankGroup::allreduce_sum(torch::Tensor& t) {
+  auto on_device = t.to(device_);  // t itself when it is there already
   run_collective(rank_, "all-reduce", [&] {
-    std::vector<at::Tensor> tensors{t};
+    std::vector<at::Tensor> tensors{on_device};
     impl_->group->allreduce(tensors)->wait(timeout_);
   });
+  if (!on_device.is_same(t)) t.copy_(on_device);
 }
 
 void RankGroup::broadcast(torch::Tensor& t, int root) {
+  auto on_device = t.to(device_);
   run_collective(rank_, "broadcast", [&] {
-    std::vector<at::Tensor> tensors{t};
+    std::vector<at::Tensor> tensors{on_device};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     impl_->group->broadcast(tensors, o)->wait(timeout_);
   });
+  if (!on_device.is_same(t)) t.copy_(on_device);
 }
 
 std::vector<double> RankGroup::allreduce_sum(const std::vector<double>& values) {
@@ -167,38 +270,42 @@ std::vector<double> RankGroup::allreduce_sum(const std::vector<double>& values) 
 }
 
 std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
-  auto length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64);
+  const auto on = torch::TensorOptions().device(device_);
+  auto length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64).to(device_);
   std::vector<std::vector<at::Tensor>> lengths(1);
-  for (int r = 0; r < size_; ++r) lengths[0].push_back(torch::empty({1}, torch::kInt64));
+  for (int r = 0; r < size_; ++r) lengths[0].push_back(torch::empty({1}, on.dtype(torch::kInt64)));
   std::vector<at::Tensor> mine{length};
   run_collective(rank_, "all-gather", [&] { impl_->group->allgather(lengths, mine)->wait(timeout_); });
-  int64_t longest = 0;
-  for (const auto& l : lengths[0]) longest = std::max(longest, l.item<int64_t>());
+  std::vector<int64_t> sizes;
+  for (const auto& l : lengths[0]) sizes.push_back(l.item<int64_t>());
+  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
   auto bytes = torch::zeros({std::max<int64_t>(longest, 1)}, torch::kUInt8);
   std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  std::vector<at::Tensor> input{bytes.to(device_)};
   std::vector<std::vector<at::Tensor>> gathered(1);
-  for (int r = 0; r < size_; ++r) gathered[0].push_back(torch::empty_like(bytes));
-  std::vector<at::Tensor> input{bytes};
+  for (int r = 0; r < size_; ++r) gathered[0].push_back(torch::empty_like(input[0]));
   run_collective(rank_, "all-gather", [&] { impl_->group->allgather(gathered, input)->wait(timeout_); });
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) {
-    const auto* p = gathered[0][r].data_ptr<uint8_t>();
-    out.emplace_back(p, p + lengths[0][r].item<int64_t>());
+    const auto host = gathered[0][r].cpu();
+    const auto* p = host.data_ptr<uint8_t>();
+    out.emplace_back(p, p + sizes[static_cast<size_t>(r)]);
   }
   return out;
 }
 
-void RankGroup::barrier() {
-  run_collective(rank_, "barrier", [&] { impl_->group->barrier()->wait(timeout_); });
-}
+// An all-reduce completes only once every rank has contributed; .item() waits for it on the
+// device too. (c10d's NCCL barrier guesses the device; this one does not.)
+void RankGroup::barrier() { allreduce_sum(std::vector<double>{0.0}); }
 
 #else  // no c10d/Gloo in this build: a rank cannot be made, so nothing below is reached
 
 struct RankGroup::Impl {};
 
-RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::optional<std::chrono::milliseconds>)
-    : rank_(env.rank), size_(env.world_size), timeout_(timeout) {
-  throw std::runtime_error("this jacond was built without c10d/Gloo (libgloo-dev and LibTorch's distributed "
+RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout, std::optional<std::chrono::milliseconds>,
+                     DistBackend backend)
+    : rank_(env.rank), size_(env.world_size), timeout_(timeout), backend_(backend) {
+  throw std::runtime_error("this jacond was built without c10d (libgloo-dev and LibTorch's distributed "
                            "headers): no data-parallel training; run one process");
 }
 RankGroup::~RankGroup() = default;

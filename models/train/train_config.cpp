@@ -23,6 +23,11 @@ void require(bool ok, const char* key, const std::string& what) {
 }
 }  // namespace
 
+std::string TrainConfig::resolved_dist_backend() const {
+  if (dist_backend != "auto") return dist_backend;
+  return device == "cuda" ? "nccl" : "gloo";
+}
+
 ConvMixerConfig TrainConfig::convmixer() const {
   ConvMixerConfig c;
   c.image_size = model.image_size;
@@ -103,6 +108,10 @@ void TrainConfig::finalize() {
   require(probe_size >= 1, "probe_size", "must be >= 1");
   require(track_seconds > 0, "track_seconds", "must be positive");
   require(dist_timeout > 0, "dist_timeout", "must be positive");
+  require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
+          "must be auto, gloo or nccl, got '" + dist_backend + "'");
+  require(resolved_dist_backend() == (device == "cuda" ? "nccl" : "gloo"), "dist_backend",
+          dist_backend + " cannot average " + device + " gradients (gloo: --device cpu, nccl: --device cuda)");
   require(track_split == "layers" || track_split == "rank0", "track_split", "must be layers or rank0, got '" + track_split + "'");
   // The name parsers' messages list the valid names; prefix the flag.
   auto named = [](const char* key, auto&& parse) {

@@ -57,6 +57,9 @@ struct TrainConfig {
   // Data parallel (models/dist): how long a collective waits for the other ranks before the run
   // fails; it must exceed what rank 0 does alone between steps (tracking, checkpoints).
   double dist_timeout = 600;
+  // The c10d backend: auto picks nccl on --device cuda (one GPU per rank, cuda:LOCAL_RANK) and
+  // gloo on the CPU, as torch.distributed's default does.
+  std::string dist_backend = "auto";  // auto | gloo | nccl
   std::string device = "cpu";
   std::string out_dir = "results/train";
   int64_t log_every = 1, print_every = 10, eval_every = 0;  // eval_every 0: at each epoch's end
@@ -81,6 +84,8 @@ struct TrainConfig {
   // tracks on rank 0 alone while the others wait. Measured in README "Data-parallel training".
   std::string track_split = "layers";
 
+  /// dist_backend with auto resolved against device: "gloo" or "nccl".
+  std::string resolved_dist_backend() const;
   /// The ConvMixer of a convmixer run (from model and kernel, seeded by `seed`).
   ConvMixerConfig convmixer() const;
   /// track_matrices parsed against the architecture's names (empty: all); std::invalid_argument
@@ -160,6 +165,9 @@ void for_each_train_field(Config& c, Visit&& visit) {
                    "data parallel: seconds a collective waits for the other ranks before the run fails "
                    "(must exceed rank 0's tracking and checkpoint time)"},
         c.dist_timeout);
+  visit(TrainField{"dist_backend", "dist-backend", "run",
+                   "data parallel: auto (nccl on --device cuda, gloo on cpu) | gloo | nccl"},
+        c.dist_backend);
   visit(TrainField{"out_dir", "out", "run", "run directory"}, c.out_dir);
   visit(TrainField{"log_every", "log-every", "run", "train_log.jsonl period"}, c.log_every);
   visit(TrainField{"print_every", "print-every", "run", "progress line period"}, c.print_every);

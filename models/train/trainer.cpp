@@ -274,11 +274,12 @@ std::vector<std::string> gather_layer_rows(const std::vector<std::string>& mine,
 // The loop
 
 // Threads before any torch or BLAS work (LibTorch here defaults to 1 thread); then the device.
-torch::Device select_device(const TrainConfig& cfg) {
+torch::Device select_device(const TrainConfig& cfg, const dist::RankGroup* ranks) {
   torch::set_num_threads(static_cast<int>(cfg.threads));
   jacond::set_threads(static_cast<int>(cfg.threads));
   if (cfg.device == "cuda" && !torch::cuda::is_available())
     throw std::runtime_error("--device cuda: this LibTorch build has no CUDA device available");
+  if (ranks) return ranks->device();  // finalize() paired the backend with the device
   return torch::Device(cfg.device == "cuda" ? torch::kCUDA : torch::kCPU);
 }
 
@@ -354,7 +355,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
       main_(!ranks || ranks->rank() == 0),
       local_batch_(cfg_.batch / (ranks ? ranks->size() : 1)),
       split_tracking_(ranks && cfg_.track_split == "layers" && cfg_.arch == "vit"),
-      device_(select_device(cfg_)),
+      device_(select_device(cfg_, ranks)),
       run_(main_ ? prepare_run_dir(cfg_, resume != nullptr) : cfg_.out_dir),
       train_split_(load_fashion_mnist(cfg_.data_dir, "train", cfg_.data_limit)),
       test_split_(load_fashion_mnist(cfg_.data_dir, "test", cfg_.test_limit)),
@@ -372,7 +373,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
     // or checkpoint; this also catches a rank that could not start: its peers fail here).
     dist::broadcast_module_state(*model_, *ranks_);
     averager_ = std::make_unique<dist::GradientAverager>(*model_, *ranks_);
-    log_ << "data parallel: " << ranks_->size() << " ranks (Gloo), " << local_batch_ << " of the " << cfg_.batch
+    log_ << "data parallel: " << ranks_->size() << " ranks (" << dist::to_string(ranks_->backend()) << "), " << local_batch_ << " of the " << cfg_.batch
          << " images of each batch per rank, collectives time out after " << cfg_.dist_timeout << " s\n";
   }
   probe_ = model_input(normalize_images(test_split_.images.narrow(0, 0, cfg_.probe_size)), cfg_).to(device_);

@@ -67,10 +67,11 @@ std::unique_ptr<TrainOptimizer> make_optimizer(torch::nn::Module& model, const T
 /// The model of `cfg` (finalized): cfg.model's ViT, or the ConvMixer of cfg.convmixer().
 std::shared_ptr<ClassifierImpl> make_classifier(const TrainConfig& cfg);
 
-/// Sets cfg.threads for LibTorch and the analysis core, then returns cfg.device ("cpu" | "cuda");
-/// std::runtime_error naming the flag when cuda is asked for and this LibTorch has no CUDA device
-/// (Debian's LibTorch is CPU-only: exit 1, not a usage error).
-torch::Device select_device(const TrainConfig& cfg);
+/// Sets cfg.threads for LibTorch and the analysis core, then returns cfg.device ("cpu" | "cuda";
+/// a data-parallel rank's cuda is its group's GPU, cuda:LOCAL_RANK); std::runtime_error naming the
+/// flag when cuda is asked for and this LibTorch has no CUDA device (Debian's LibTorch is
+/// CPU-only: exit 1, not a usage error).
+torch::Device select_device(const TrainConfig& cfg, const dist::RankGroup* ranks = nullptr);
 
 /// What a run reached.
 struct TrainResult {

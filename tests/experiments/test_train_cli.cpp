@@ -355,6 +355,16 @@ TEST_F(TrainCli, BadInputGivesOneLineErrors) {
   expect_one_line_error({"audit", path("junk.safetensors"), "--data-free"}, {"junk.safetensors"});
 }
 
+// The data-parallel backend must fit the device: a usage error (2) naming the flag, before
+// anything is read or written.
+TEST_F(TrainCli, ADistBackendThatDoesNotFitTheDeviceIsAUsageError) {
+  const RunResult r = expect_one_line_error({"train", "--dist-backend", "nccl", "--steps", "1", "--out", path("nccl-cpu")},
+                                            {"--dist-backend nccl", "cpu"});
+  EXPECT_EQ(r.code, 2) << r.describe();
+  EXPECT_FALSE(fs::exists(path("nccl-cpu")));
+  EXPECT_EQ(expect_one_line_error({"train", "--dist-backend", "mpi", "--out", path("mpi")}, {"--dist-backend"}).code, 2);
+}
+
 // Training on CUDA where this LibTorch has none (Debian's is CPU-only): exit 1 naming the flag,
 // before any run directory or output is written; on a CUDA LibTorch with a GPU (the device
 // tool's machine) the bench's tiny run goes through instead and writes its device.

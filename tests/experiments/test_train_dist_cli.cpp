@@ -105,7 +105,7 @@ TEST_F(TrainDistCli, TwoRanksReproduceOneProcess) {
   ASSERT_EQ(one.code, 0) << one.describe();
   const RunResult two = run(tiny_run(path("two"), {"--nproc", "2"}));
   ASSERT_EQ(two.code, 0) << two.describe();
-  EXPECT_TRUE(contains(two.out, "data parallel: 2 ranks (Gloo), 16 of the 32 images")) << two.out;
+  EXPECT_TRUE(contains(two.out, "data parallel: 2 ranks (gloo), 16 of the 32 images")) << two.out;
 
   const auto a = step_log(path("one")), b = step_log(path("two"));
   ASSERT_EQ(a.size(), 6u);

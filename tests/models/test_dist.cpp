@@ -232,3 +232,78 @@ TEST(RankGroup, ASilentPeerFailsTheCollectiveAfterTheTimeout) {
   EXPECT_GE(waited.count(), 0.9 * 1.5);
   EXPECT_LT(waited.count(), 1.5 + 5.0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// NCCL (where LibTorch has CUDA): one rank, since NCCL refuses two ranks on one GPU. The group's
+// helpers take CPU tensors too, and the Reducer's average over one rank is the plain gradient.
+
+TEST(RankGroup, ABackendThisBuildLacksIsRefusedByName) {
+  for (const auto backend : {jd::DistBackend::gloo, jd::DistBackend::nccl}) {
+    if (jd::backend_available(backend)) continue;
+    try {
+      jd::RankGroup group(rank_env(0, 1, jd::free_loopback_port()), std::chrono::seconds(5), std::nullopt, backend);
+      ADD_FAILURE() << jd::to_string(backend) << ": a group was made without the backend";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(jd::to_string(backend)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(jd::parse_dist_backend("nccl"), jd::DistBackend::nccl);
+  EXPECT_THROW(jd::parse_dist_backend("mpi"), std::invalid_argument);
+}
+
+namespace {
+
+bool have_nccl_and_gpu() { return jd::backend_available(jd::DistBackend::nccl) && torch::cuda::is_available(); }
+
+jd::RankGroup one_nccl_rank() {
+  return jd::RankGroup(rank_env(0, 1, jd::free_loopback_port()), std::chrono::seconds(60), std::nullopt,
+                       jd::DistBackend::nccl);
+}
+
+}  // namespace
+
+TEST(NcclRankGroup, OneRankCollectivesRunOnItsGpu) {
+  if (!have_nccl_and_gpu()) GTEST_SKIP() << "needs a CUDA LibTorch with NCCL and a GPU";
+  jd::RankGroup group = one_nccl_rank();
+  ASSERT_TRUE(group.device().is_cuda());
+  EXPECT_EQ(group.device().index(), 0);
+  auto on_gpu = torch::arange(4, torch::TensorOptions().dtype(torch::kFloat64).device(group.device()));
+  group.allreduce_sum(on_gpu);  // one rank: the sum is the tensor
+  EXPECT_TRUE(on_gpu.cpu().equal(torch::arange(4, torch::kFloat64)));
+  auto on_cpu = torch::full({3}, 2.5, torch::kFloat64);  // moved to the GPU and back
+  group.broadcast(on_cpu, 0);
+  EXPECT_TRUE(on_cpu.device().is_cpu());
+  EXPECT_TRUE(on_cpu.equal(torch::full({3}, 2.5, torch::kFloat64)));
+  EXPECT_EQ(group.allreduce_sum(std::vector<double>{1.5, -2.0}), (std::vector<double>{1.5, -2.0}));
+  const std::string rows = "100,0,3,K_sa,1.5e3\n100,0,3,K_ffn,2.25\n";
+  EXPECT_EQ(group.allgather_text(rows), std::vector<std::string>{rows});
+  group.barrier();
+}
+
+TEST(NcclRankGroup, OneRankAveragerGivesThePlainGradientOnTheGpu) {
+  if (!have_nccl_and_gpu()) GTEST_SKIP() << "needs a CUDA LibTorch with NCCL and a GPU";
+  const auto [x, y] = batch();
+  TinyNet reference;
+  torch::cross_entropy_loss(reference.forward(x), y).backward();
+  const auto expected = grads(reference);
+
+  jd::RankGroup group = one_nccl_rank();
+  TinyNet net;
+  net.to(group.device());
+  jd::broadcast_module_state(net, group);
+  jd::GradientAverager averager(net, group);
+  const auto xd = x.to(group.device()), yd = y.to(group.device());
+  for (int step = 0; step < 2; ++step) {  // the second step runs on the rebuilt buckets
+    net.zero_grad();
+    averager.before_forward();
+    averager.backward(torch::cross_entropy_loss(net.forward(xd), yd));
+  }
+  const auto got = grads(net);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(got[i].is_cuda());
+    // fp64 on both devices; cuBLAS and the CPU sum in different orders
+    EXPECT_TRUE(torch::allclose(got[i].cpu(), expected[i], 1e-12, 1e-14)) << "parameter " << i;
+  }
+  EXPECT_NO_THROW(jd::check_replicas_agree(net, group, 2));
+}

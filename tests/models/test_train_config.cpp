@@ -25,7 +25,7 @@ json every_field_changed() {
           {"data_limit", 1000}, {"test_limit", 500}, {"augment", true}, {"crop_pad", 3}, {"flip", false},
           {"batch", 64}, {"steps", 99}, {"epochs", 4}, {"threads", 3}, {"seed", 17}, {"device", "cuda"},
           {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13},
-          {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5}, {"dist_timeout", 45.0}, {"track_split", "rank0"},
+          {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5}, {"dist_timeout", 45.0}, {"dist_backend", "nccl"}, {"track_split", "rank0"},
           {"track_matrices", "mix_out,block_out"}, {"token_graying", "svd"}, {"tg_eps", 0.6}, {"arch", "convmixer"},
           {"kernel", 3}};  // a ConvMixer run: its own tracking names
 }
@@ -115,6 +115,7 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
       {"checkpoint_every", -1, "--checkpoint-every"}, {"keep", -1, "--keep"}, {"track_every", -1, "--track-every"},
       {"probe_size", 0, "--probe-size"}, {"track_seconds", 0.0, "--track-seconds"},
       {"dist_timeout", 0.0, "--dist-timeout"}, {"track_split", "rank1", "--track-split"},
+      {"dist_backend", "mpi", "--dist-backend"}, {"dist_backend", "nccl", "--dist-backend"},  // nccl on the CPU
       {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},
       {"arch", "resnet", "--arch"}, {"token_graying", "fft", "--token-graying"}, {"tg_eps", 0.0, "--tg-eps"},
   };
@@ -133,6 +134,15 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
   sab.arch = "convmixer";
   sab.model.skip = jacond::models::SkipKind::kSab;
   EXPECT_EQ(jacond::test::error_message([&] { sab.finalize(); }).rfind("--arch convmixer: --skip must be full or none", 0), 0u);
+  // The backend must fit the device (auto always does).
+  TrainConfig gloo_on_gpu;
+  gloo_on_gpu.device = "cuda";
+  gloo_on_gpu.dist_backend = "gloo";
+  EXPECT_EQ(jacond::test::error_message([&] { gloo_on_gpu.finalize(); }),
+            "--dist-backend gloo cannot average cuda gradients (gloo: --device cpu, nccl: --device cuda)");
+  gloo_on_gpu.dist_backend = "auto";
+  EXPECT_EQ(gloo_on_gpu.resolved_dist_backend(), "nccl");
+  EXPECT_EQ(TrainConfig{}.resolved_dist_backend(), "gloo");
   TrainConfig stop;
   stop.stop_at = -1;
   EXPECT_EQ(jacond::test::error_message([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);
