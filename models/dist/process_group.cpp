@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-
 #include <type_traits>
 
 #if JACOND_HAVE_C10D
@@ -243,24 +242,22 @@ RankGroup::~RankGroup() = default;
 
 const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const { return impl_->group; }
 
+// `collective` on t's copy on the group's device (t itself when it is there), then back into t.
+void RankGroup::in_place(torch::Tensor& t, const std::string& op,
+                         const std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)>& collective) {
+  std::vector<at::Tensor> tensors{t.to(device_)};
+  run_collective(rank_, op, [&] { collective(tensors)->wait(timeout_); });
+  if (!tensors[0].is_same(t)) t.copy_(tensors[0]);
+}
+
 void RankGroup::allreduce_sum(torch::Tensor& t) {
-  auto on_device = t.to(device_);  // t itself when it is there already
-  run_collective(rank_, "all-reduce", [&] {
-    std::vector<at::Tensor> tensors{on_device};
-    impl_->group->allreduce(tensors)->wait(timeout_);
-  });
-  if (!on_device.is_same(t)) t.copy_(on_device);
+  in_place(t, "all-reduce", [&](std::vector<at::Tensor>& tensors) { return impl_->group->allreduce(tensors); });
 }
 
 void RankGroup::broadcast(torch::Tensor& t, int root) {
-  auto on_device = t.to(device_);
-  run_collective(rank_, "broadcast", [&] {
-    std::vector<at::Tensor> tensors{on_device};
-    c10d::BroadcastOptions o;
-    o.rootRank = root;
-    impl_->group->broadcast(tensors, o)->wait(timeout_);
-  });
-  if (!on_device.is_same(t)) t.copy_(on_device);
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  in_place(t, "broadcast", [&](std::vector<at::Tensor>& tensors) { return impl_->group->broadcast(tensors, o); });
 }
 
 std::vector<double> RankGroup::allreduce_sum(const std::vector<double>& values) {
@@ -270,10 +267,9 @@ std::vector<double> RankGroup::allreduce_sum(const std::vector<double>& values) 
 }
 
 std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
-  const auto on = torch::TensorOptions().device(device_);
   auto length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64).to(device_);
   std::vector<std::vector<at::Tensor>> lengths(1);
-  for (int r = 0; r < size_; ++r) lengths[0].push_back(torch::empty({1}, on.dtype(torch::kInt64)));
+  for (int r = 0; r < size_; ++r) lengths[0].push_back(torch::empty_like(length));
   std::vector<at::Tensor> mine{length};
   run_collective(rank_, "all-gather", [&] { impl_->group->allgather(lengths, mine)->wait(timeout_); });
   std::vector<int64_t> sizes;
@@ -298,7 +294,7 @@ std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
 // device too. (c10d's NCCL barrier guesses the device; this one does not.)
 void RankGroup::barrier() { allreduce_sum(std::vector<double>{0.0}); }
 
-#else  // no c10d/Gloo in this build: a rank cannot be made, so nothing below is reached
+#else  // no c10d backend in this build: a rank cannot be made, so nothing below is reached
 
 struct RankGroup::Impl {};
 

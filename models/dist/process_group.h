@@ -35,6 +35,7 @@
 
 namespace c10d {
 class ProcessGroup;
+class Work;
 }
 
 namespace jacond::models::dist {
@@ -110,6 +111,9 @@ class RankGroup {
   const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const;
 
  private:
+  void in_place(torch::Tensor& t, const std::string& op,
+                const std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)>& collective);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1;
