@@ -35,9 +35,14 @@ fi
 mkdir -p "$build"
 torch_prefix=${JACOND_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 echo "gpu_build: prefix $prefix, LibTorch from $torch_prefix, $(nvcc --version | tail -1), $(c++ --version | head -1)"
+# The Python module against the python3 that has torch (and pip's pybind11, where installed);
+# without pybind11 or the headers it is left out (JACOND_PYTHON=AUTO).
+python_args=(-DPython_EXECUTABLE="$(command -v python3)")
+pybind11_dir=$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null) &&
+  python_args+=(-Dpybind11_DIR="$pybind11_dir")
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJACOND_CUDA=ON -DJACOND_BUILD_BENCHMARKS=OFF \
   -DBLA_VENDOR=OpenBLAS -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_LIBRARY_PATH="$lib" \
-  -DCMAKE_INCLUDE_PATH="$prefix/usr/include" >"$build/configure.log" 2>&1 || {
+  -DCMAKE_INCLUDE_PATH="$prefix/usr/include" "${python_args[@]}" >"$build/configure.log" 2>&1 || {
   tail -40 "$build/configure.log"
   echo "gpu_build: configure failed ($build/configure.log)" >&2
   exit 1

@@ -99,8 +99,10 @@ def main():
         w.writerow(["matrix", "nd", "block", "products", "columns", "sigma_upper", "sigma_min", "ratio", "kappa"])
         for b in blocks:
             for products, cols, upper, ratio in probe(K, b, sigma_min, args.seed, checkpoints):
-                w.writerow([args.matrix, nd, b, products, cols, repr(upper), repr(sigma_min), repr(ratio),
-                            repr(sigma[0] / sigma_min)])
+                # repr of a Python float: shortest round-trip digits (NumPy 2's repr of its own
+                # scalars reads "np.float64(...)")
+                w.writerow([args.matrix, nd, b, products, cols] +
+                           [repr(float(x)) for x in (upper, sigma_min, ratio, sigma[0] / sigma_min)])
             print(f"block {b} done ({time.perf_counter() - t0:.1f} s)", flush=True)
     os.replace(tmp, args.out)
     print(f"wrote {args.out}")

@@ -3,8 +3,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "analysis/spectral/dense_device_module.h"
+
 #ifdef JACOND_HAVE_CUDA
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <climits>
@@ -36,37 +37,16 @@ void validate_device_name(const std::string& device) {
 #ifdef JACOND_HAVE_CUDA
 namespace {
 
-// Where the module libjacond_cuda.so (analysis/cuda/device_module.cpp) may be: $JACOND_CUDA_MODULE,
-// beside this executable (the build tree), then the install prefix's lib/jacond.
+// Where the module libjacond_cuda.so (analysis/spectral/dense_device_module.h) may be:
+// $JACOND_CUDA_MODULE, beside this executable (the build tree), then the install prefix's lib/jacond.
 std::vector<std::string> cuda_module_candidates() {
   std::vector<std::string> out;
   if (const char* env = std::getenv("JACOND_CUDA_MODULE")) out.push_back(env);
   char exe[PATH_MAX];
   const ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (len > 0) out.push_back((std::filesystem::path(std::string(exe, len)).parent_path() / "libjacond_cuda.so").string());
+  if (len > 0) out.push_back((std::filesystem::path(std::string(exe, len)).parent_path() / kCudaModuleFile).string());
   out.push_back(JACOND_CUDA_MODULE_INSTALLED);
   return out;
-}
-
-std::shared_ptr<const DenseDevice> load_cuda_device() {
-  using Create = DenseDevice* (*)(char*, size_t);
-  std::string tried;
-  for (const std::string& path : cuda_module_candidates()) {
-    // RTLD_LOCAL: the module's CUDA libraries and its copy of the analysis core stay its own. It
-    // is never closed: the device object's code lives in it.
-    void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!module) {
-      tried += (tried.empty() ? "" : "; ") + std::string(::dlerror());
-      continue;
-    }
-    auto create = reinterpret_cast<Create>(::dlsym(module, "jacond_cuda_dense_device_create"));
-    if (!create) throw std::runtime_error("--device cuda: " + path + " has no jacond_cuda_dense_device_create");
-    char error[1024] = "";
-    DenseDevice* device = create(error, sizeof error);
-    if (!device) throw std::runtime_error(std::string("--device cuda: no usable GPU (") + error + ")");
-    return std::shared_ptr<const DenseDevice>(device);
-  }
-  throw std::runtime_error("--device cuda: cannot load the CUDA back end module (" + tried + ")");
 }
 
 }  // namespace
@@ -75,7 +55,7 @@ std::shared_ptr<const DenseDevice> load_cuda_device() {
 std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device) {
   validate_device_name(device);
 #ifdef JACOND_HAVE_CUDA
-  if (device == "cuda") return load_cuda_device();
+  if (device == "cuda") return load_cuda_dense_device(cuda_module_candidates(), "--device cuda");
 #endif
   return cpu_dense_device();
 }

@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #if JACOND_HAVE_C10D
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -135,6 +137,35 @@ bool backend_available(DistBackend backend) {
 
 namespace {
 
+// LibTorch >= 2.4 has TCPStoreOptions::useLibUV (the store's server on libuv), on by default; 1.13
+// has no such field.
+template <class Options, class = void>
+struct has_use_libuv : std::false_type {};
+template <class Options>
+struct has_use_libuv<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>> : std::true_type {};
+
+// The rendezvous store. Where LibTorch offers the libuv server it is used unless USE_LIBUV=0 (the
+// switch torch.distributed reads), and a LibTorch built without libuv (Debian's 2.x; PyTorch's
+// default then fails with "use_libuv was requested but PyTorch was build without libuv support")
+// gets the classic server: the wire protocol and the clients are the same either way.
+// (A template so that the branch 1.13 lacks is never instantiated.)
+template <class Options>
+c10::intrusive_ptr<c10d::TCPStore> tcp_store(const LaunchEnv& env, Options options) {
+  if constexpr (has_use_libuv<Options>::value) {
+    const char* use_libuv = std::getenv("USE_LIBUV");
+    options.useLibUV = !(use_libuv && std::string(use_libuv) == "0");
+    if (options.useLibUV) {
+      try {
+        return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+      } catch (const c10::Error& e) {
+        if (std::string(e.what()).find("without libuv") == std::string::npos) throw;
+        options.useLibUV = false;
+      }
+    }
+  }
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
 c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
@@ -142,7 +173,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& env, std::chrono::mi
   store_options.numWorkers = static_cast<size_t>(env.world_size);
   store_options.waitWorkers = !env.agent_store;
   store_options.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  c10::intrusive_ptr<c10d::Store> store = tcp_store(env, store_options);
   if (env.agent_store)
     store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
   return store;

@@ -270,7 +270,7 @@ void VisionTransformerImpl::load_state(const TensorMap& tensors) { load_module_s
 // Config inference from a timm-named state
 
 namespace {
-const at::Tensor& need(const TensorMap& t, const std::string& key, int64_t dims) {
+at::Tensor need(const TensorMap& t, const std::string& key, int64_t dims) {
   auto it = t.find(key);
   if (it == t.end()) throw std::invalid_argument("checkpoint: missing tensor '" + key + "'");
   if (it->second.dim() != dims)
@@ -281,12 +281,12 @@ const at::Tensor& need(const TensorMap& t, const std::string& key, int64_t dims)
 }  // namespace
 
 ViTConfig infer_config(const TensorMap& tensors, ViTConfig base) {
-  const at::Tensor& conv = need(tensors, "patch_embed.proj.weight", 4);
+  const at::Tensor conv = need(tensors, "patch_embed.proj.weight", 4);
   base.dim = conv.size(0);
   base.in_chans = conv.size(1);
   base.patch = conv.size(2);
   if (conv.size(3) != base.patch) throw std::invalid_argument("checkpoint: non-square patch in 'patch_embed.proj.weight'");
-  const at::Tensor& pos = need(tensors, "pos_embed", 3);
+  const at::Tensor pos = need(tensors, "pos_embed", 3);
   const int64_t n = pos.size(1);
   const int64_t grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n - 1))));
   if (grid * grid + 1 != n)

@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
@@ -25,6 +27,17 @@ std::string checked_name(const std::string& matrix) {
   throw std::invalid_argument("unknown Jacobian '" + matrix + "' (one of K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn)");
 }
 
+// `space`: "full", or "ln-complement" for the pre-norm sub-blocks K_sab and K_ffn: the input
+// restricted to blockdiag_i(C_i), C_i an orthonormal basis of span{1, x̂_i}⟂ per token (the
+// complement of the LayerNorm's structural nullspace; `jacond block`'s ln-complement rows).
+std::string checked_space(const std::string& matrix, const std::string& space) {
+  if (space == "full") return space;
+  if (space != "ln-complement") throw std::invalid_argument("unknown space '" + space + "' (full or ln-complement)");
+  if (matrix != "K_sab" && matrix != "K_ffn")
+    throw std::invalid_argument("space 'ln-complement' applies to the pre-norm sub-blocks K_sab and K_ffn, not " + matrix);
+  return space;
+}
+
 AttentionPart part_of(const std::string& matrix) {
   return matrix == "B_sa" ? AttentionPart::kB : matrix == "E_sa" ? AttentionPart::kE : AttentionPart::kFull;
 }
@@ -41,15 +54,18 @@ struct BlockPoint {
 // K of one block at one input, as products x -> K x and y -> Kᵀ y on vec-ordered vectors.
 class JacobianOperator {
  public:
-  JacobianOperator(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip)
-      : point_(std::make_unique<BlockPoint>(w, X, skip)), matrix_(checked_name(matrix)) {
+  JacobianOperator(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip,
+                   const std::string& space)
+      : point_(std::make_unique<BlockPoint>(w, X, skip)),
+        matrix_(checked_name(matrix)),
+        space_(checked_space(matrix_, space)) {
     const BlockPoint& p = *point_;
     if (matrix_ == "K_sab") {
-      bind(std::make_shared<SabJacobianOp>(p.w, p.f));
+      bind_subblock(std::make_shared<SabJacobianOp>(p.w, p.f), p.f.ln1);
     } else if (matrix_ == "K_mlp") {
       bind(std::make_shared<MlpJacobianOp>(p.w, p.f.mlp));
     } else if (matrix_ == "K_ffn") {
-      bind(std::make_shared<FfnJacobianOp>(p.w, p.f));
+      bind_subblock(std::make_shared<FfnJacobianOp>(p.w, p.f), p.f.ln2);
     } else {  // K_sa, B_sa, E_sa of bare attention at its input LN1(X)
       bind(std::make_shared<AttentionJacobianOp>(p.w, p.f.attn, part_of(matrix_)));
     }
@@ -57,6 +73,7 @@ class JacobianOperator {
   Index rows() const { return rows_; }
   Index cols() const { return cols_; }
   const std::string& matrix() const { return matrix_; }
+  const std::string& space() const { return space_; }
 
   /// y = K x (forward mode).
   Vec matvec(const Eigen::Ref<const Vec>& x) const { return apply(x, cols_, rows_, apply_); }
@@ -81,6 +98,16 @@ class JacobianOperator {
     apply_transpose_ = [op](const double* x, double* y) { op->perform_op_transpose(x, y); };
   }
 
+  // K_sab or K_ffn over space_: LnComplementOp refers to the full-space operator and the basis,
+  // so both are owned here next to it.
+  template <typename Op>
+  void bind_subblock(std::shared_ptr<Op> op, const LayerNormCache& ln) {
+    if (space_ == "full") return bind(op);
+    const auto basis = std::make_shared<LayerNormComplement>(ln.x_hat);
+    owned_ = {op, basis};
+    bind(std::make_shared<LnComplementOp<Op>>(*op, *basis));
+  }
+
   static std::string shape_error(const char* what, Index got, Index want) {
     return std::string(what) + ": vector of length " + std::to_string(got) + ", the operator needs " + std::to_string(want);
   }
@@ -94,18 +121,29 @@ class JacobianOperator {
   }
 
   std::unique_ptr<BlockPoint> point_;
-  std::string matrix_;
+  std::string matrix_, space_;
+  std::vector<std::shared_ptr<const void>> owned_;  // what a restricted operator refers to
   Index rows_ = 0, cols_ = 0;
   Product apply_, apply_transpose_;
 };
 
-Mat dense_jacobian(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip) {
+// K (nd × nd), or K · blockdiag_i(C_i) (nd × n(d − 2)) on the ln-complement, with the same bases
+// as the operator (layernorm_complement_basis, column for column).
+Mat dense_jacobian(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip,
+                   const std::string& space) {
   const std::string name = checked_name(matrix);
+  const bool restricted = checked_space(name, space) == "ln-complement";
   const BlockPoint p(w, X, skip);
   py::gil_scoped_release release;
-  if (name == "K_sab") return sab_jacobian(p.w, p.f);
+  const auto on_space = [&](Mat K, const LayerNormCache& ln) {
+    if (!restricted) return K;
+    std::vector<Mat> bases;
+    for (Index i = 0; i < ln.x_hat.rows(); ++i) bases.push_back(layernorm_complement_basis(ln.x_hat.row(i).transpose()));
+    return right_multiply_tokenwise(K, ln.x_hat.rows(), bases);
+  };
+  if (name == "K_sab") return on_space(sab_jacobian(p.w, p.f), p.f.ln1);
   if (name == "K_mlp") return mlp_jacobian(p.w, p.f.mlp).to_dense();
-  if (name == "K_ffn") return ffn_jacobian(p.w, p.f).to_dense();
+  if (name == "K_ffn") return on_space(ffn_jacobian(p.w, p.f).to_dense(), p.f.ln2);
   return attention_jacobian(p.w, p.f.attn, part_of(name));
 }
 
@@ -114,18 +152,24 @@ Mat dense_jacobian(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const 
 void bind_operators(py::module_& m) {
   py::class_<JacobianOperator>(m, "JacobianOperator", R"(A block Jacobian K applied matrix-free (JVP / VJP), never formed.
 
-JacobianOperator(block, X, matrix, skip="full"): matrix one of K_sa, B_sa, E_sa (bare attention at
-LN1(X)), K_sab, K_mlp (bare MLP at LN2(X1)), K_ffn. Vectors are vec(X) in column-major order:
-x = dX.ravel(order="F"). Holds its own copy of the weights and the forward pass.)")
-      .def(py::init<const BlockWeights&, const Eigen::Ref<const Mat>&, const std::string&, const std::string&>(),
-           py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full")
+JacobianOperator(block, X, matrix, skip="full", space="full"): matrix one of K_sa, B_sa, E_sa (bare
+attention at LN1(X)), K_sab, K_mlp (bare MLP at LN2(X1)), K_ffn. Vectors are vec(X) in column-major
+order: x = dX.ravel(order="F"). space="ln-complement" (K_sab, K_ffn) restricts the input to the
+complement of the LayerNorm's structural nullspace span{1, x̂_i} per token: nd x n(d-2), input index
+j + b*n is token j, complement coordinate b. Holds its own copy of the weights and the forward pass.)")
+      .def(py::init<const BlockWeights&, const Eigen::Ref<const Mat>&, const std::string&, const std::string&,
+                    const std::string&>(),
+           py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full", py::arg("space") = "full")
       .def_property_readonly("shape", [](const JacobianOperator& op) { return py::make_tuple(op.rows(), op.cols()); })
       .def_property_readonly("matrix", &JacobianOperator::matrix)
+      .def_property_readonly("space", &JacobianOperator::space)
       .def("matvec", &JacobianOperator::matvec, py::arg("x"), "K x")
       .def("rmatvec", &JacobianOperator::rmatvec, py::arg("y"), "Kᵀ y")
       .def("matmat", &JacobianOperator::matmat, py::arg("X"), "K X, column by column");
   m.def("dense_jacobian", &dense_jacobian, py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full",
-        "The Jacobian assembled densely from its closed form (nd x nd; rows and columns in vec order).");
+        py::arg("space") = "full",
+        "The Jacobian assembled densely from its closed form (nd x nd; rows and columns in vec order; "
+        "nd x n(d-2) on space='ln-complement', the operator's bases).");
   m.def("operator_names", &operator_names, "The Jacobians JacobianOperator and dense_jacobian take.");
 }
 

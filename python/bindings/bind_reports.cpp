@@ -51,24 +51,27 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
                                               const std::optional<std::vector<std::string>>& matrices,
                                               double lanczos_seconds, double lanczos_tol, Index lanczos_basis,
                                               Index max_products, const std::string& certify, double dense_max_bytes,
-                                              const std::string& norm) {
+                                              const std::string& norm, const std::string& device) {
   const Mat tokens = checked_tokens(X, w);
   const SkipMode mode = parse_skip_mode(skip);
   if (norm != "pre" && norm != "post") throw std::invalid_argument("norm must be pre or post, got '" + norm + "'");
   BlockReportOptions opt =
       block_options(method, matrices, lanczos_seconds, lanczos_tol, lanczos_basis, max_products, certify, dense_max_bytes);
+  opt.device = dense_device(device);  // before resolve_route: `auto` asks the device what fits
   opt.route = resolve_route(opt, tokens.rows(), w.d);
   py::gil_scoped_release release;
   return norm == "pre" ? block_reports(w, tokens, mode, opt) : post_norm_block_reports(w, tokens, opt);
 }
 
-ConditionReport condition_of(const Eigen::Ref<const Mat>& A, const std::string& method, const std::string& name) {
+ConditionReport condition_of(const Eigen::Ref<const Mat>& A, const std::string& method, const std::string& name,
+                             const std::string& device) {
   if (A.size() == 0) throw std::invalid_argument("A is empty");
   if (!A.allFinite()) throw std::invalid_argument("A contains NaN or inf");
   const KappaRoute route = parse_kappa_route(method);
+  const auto on = dense_device(device);
   Mat copy = A;
   py::gil_scoped_release release;
-  return condition_dense(std::move(copy), name, route);
+  return condition_dense(std::move(copy), name, route, on);
 }
 
 py::dict to_dict(const ConditionReport& r) {
@@ -117,17 +120,20 @@ void bind_reports(py::module_& m) {
         py::arg("method") = "auto", py::arg("matrices") = py::none(), py::arg("lanczos_seconds") = GklOptions{}.max_seconds,
         py::arg("lanczos_tol") = 0.01, py::arg("lanczos_basis") = GklOptions{}.max_basis,
         py::arg("max_products") = GklOptions{}.max_products, py::arg("certify") = "none",
-        py::arg("dense_max_bytes") = 0.0, py::arg("norm") = "pre",
+        py::arg("dense_max_bytes") = 0.0, py::arg("norm") = "pre", py::arg("device") = "cpu",
         R"(Condition reports of one block at tokens X (n x d), as `jacond block`: K_sa, B_sa, E_sa, K_sab,
 K_mlp, K_ffn, softmax and attention per head, then the token matrices. method: auto | dense | fast |
 svd | mixed | lanczos; matrices: names to compute (None: all); certify: none | inertia | auto;
-norm "post": a post-norm block, whose attention sees X itself (K_sa, B_sa, E_sa, attention only).)");
+norm "post": a post-norm block, whose attention sees X itself (K_sa, B_sa, E_sa, attention only);
+device: cpu | cuda, where the dense exact routes run (as --device).)");
   m.def("weight_reports", [](const BlockWeights& w) {
     py::gil_scoped_release release;
     return weight_reports(w);
   }, py::arg("block"), "Data-free reports of one block (`jacond audit --data-free`): W_VO, W_VO_h, W_QK_h, W_Q ... W_2.");
   m.def("condition", &condition_of, py::arg("A"), py::kw_only(), py::arg("method") = "auto", py::arg("name") = "A",
-        "The condition report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos).");
+        py::arg("device") = "cpu",
+        "The condition report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos), "
+        "the dense ones on `device` (cpu | cuda).");
 }
 
 }  // namespace jacond::python

@@ -3,6 +3,7 @@
 //   bind_block.cpp      Block (BlockWeights): explicit W^Q … or timm names, to_timm
 //   bind_reports.cpp    Report (ConditionReport), block_reports, weight_reports, condition
 //   bind_operators.cpp  JacobianOperator (matrix-free K x and Kᵀ y), dense_jacobian
+//   bind_device.cpp     device="cpu" | "cuda" (the dense routes' DenseDevice), device_description
 // Conventions for the Python side (python/jacond/__init__.py says the same to users):
 //   * fp64 everywhere; arrays of another dtype are converted (a copy). Arguments bound as
 //     Eigen::Ref<const …> are read in place when they are fp64 and Fortran-contiguous (a 1-D
@@ -17,7 +18,11 @@
 #include <pybind11/eigen.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
+#include <string>
+
 #include "analysis/jacobians/block.h"
+#include "analysis/spectral/dense_device.h"
 
 namespace jacond::python {
 
@@ -25,7 +30,13 @@ namespace jacond::python {
 /// when d differs, n < 2 or an entry is NaN/inf.
 Mat checked_tokens(const Eigen::Ref<const Mat>& X, const BlockWeights& w);
 
+/// The DenseDevice of a `device` argument: "cpu", or "cuda" (the module loaded once per process).
+/// ValueError for another name or a build without the CUDA back end; RuntimeError (one line,
+/// naming the CUDA call) where the module loads but no GPU is usable.
+std::shared_ptr<const DenseDevice> dense_device(const std::string& name);
+
 void bind_block(pybind11::module_& m);
+void bind_device(pybind11::module_& m);
 void bind_reports(pybind11::module_& m);
 void bind_operators(pybind11::module_& m);
 

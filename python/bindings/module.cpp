@@ -29,4 +29,5 @@ PYBIND11_MODULE(_jacond, m) {
   jacond::python::bind_block(m);
   jacond::python::bind_reports(m);
   jacond::python::bind_operators(m);
+  jacond::python::bind_device(m);
 }

@@ -36,7 +36,9 @@ from ._jacond import (
     Report,
     __version__,
     block_matrix_names,
+    cuda_built,
     dense_jacobian as _dense_jacobian,
+    device_description,
     get_threads,
     operator_names,
     report_csv_header,
@@ -51,7 +53,7 @@ __all__ = [
     "audit", "audit_state_dict", "block_reports", "weight_reports", "condition",
     "dense_jacobian", "linear_operator", "reports_frame",
     "block_matrix_names", "weight_matrix_names", "operator_names", "skip_modes",
-    "report_csv_header", "set_threads", "get_threads",
+    "report_csv_header", "set_threads", "get_threads", "cuda_built", "device_description",
 ]
 
 
@@ -103,20 +105,21 @@ def _csv_field(x):
 
 def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczos_seconds=120.0,
                   lanczos_tol=0.01, lanczos_basis=96, max_products=200000, certify="none",
-                  dense_max_bytes=0.0, norm="pre", as_frame=True):
+                  dense_max_bytes=0.0, norm="pre", device="cpu", as_frame=True):
     """Condition reports of one block at tokens X (n x d), as `jacond block` computes them.
 
     skip: full | none | no-ffn-skip | no-sab-skip. method: auto (dense when it fits the memory
     and the lanczos_seconds time budget, else lanczos) | dense | svd | mixed | lanczos.
     matrices: names among block_matrix_names() (None: all). certify: none | inertia | auto.
-    norm "post": a post-norm block (K_sa, B_sa, E_sa, attention at X itself).
-    Returns a DataFrame (as_frame) or the list of Report objects."""
+    norm "post": a post-norm block (K_sa, B_sa, E_sa, attention at X itself). device: cpu | cuda,
+    where the dense exact routes run (`--device`; the method column says where, e.g.
+    dense-lu-lanczos-cuda). Returns a DataFrame (as_frame) or the list of Report objects."""
     if isinstance(matrices, str):
         matrices = [m for m in matrices.split(",") if m]
     reports = _jacond.block_reports(block, as_fp64(X, "X"), skip=skip, method=method, matrices=matrices,
                                     lanczos_seconds=lanczos_seconds, lanczos_tol=lanczos_tol,
                                     lanczos_basis=lanczos_basis, max_products=max_products, certify=certify,
-                                    dense_max_bytes=dense_max_bytes, norm=norm)
+                                    dense_max_bytes=dense_max_bytes, norm=norm, device=device)
     _warn_not_converged(reports)
     return reports_frame(reports) if as_frame else reports
 
@@ -127,17 +130,20 @@ def weight_reports(block, as_frame=True):
     return reports_frame(reports) if as_frame else reports
 
 
-def condition(A, *, method="auto", name="A"):
-    """The condition Report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos)."""
-    report = _jacond.condition(as_fp64(A, "A"), method=method, name=name)
+def condition(A, *, method="auto", name="A", device="cpu"):
+    """The condition Report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos),
+    the dense ones on `device` (cpu | cuda)."""
+    report = _jacond.condition(as_fp64(A, "A"), method=method, name=name, device=device)
     _warn_not_converged([report])
     return report
 
 
-def dense_jacobian(block, X, matrix, skip="full"):
+def dense_jacobian(block, X, matrix, skip="full", space="full"):
     """The nd x nd Jacobian `matrix` (K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn) of `block` at X,
-    assembled from the closed forms; rows and columns in vec (column-major) order."""
-    return _dense_jacobian(block, as_fp64(X, "X"), matrix, skip)
+    assembled from the closed forms; rows and columns in vec (column-major) order.
+    space="ln-complement" (K_sab, K_ffn): nd x n(d-2), K times the per-token bases of
+    span{1, x̂_i}⟂ that linear_operator(..., space="ln-complement") uses."""
+    return _dense_jacobian(block, as_fp64(X, "X"), matrix, skip, space)
 
 
 from .operators import linear_operator  # noqa: E402  (needs as_fp64 above)

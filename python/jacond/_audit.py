@@ -105,11 +105,12 @@ def _capture_block_inputs(model, images):
 
 
 def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_seconds=30.0, certify="none",
-          threads=None, checkpoint="", step=-1, ln_eps=None, progress=True):
+          threads=None, checkpoint="", step=-1, ln_eps=None, progress=True, device="cpu"):
     """Per-layer conditioning of a timm-style ViT at `images` ([m, C, H, W], already normalised),
     as `jacond audit`: a DataFrame with audit.csv's columns (checkpoint and step are the values
-    given). method, matrices, lanczos_seconds and certify as `jacond audit`'s flags; threads sets
-    the core's threads (None: unchanged). progress: a progress bar over the blocks (tqdm)."""
+    given). method, matrices, lanczos_seconds, certify and device (cpu | cuda: where the dense
+    exact routes run) as `jacond audit`'s flags; threads sets the core's threads (None:
+    unchanged). progress: a progress bar over the blocks (tqdm)."""
     from . import _warn_not_converged, reports_frame
 
     if not hasattr(model, "blocks"):
@@ -123,6 +124,7 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
             raise ValueError(f"unknown matrix '{unknown[0]}' (one of {', '.join(_jacond.block_matrix_names())})")
     if threads is not None:
         _jacond.set_threads(int(threads))
+    _jacond.device_description(device)  # a bad or unusable device fails before the forward pass
     heads = _heads_of(model, heads)
     inputs = _capture_block_inputs(model, images)
     state = _numpy_state(model.state_dict())
@@ -137,7 +139,8 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
             X = inputs[l].double().cpu().numpy()
             for i in range(X.shape[0]):
                 rs = _jacond.block_reports(block, np.asfortranarray(X[i]), skip=skip, method=method, matrices=matrices,
-                                           lanczos_seconds=lanczos_seconds, certify=certify, norm=norm)
+                                           lanczos_seconds=lanczos_seconds, certify=certify, norm=norm,
+                                           device=device)
                 _warn_not_converged(rs, f"layer {l}, image {i}: ")
                 reports += rs
                 prefix += [[checkpoint, step, i, l]] * len(rs)

@@ -153,6 +153,36 @@ def test_from_timm_round_trip_and_torch_tensors():
     np.testing.assert_allclose(from_torch.Wq, block.Wq, rtol=1e-6, atol=1e-7)
 
 
+def test_device_cuda_runs_on_the_gpu_or_says_why_not():
+    """device="cuda" as `jacond block --device cuda`: without the CUDA back end a ValueError, with it
+    but no GPU (CI) a one-line RuntimeError naming the CUDA call; on a GPU the nd × nd rows come
+    from the device's LU + Lanczos (method ...-cuda) with the host's κ to 1e-9."""
+    jacond.set_threads(1)
+    block, X = random_block(), tokens()
+    matrices = "K_sa,K_sab,K_ffn"
+    if not jacond.cuda_built:
+        with pytest.raises(ValueError, match="built without the CUDA back end"):
+            jacond.block_reports(block, X, matrices=matrices, device="cuda")
+        return
+    try:
+        gpu = jacond.block_reports(block, X, matrices=matrices, method="dense", device="cuda")
+    except RuntimeError as e:
+        message = str(e)
+        assert message.startswith("device='cuda': no usable GPU ("), message
+        assert "\n" not in message.strip()
+        with pytest.raises(RuntimeError, match="no usable GPU"):
+            jacond.condition(np.eye(3), device="cuda")
+        return
+    cpu = jacond.block_reports(block, X, matrices=matrices, method="dense", device="cpu")
+    assert len(gpu) == len(cpu)
+    for (_, g), (_, c) in zip(gpu.iterrows(), cpu.iterrows()):
+        assert g.method == (c.method if g.matrix == "K_ffn" else "dense-lu-lanczos-cuda"), g.matrix
+        assert g.status == c.status
+        if g.status == "exact":
+            assert g.kappa == pytest.approx(c.kappa, rel=1e-9), g.matrix
+    assert "GB free of" in jacond.device_description("cuda")
+
+
 # ---------------------------------------------------------------------------------------------
 # Matrix-free operators = the dense closed forms
 
@@ -184,6 +214,44 @@ def test_vec_is_column_major_and_scipy_svds_runs_on_the_operator():
     assert not np.allclose(op @ dX.ravel(order="C"), K[:, 2 + 5 * X.shape[0]])  # row-major would be wrong
     top = svds(op, k=1, return_singular_vectors=False)[0]
     assert top == pytest.approx(np.linalg.norm(K, 2), rel=1e-8)
+
+
+@pytest.mark.parametrize("skip", ["none", "full"])
+@pytest.mark.parametrize("matrix", ["K_sab", "K_ffn"])
+def test_ln_complement_operator_products_equal_its_dense_form(matrix, skip):
+    block, X = random_block(), tokens()
+    Kc = jacond.dense_jacobian(block, X, matrix, skip=skip, space="ln-complement")
+    op = jacond.linear_operator(block, X, matrix, skip=skip, space="ln-complement")
+    n, d = X.shape
+    assert op.shape == Kc.shape == (n * d, n * (d - 2))
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal(n * (d - 2)), rng.standard_normal(n * d)
+    scale = np.linalg.norm(Kc, 2)
+    assert np.abs(op @ x - Kc @ x).max() <= 1e-13 * scale * np.abs(x).sum()
+    assert np.abs(op.T @ y - Kc.T @ y).max() <= 1e-13 * scale * np.abs(y).sum()
+    assert "on the ln-complement" in repr(op)
+
+
+def test_ln_complement_of_k_sab_is_k_on_the_complement_of_one_and_x_hat():
+    """Basis-free oracle: K_c K_cᵀ = K P Kᵀ with P = blockdiag_i(I − Q_i Q_iᵀ), Q_i an orthonormal
+    basis of span{1, x̂_i} computed here from X (LN1's input; eps = 1e-6); and without the skip the
+    restricted K is no longer singular, its σ_min the one `block_reports` gives that row."""
+    block, X = random_block(seed=5), tokens(seed=6)
+    n, d = X.shape
+    x_hat = (X - X.mean(1, keepdims=True)) / np.sqrt(X.var(1, keepdims=True) + 1e-6)
+    P = np.zeros((n * d, n * d))
+    idx = lambda i: np.arange(d) * n + i  # noqa: E731  (token i's entries in vec order)
+    for i in range(n):
+        Q, _ = np.linalg.qr(np.column_stack([np.ones(d), x_hat[i]]))
+        P[np.ix_(idx(i), idx(i))] = np.eye(d) - Q @ Q.T
+    K = jacond.dense_jacobian(block, X, "K_sab", skip="none")
+    Kc = jacond.dense_jacobian(block, X, "K_sab", skip="none", space="ln-complement")
+    np.testing.assert_allclose(Kc @ Kc.T, K @ P @ K.T, rtol=0, atol=1e-12 * np.linalg.norm(K, 2) ** 2)
+    sigma = np.linalg.svd(Kc, compute_uv=False)
+    row = jacond.block_reports(block, X, skip="none", method="dense", matrices="K_sab")
+    row = row[row.space == "ln-complement"].iloc[0]
+    assert row.sigma_min == pytest.approx(sigma[-1], rel=1e-10)
+    assert np.linalg.svd(K, compute_uv=False)[-1] < 1e-12 * sigma[0] < sigma[-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,6 +335,9 @@ def bad_inputs():
         (lambda: jacond.Block(W, W, W, W * np.nan, np.eye(8, 16), np.eye(16, 8), 2), "NaN"),
         (lambda: jacond.Block(W, W, W, np.eye(8, 7), np.eye(8, 16), np.eye(16, 8), 2), "Wo"),
         (lambda: jacond.linear_operator(block, X, "K_zz"), "unknown Jacobian 'K_zz'"),
+        (lambda: jacond.linear_operator(block, X, "K_sa", space="ln-complement"), "K_sab and K_ffn, not K_sa"),
+        (lambda: jacond.dense_jacobian(block, X, "K_sab", space="half"), "unknown space 'half'"),
+        (lambda: jacond.block_reports(block, X, device="tpu"), "device must be cpu or cuda, got 'tpu'"),
         (lambda: jacond.JacobianOperator(block, X, "K_sab").matvec(np.ones(5)), "vector of length 5, the operator needs 48"),
         (lambda: jacond.condition(np.full((3, 3), np.inf)), "A contains NaN or inf"),
         (lambda: jacond.audit_state_dict({"head.weight": np.eye(2)}, heads=1), "no blocks"),

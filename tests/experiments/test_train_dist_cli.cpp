@@ -203,6 +203,10 @@ TEST_F(TrainDistCli, TorchrunLaunchEqualsNproc) {
                     " --no_python -r 2 -t 2 --log_dir " + shell_quote(path("torchrun-logs")) + " " + shell_quote(JACOND_BINARY);
   for (const auto& a : tiny_run(path("torchrun"))) cmd += " " + shell_quote(a);
   const int status = std::system((cmd + " >" + shell_quote(path("torchrun.out")) + " 2>&1").c_str());
+  // torchrun 2.4-2.6 asks its agent's store for libuv, whatever USE_LIBUV says, and Debian's torch
+  // 2.x is built without it: torchrun itself cannot start there (jacond's own ranks fall back).
+  if (contains(slurp(path("torchrun.out")), "use_libuv was requested but PyTorch was build without libuv"))
+    GTEST_SKIP() << "this torchrun cannot start: its store wants libuv, which its torch lacks";
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(path("torchrun.out"));
   const auto a = step_log(path("nproc")), b = step_log(path("torchrun"));
   ASSERT_EQ(a.size(), 6u);
