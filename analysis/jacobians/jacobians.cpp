@@ -206,6 +206,13 @@ Mat layernorm_complement_basis(const Vec& x_hat_row) {
   return complement_of(span);
 }
 
+std::vector<Mat> layernorm_complement_bases(const Mat& x_hat) {
+  std::vector<Mat> bases;
+  bases.reserve(x_hat.rows());
+  for (Index i = 0; i < x_hat.rows(); ++i) bases.push_back(layernorm_complement_basis(x_hat.row(i).transpose()));
+  return bases;
+}
+
 Mat ones_complement_basis(Index n) { return complement_of(Mat::Ones(n, 1)); }
 
 }  // namespace jacond

@@ -76,6 +76,10 @@ Mat right_multiply_tokenwise(const Mat& K, Index n, const std::vector<Mat>& bloc
 /// (near-)nullspace of the LayerNorm Jacobian of a token (1 exactly; x̂ up to eps/(var+eps)).
 Mat layernorm_complement_basis(const Vec& x_hat_row);
 
+/// layernorm_complement_basis of every token (row) of x̂: the C_i that restrict a pre-norm
+/// sub-block's input to the `ln-complement` space (right_multiply_tokenwise(K, n, bases)).
+std::vector<Mat> layernorm_complement_bases(const Mat& x_hat);
+
 /// Orthonormal basis (n × (n − 1)) of the complement of 1 in R^n: the nullspace of every
 /// softmax row Jacobian.
 Mat ones_complement_basis(Index n);

@@ -155,13 +155,6 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
 constexpr std::pair<const char*, AttentionPart> kAttentionParts[] = {
     {"K_sa", AttentionPart::kFull}, {"B_sa", AttentionPart::kB}, {"E_sa", AttentionPart::kE}};
 
-// Per-token orthonormal bases of the LayerNorm complement span{1, x̂_i}⟂.
-std::vector<Mat> ln_bases(const LayerNormCache& c) {
-  std::vector<Mat> bases;
-  for (Index i = 0; i < c.x_hat.rows(); ++i) bases.push_back(layernorm_complement_basis(c.x_hat.row(i).transpose()));
-  return bases;
-}
-
 // A pre-norm sub-block (K_sab or K_ffn) through its operator: over the full space, and, without
 // its residual, restricted to the complement of its LayerNorm's structural nullspace. `dense`
 // assembles the full-space matrix for a certificate.
@@ -171,7 +164,9 @@ void lanczos_subblock(const Op& op, const std::string& name, const LayerNormCach
   out.push_back(lanczos_report(op, name, "full", opt, dense));
   if (residual || ln.x_hat.cols() < 3) return;
   const LayerNormComplement basis(ln.x_hat);
-  const auto restricted = [&] { return right_multiply_tokenwise(dense(), ln.x_hat.rows(), ln_bases(ln)); };
+  const auto restricted = [&] {
+    return right_multiply_tokenwise(dense(), ln.x_hat.rows(), layernorm_complement_bases(ln.x_hat));
+  };
   out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt, restricted));
 }
 
@@ -228,7 +223,8 @@ void dense_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, 
     ConditionReport restricted;
     const bool restricts = !sab_residual(skip) && can_restrict;
     if (restricts) {  // nd × n(d − 2): kMixed takes kFast (condition_dense)
-      restricted = dense_report(right_multiply_tokenwise(Ksab, n, ln_bases(f.ln1)), "K_sab", route, opt);
+      restricted =
+          dense_report(right_multiply_tokenwise(Ksab, n, layernorm_complement_bases(f.ln1.x_hat)), "K_sab", route, opt);
       restricted.space = "ln-complement";
     }
     if (route == KappaRoute::kMixed)
@@ -243,7 +239,8 @@ void dense_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, 
     const TokenBlockDiagonal Kffn = ffn_jacobian(w, f);
     out.push_back(condition_blockdiag(Kffn.blocks, "K_ffn"));
     if (!ffn_residual(skip) && can_restrict) {
-      ConditionReport r = condition_blockdiag(restrict_blocks(Kffn.blocks, ln_bases(f.ln2)), "K_ffn");
+      ConditionReport r =
+          condition_blockdiag(restrict_blocks(Kffn.blocks, layernorm_complement_bases(f.ln2.x_hat)), "K_ffn");
       r.space = "ln-complement";
       out.push_back(r);
     }

@@ -30,11 +30,12 @@ std::string checked_name(const std::string& matrix) {
 // `space`: "full", or "ln-complement" for the pre-norm sub-blocks K_sab and K_ffn: the input
 // restricted to blockdiag_i(C_i), C_i an orthonormal basis of span{1, x̂_i}⟂ per token (the
 // complement of the LayerNorm's structural nullspace; `jacond block`'s ln-complement rows).
-std::string checked_space(const std::string& matrix, const std::string& space) {
+std::string checked_space(const std::string& matrix, const std::string& space, Index d) {
   if (space == "full") return space;
   if (space != "ln-complement") throw std::invalid_argument("unknown space '" + space + "' (full or ln-complement)");
   if (matrix != "K_sab" && matrix != "K_ffn")
     throw std::invalid_argument("space 'ln-complement' applies to the pre-norm sub-blocks K_sab and K_ffn, not " + matrix);
+  if (d < 3) throw std::invalid_argument("space 'ln-complement' needs d >= 3, got d=" + std::to_string(d));
   return space;
 }
 
@@ -58,7 +59,7 @@ class JacobianOperator {
                    const std::string& space)
       : point_(std::make_unique<BlockPoint>(w, X, skip)),
         matrix_(checked_name(matrix)),
-        space_(checked_space(matrix_, space)) {
+        space_(checked_space(matrix_, space, w.d)) {
     const BlockPoint& p = *point_;
     if (matrix_ == "K_sab") {
       bind_subblock(std::make_shared<SabJacobianOp>(p.w, p.f), p.f.ln1);
@@ -132,14 +133,11 @@ class JacobianOperator {
 Mat dense_jacobian(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const std::string& matrix, const std::string& skip,
                    const std::string& space) {
   const std::string name = checked_name(matrix);
-  const bool restricted = checked_space(name, space) == "ln-complement";
+  const bool restricted = checked_space(name, space, w.d) == "ln-complement";
   const BlockPoint p(w, X, skip);
   py::gil_scoped_release release;
   const auto on_space = [&](Mat K, const LayerNormCache& ln) {
-    if (!restricted) return K;
-    std::vector<Mat> bases;
-    for (Index i = 0; i < ln.x_hat.rows(); ++i) bases.push_back(layernorm_complement_basis(ln.x_hat.row(i).transpose()));
-    return right_multiply_tokenwise(K, ln.x_hat.rows(), bases);
+    return restricted ? right_multiply_tokenwise(K, ln.x_hat.rows(), layernorm_complement_bases(ln.x_hat)) : K;
   };
   if (name == "K_sab") return on_space(sab_jacobian(p.w, p.f), p.f.ln1);
   if (name == "K_mlp") return mlp_jacobian(p.w, p.f.mlp).to_dense();

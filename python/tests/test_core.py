@@ -315,6 +315,7 @@ def bad_inputs():
     nan_X = X.copy()
     nan_X[1, 1] = np.nan
     W = np.eye(8)
+    narrow = jacond.Block(np.eye(2), np.eye(2), np.eye(2), np.eye(2), np.eye(2, 4), np.eye(4, 2), 1)
     return [
         (lambda: jacond.block_reports(block, X[:, :5]), "X has d=5 columns but the block has d=8"),
         (lambda: jacond.block_reports(block, X[:1]), "X needs at least 2 tokens"),
@@ -337,6 +338,7 @@ def bad_inputs():
         (lambda: jacond.linear_operator(block, X, "K_zz"), "unknown Jacobian 'K_zz'"),
         (lambda: jacond.linear_operator(block, X, "K_sa", space="ln-complement"), "K_sab and K_ffn, not K_sa"),
         (lambda: jacond.dense_jacobian(block, X, "K_sab", space="half"), "unknown space 'half'"),
+        (lambda: jacond.dense_jacobian(narrow, X[:, :2], "K_ffn", space="ln-complement"), "needs d >= 3, got d=2"),
         (lambda: jacond.block_reports(block, X, device="tpu"), "device must be cpu or cuda, got 'tpu'"),
         (lambda: jacond.JacobianOperator(block, X, "K_sab").matvec(np.ones(5)), "vector of length 5, the operator needs 48"),
         (lambda: jacond.condition(np.full((3, 3), np.inf)), "A contains NaN or inf"),
