@@ -12,12 +12,17 @@
 #      batch (bench-train/: bench_train.csv, run.json);
 #   5. on a GPU with >= 100 GB (the H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
 #      nd 151 296) by the mixed route: its fp32 LU (92 GB) on the device, GMRES-IR against the
-#      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/).
+#      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/);
+#   6. matrix-free at ViT-B: `timm` K_sab bracketed within 1.01 by the lanczos route with the
+#      products on the GPU (models/device/torch_operator_device.h) and on the host's 16 threads,
+#      timed, and ViT-S `ours` K_sa for 30 s each way (products per second; lanczos-*/).
+# At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${JACOND_GPU_BUILD:-build-gpu}
-out=${OUT:-results/gpu}
-mkdir -p "$out"
+final=${OUT:-results/gpu}
+out=$(mktemp -d)
+mkdir -p "$final"
 # shellcheck disable=SC1090
 source "$build/env.sh"
 J=$build/experiments/jacond
@@ -49,4 +54,14 @@ J=$build/experiments/jacond
   else
     echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
   fi
-} 2>&1 | tee "$out/gpu_measure.log"
+  for dev in cuda cpu; do
+    echo "\$ jacond block --init timm --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 --device $dev --threads 16"
+    time "$J" block --init timm --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
+      --device "$dev" --threads 16 --out "$out/lanczos-vit-b-timm-$dev"
+    echo "\$ jacond block --init ours --n 197 --d 384 --heads 6 --matrices K_sa --method lanczos --lanczos-seconds 30 --device $dev --threads 16"
+    time "$J" block --init ours --n 197 --d 384 --heads 6 --matrices K_sa --method lanczos --lanczos-seconds 30 \
+      --device "$dev" --threads 16 --out "$out/lanczos-vit-s-ours-$dev"
+  done
+} 2>&1 | tee "$final/gpu_measure.log"
+tar czf "$final/results.tar.gz" -C "$out" .
+echo "gpu_measure: results in $final/results.tar.gz ($(tar tzf "$final/results.tar.gz" | grep -c '[^/]$') files)"

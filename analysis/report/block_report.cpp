@@ -145,6 +145,7 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
   LanczosCondition r = condition_lanczos(op, matrix, opt.lanczos, start);
   if (opt.warm) (*opt.warm)[key] = r.warm;
   r.report.space = space;
+  if (opt.operator_device) r.report.method += "-" + opt.operator_device->name();  // on_operator's device
   if (!wants_certificate(opt, op.rows(), op.cols())) return r.report;
   // certify_report never reads K of a singular report: do not assemble it for nothing.
   const Mat K = r.report.status == Status::kSingular ? Mat() : dense();
@@ -170,19 +171,42 @@ void lanczos_subblock(const Op& op, const std::string& name, const LayerNormCach
   out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt, restricted));
 }
 
+// Runs `solve` on the operator of `matrix`: the host's (`host()`, analysis/operators/operators.h)
+// or, with opt.operator_device, the device's twin (lanczos_report then names the device).
+template <typename HostOp, typename Solve>
+void on_operator(const BlockReportOptions& opt, const BlockWeights& w, const BlockForward& f, const std::string& matrix,
+                 const HostOp& host, const Solve& solve) {
+  if (!opt.operator_device) return solve(host());
+  const std::unique_ptr<TokenMap> map = opt.operator_device->block_operator(w, f, matrix);
+  solve(TokenMapOp(*map));
+}
+
 // The matrix-free half of block_reports: every wanted nd × nd matrix through its operator.
 void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
                      std::vector<ConditionReport>& out) {
   for (const auto& [name, part] : kAttentionParts)
     if (wants(opt, name))
-      out.push_back(lanczos_report(AttentionJacobianOp(w, f.attn, part), name, "full", opt,
-                                   [&, p = part] { return attention_jacobian(w, f.attn, p); }));
+      on_operator(
+          opt, w, f, name, [&, p = part] { return AttentionJacobianOp(w, f.attn, p); },
+          [&, p = part](const auto& op) {
+            out.push_back(lanczos_report(op, name, "full", opt, [&] { return attention_jacobian(w, f.attn, p); }));
+          });
   const auto sab = [&] { return sab_jacobian(w, f); };
   const auto ffn = [&] { return ffn_jacobian(w, f).to_dense(); };
-  if (wants(opt, "K_sab")) lanczos_subblock(SabJacobianOp(w, f), "K_sab", f.ln1, sab_residual(skip), opt, sab, out);
+  if (wants(opt, "K_sab"))
+    on_operator(
+        opt, w, f, "K_sab", [&] { return SabJacobianOp(w, f); },
+        [&](const auto& op) { lanczos_subblock(op, "K_sab", f.ln1, sab_residual(skip), opt, sab, out); });
   if (wants(opt, "K_mlp"))
-    out.push_back(lanczos_report(MlpJacobianOp(w, f.mlp), "K_mlp", "full", opt, [&] { return mlp_jacobian(w, f.mlp).to_dense(); }));
-  if (wants(opt, "K_ffn")) lanczos_subblock(FfnJacobianOp(w, f), "K_ffn", f.ln2, ffn_residual(skip), opt, ffn, out);
+    on_operator(
+        opt, w, f, "K_mlp", [&] { return MlpJacobianOp(w, f.mlp); },
+        [&](const auto& op) {
+          out.push_back(lanczos_report(op, "K_mlp", "full", opt, [&] { return mlp_jacobian(w, f.mlp).to_dense(); }));
+        });
+  if (wants(opt, "K_ffn"))
+    on_operator(
+        opt, w, f, "K_ffn", [&] { return FfnJacobianOp(w, f); },
+        [&](const auto& op) { lanczos_subblock(op, "K_ffn", f.ln2, ffn_residual(skip), opt, ffn, out); });
 }
 
 // κ of one assembled nd × nd matrix by `route`, certified when opt asks for it (the factorisation

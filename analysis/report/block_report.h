@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "analysis/jacobians/block.h"
+#include "analysis/operators/operator_device.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_cost.h"
 #include "analysis/spectral/dense_device.h"
@@ -83,9 +84,13 @@ struct BlockReportOptions {
   /// overwritten with this call's vectors, so a sweep or a series of checkpoints can chain.
   std::map<std::string, GklWarmStart>* warm = nullptr;
   /// Where the dense routes (kFast, kSvd, kMixed) run (analysis/spectral/dense_device.h); null: the host.
-  /// Assembly, the token block-diagonal K_mlp / K_ffn, the per-head matrices, the matrix-free
-  /// route and the certificates stay on the host.
+  /// Assembly, the token block-diagonal K_mlp / K_ffn, the per-head matrices and the
+  /// certificates stay on the host.
   std::shared_ptr<const DenseDevice> device;
+  /// Where the kLanczos route's products run (analysis/operators/operator_device.h); null: the
+  /// host kernels. The GKL recurrence and its brackets stay on the host; such reports say
+  /// method gkl-<device name>.
+  std::shared_ptr<const OperatorDevice> operator_device;
 };
 
 /// The reports of a post-norm block, whose attention sees the block input Y itself (no LayerNorm

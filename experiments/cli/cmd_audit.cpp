@@ -135,7 +135,7 @@ int run_audit(int argc, char** argv) {
   torch::set_num_threads(static_cast<int>(threads));
   set_threads(static_cast<int>(threads));
   opts.block.lanczos.max_seconds = lanczos_seconds;
-  opts.block.device = select_dense_device(device);
+  select_devices(device, opts.block);
   std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
   opts.warm = &warm;
 
@@ -198,7 +198,7 @@ int run_audit(int argc, char** argv) {
                     {"data_dir", data_dir}, {"method", method}, {"lanczos_seconds", lanczos_seconds}, {"certify", certify},
                     {"matrices", matrices}, {"heads", heads}, {"skip", skip}, {"norm", norm}, {"device", device}};
     if (shard.active()) meta["shard"] = record.to_json();
-    meta["device"] = device_json(*opts.block.device);
+    meta["device"] = device_json(opts.block);
     write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
     std::cout << "wrote " << out_dir << "/audit.csv (" << rows << " rows) and run.json\n";
   }

@@ -60,7 +60,7 @@ int run_block(int argc, char** argv) {
   });
   gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
   set_threads(threads);
-  opt.device = select_dense_device(device);
+  select_devices(device, opt);
   const LoadedBlock blk = load_block(src);
 
   opt.lanczos = gkl;
@@ -72,7 +72,7 @@ int run_block(int argc, char** argv) {
             << " skip=" << skip << " logit_scale=" << blk.weights.effective_logit_scale()
             << (src.from_files() ? " weights=" + src.weights + " layer=" + std::to_string(src.layer)
                                  : " init=" + src.init + " seed=" + std::to_string(src.seed))
-            << " device=" << opt.device->description() << "\n";
+            << " device=" << device_description(opt) << "\n";
   print_reports(reports);
   bool all_converged = true;
   for (const auto& r : reports) {
@@ -96,7 +96,7 @@ int run_block(int argc, char** argv) {
     write_file_atomic(out_dir + "/results.csv", table.to_csv());
     nlohmann::json meta = run_metadata(argc, argv);
     meta["rows"] = table.size();
-    meta["device"] = device_json(*opt.device);
+    meta["device"] = device_json(opt);
     write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
     std::cout << "wrote " << out_dir << "/results.csv (" << table.size() << " rows) and run.json\n";
   }

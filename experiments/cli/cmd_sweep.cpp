@@ -85,7 +85,7 @@ int run_sweep(int argc, char** argv) {
   BlockReportOptions opt;
   opt.lanczos = gkl;
   opt.certify = certify_mode;
-  opt.device = select_dense_device(device);
+  select_devices(device, opt);
   opt.route = parse_kappa_route(method);
   opt.route = resolve_route(opt, n, d);
   opt.route = with_dense_flavour(opt.route, kappa);
@@ -123,7 +123,7 @@ int run_sweep(int argc, char** argv) {
                   {"skip", skip}, {"method", method}, {"kappa", kappa}, {"certify", certify},
                   {"lanczos_seconds", gkl.max_seconds}, {"lanczos_tol", gkl.tolerance}, {"device", device}};
   if (shard.active()) meta["shard"] = record.to_json();
-  meta["device"] = device_json(*opt.device);
+  meta["device"] = device_json(opt);
   meta["note"] = "||E_sa||_2 is the sigma_max column of the E_sa rows";
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << out_dir << "/sweep.csv (" << table.size() << " rows, " << last - first << " grid points x seeds";

@@ -1,9 +1,11 @@
 #include "experiments/cli/device_option.h"
 
+#include <iostream>
 #include <stdexcept>
 #include <vector>
 
 #include "analysis/spectral/dense_device_module.h"
+#include "models/device/torch_operator_device.h"
 
 #ifdef JACOND_HAVE_CUDA
 #include <unistd.h>
@@ -17,8 +19,9 @@ namespace jacond::cli {
 
 void add_device_option(boost::program_options::options_description& desc, std::string* device) {
   desc.add_options()("device", boost::program_options::value(device)->default_value(*device),
-                     "where the dense exact routes run: cpu | cuda (LU + Lanczos and the full spectrum on the GPU; "
-                     "assembly, matrix-free brackets and certificates stay on the host)");
+                     "where the work runs: cpu | cuda (dense LU + Lanczos and the full spectrum on the GPU, and the "
+                     "matrix-free products of the lanczos route; assembly, the GKL recurrence and certificates stay "
+                     "on the host)");
 }
 
 void validate_device_name(const std::string& device) {
@@ -60,8 +63,31 @@ std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device
   return cpu_dense_device();
 }
 
+void select_devices(const std::string& device, BlockReportOptions& opt) {
+  opt.device = select_dense_device(device);
+  opt.operator_device = nullptr;
+  if (device != "cuda") return;
+  std::string why;
+  opt.operator_device = models::cuda_operator_device(&why);
+  if (!opt.operator_device) std::cerr << "jacond: --device cuda: " << why << "\n";
+}
+
+namespace {
+const char* const kHostProducts = "host kernels (analysis/operators)";
+}  // namespace
+
 nlohmann::json device_json(const DenseDevice& device) {
   return {{"name", device.name()}, {"description", device.description()}};
+}
+
+nlohmann::json device_json(const BlockReportOptions& opt) {
+  nlohmann::json j = device_json(*opt.device);
+  j["matrix_free"] = opt.operator_device ? opt.operator_device->description() : kHostProducts;
+  return j;
+}
+
+std::string device_description(const BlockReportOptions& opt) {
+  return opt.device->description() + "; " + (opt.operator_device ? opt.operator_device->description() : kHostProducts);
 }
 
 }  // namespace jacond::cli

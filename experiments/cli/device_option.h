@@ -1,5 +1,6 @@
 // `--device cpu|cuda`: where the dense exact routes run (analysis/spectral/dense_device.h), for
-// block, sweep, spectrum, audit, train's tracking and bench dense.
+// block, sweep, spectrum, audit and bench dense, and where the lanczos route's matrix-free
+// products run (analysis/operators/operator_device.h) for block, sweep and audit.
 #pragma once
 
 #include <memory>
@@ -8,6 +9,7 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "analysis/report/block_report.h"
 #include "analysis/spectral/dense_device.h"
 
 namespace jacond::cli {
@@ -24,7 +26,17 @@ void validate_device_name(const std::string& device);
 /// std::runtime_error naming the reason (exit 1: the flag is right, this machine has no device).
 std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device);
 
+/// Both devices of a validated --device value into opt: opt.device (select_dense_device) and
+/// opt.operator_device: on "cuda" the block's operators in ATen on the GPU
+/// (models/device/torch_operator_device.h), or, where this LibTorch has no CUDA, the host's kernels
+/// with one line on stderr saying so; on "cpu" the host's kernels.
+void select_devices(const std::string& device, BlockReportOptions& opt);
+
 /// run.json fields of a device: {"name": ..., "description": ...}.
 nlohmann::json device_json(const DenseDevice& device);
+/// The same, plus "matrix_free": where the lanczos route's products ran.
+nlohmann::json device_json(const BlockReportOptions& opt);
+/// One line for logs: the dense device's description and where the products run.
+std::string device_description(const BlockReportOptions& opt);
 
 }  // namespace jacond::cli

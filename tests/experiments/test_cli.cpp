@@ -154,6 +154,46 @@ TEST_F(CliTest, BlockDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
   EXPECT_EQ(json::parse(slurp(gpu_out + "/run.json"))["device"]["name"], "cuda");
 }
 
+// --method lanczos --device cuda: the products on the GPU (ATen, models/device), the GKL recurrence on
+// the host. Its rows say gkl-cuda and their brackets meet the host route's; where the CUDA back end or
+// a GPU is missing, the outcomes of the test above.
+TEST_F(CliTest, BlockLanczosDeviceCudaRunsTheProductsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
+  const std::vector<std::string> base = {"block", "--init", "timm", "--n", "8", "--d", "16", "--heads", "2", "--skip",
+                                         "none", "--matrices", "K_sa,K_sab", "--method", "lanczos"};
+  std::vector<std::string> gpu_args = base, cpu_args = base;
+  const std::string gpu_out = path("gpu"), cpu_out = path("cpu");
+  gpu_args.insert(gpu_args.end(), {"--device", "cuda", "--out", gpu_out});
+  cpu_args.insert(cpu_args.end(), {"--device", "cpu", "--out", cpu_out});
+  const RunResult gpu = run(gpu_args);
+  ASSERT_TRUE(gpu.exited) << gpu.describe();
+  if (contains(gpu.err, "built without the CUDA back end")) {
+    EXPECT_EQ(gpu.code, 2) << gpu.describe();
+    return;
+  }
+  if (contains(gpu.err, "no usable GPU")) {
+    EXPECT_EQ(gpu.code, 1) << gpu.describe();
+    return;
+  }
+  ASSERT_EQ(gpu.code, 0) << gpu.describe();
+  const RunResult cpu = run(cpu_args);
+  ASSERT_TRUE(cpu.exited && cpu.code == 0) << cpu.describe();
+  const bool products_on_gpu = !contains(gpu.err, "has no CUDA device");  // a CPU LibTorch on a GPU machine
+  const Csv g = read_csv(gpu_out + "/results.csv"), c = read_csv(cpu_out + "/results.csv");
+  ASSERT_EQ(g.rows.size(), c.rows.size());
+  ASSERT_EQ(g.rows.size(), 3u);  // K_sa, K_sab over the full space (singular) and on the ln-complement
+  for (size_t i = 0; i < g.rows.size(); ++i) {
+    const std::string m = g.rows[i].at("matrix") + "/" + g.rows[i].at("space");
+    EXPECT_EQ(g.rows[i].at("method"), products_on_gpu ? "gkl-cuda" : "gkl") << m;
+    EXPECT_EQ(g.rows[i].at("status"), c.rows[i].at("status")) << m;
+    if (g.rows[i].at("status") != "bracket") continue;
+    EXPECT_LE(to_double(g.rows[i].at("kappa_lo")), to_double(c.rows[i].at("kappa_hi"))) << m;
+    EXPECT_LE(to_double(c.rows[i].at("kappa_lo")), to_double(g.rows[i].at("kappa_hi"))) << m;
+  }
+  const json device = json::parse(slurp(gpu_out + "/run.json"))["device"];
+  EXPECT_EQ(device["name"], "cuda");
+  EXPECT_EQ(contains(device["matrix_free"].get<std::string>(), "cuda"), products_on_gpu) << device.dump();
+}
+
 TEST_F(CliTest, BlockSkipNoneIsSingularWithExactLnComplement_n8_d16_h2) {
   const std::string out = path("none");
   const RunResult r =

@@ -1,0 +1,73 @@
+// Where the matrix-free products of the lanczos route run (docs/design.md §10, issue 11 item 3).
+//
+// The GKL solver (analysis/spectral/gkl.h) needs two things of an operator: y = K x and y = Kᵀ x.
+// On the host they are the kernels of analysis/operators/block_kernels.h. An OperatorDevice makes
+// the same six block operators somewhere else (the GPU), behind the same products on host vectors:
+//   K_sa, B_sa, E_sa   bare attention at Y = LN1(X) and its Prop. 2 split (paper Eq. 10/13)
+//   K_sab              X -> SA(LN1 X) (+ X)
+//   K_mlp              bare MLP at LN2(X1)
+//   K_ffn              X1 -> MLP(LN2 X1) (+ X1)
+// each an n × d -> n × d linear map on token matrices (vec column-major, analysis/core/types.h).
+// Everything else of the route stays where it is: the GKL recurrence, its basis and its brackets
+// on the host (so a device changes a report only by round-off in the products and by its `method`,
+// gkl-<device>), the LayerNorm-complement restriction (O(nd) per product, LnComplementOp), the
+// inertia certificates. Why the basis stays on the host, and what would move it: design §10.
+//
+// The analysis core never names a device: the one implementation today is LibTorch's ATen
+// (models/device/torch_operator_device.h), which runs the same code on the CPU (tested there
+// against block_kernels to 1e-12 in CI) and on CUDA (cuBLAS; the GPU test compares the two).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "analysis/core/types.h"
+#include "analysis/jacobians/block.h"
+#include "analysis/operators/operators.h"
+
+namespace jacond {
+
+/// A linear map of n × d_in token matrices to n × d_out ones, applied elsewhere (a device).
+class TokenMap {
+ public:
+  virtual ~TokenMap() = default;
+  virtual Index n() const = 0;
+  virtual Index d_in() const = 0;
+  virtual Index d_out() const = 0;
+  /// unvec(K vec dX) (JVP).
+  virtual Mat apply(const Mat& dX) const = 0;
+  /// unvec(Kᵀ vec G) (VJP).
+  virtual Mat apply_transpose(const Mat& G) const = 0;
+};
+
+/// A TokenMap as a matrix-free operator (perform_op / perform_op_transpose, design §5), so GKL
+/// and LnComplementOp take it like a host operator. Holds a reference: keep the map alive.
+class TokenMapOp : public TokenOperator<TokenMapOp> {
+ public:
+  explicit TokenMapOp(const TokenMap& map) : map_(map) {}
+  Index n_in() const { return map_.n(); }
+  Index d_in() const { return map_.d_in(); }
+  Index n_out() const { return map_.n(); }
+  Index d_out() const { return map_.d_out(); }
+  Mat apply(const Mat& dX) const { return map_.apply(dX); }
+  Mat apply_transpose(const Mat& G) const { return map_.apply_transpose(G); }
+
+ private:
+  const TokenMap& map_;
+};
+
+class OperatorDevice {
+ public:
+  virtual ~OperatorDevice() = default;
+  /// "cuda", "torch-cpu", ...: reports made with it say method gkl-<name>.
+  virtual std::string name() const = 0;
+  /// One line for run.json and logs.
+  virtual std::string description() const = 0;
+  /// The block operator `matrix` (K_sa, B_sa, E_sa, K_sab, K_mlp or K_ffn) at the forward pass
+  /// f of w, its weights and caches copied to the device (the map owns them). Throws
+  /// std::invalid_argument for another name.
+  virtual std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,
+                                                   const std::string& matrix) const = 0;
+};
+
+}  // namespace jacond

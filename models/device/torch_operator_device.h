@@ -1,0 +1,59 @@
+// The block's matrix-free operators on a LibTorch device (ATen): the OperatorDevice of
+// analysis/operators/operator_device.h that `--device cuda` gives the lanczos route.
+//
+// Why ATen, and why a second implementation (docs/design.md §10). A product of K_sa is a dozen
+// GEMMs (batched over heads) and three row-wise reductions; ATen dispatches the same code to
+// cuBLAS on CUDA and to OpenBLAS on the CPU, so every line below runs in CI on the CPU device and
+// is compared there with the host kernels (analysis/operators/block_kernels.h) to 1e-12; the GPU
+// test compares the CUDA device with the same kernels. Hand-written CUDA would be tested only in
+// the rare session with a GPU. The host kernels stay the one implementation the analysis core
+// uses (it never includes torch); this is their device twin, input tangents only (no parameter
+// tangents, which only the network Jacobians of analysis/operators/network.h use).
+//
+// The math is block_kernels.h's, heads batched ([h, n, d_h] tensors, head h = columns
+// [h d_h, (h+1) d_h)):
+//   LayerNorm  P dx = σ⁻¹ (dx − mean(dx) − x̂ ⟨x̂, dx⟩/d);  JVP γ ∘ P dx,  VJP P (γ ∘ g)
+//   K_sa       dH_h = A_h dV_h + S_A(s (dQ_h K_hᵀ + Q_h dK_hᵀ)) V_h,  dSA = dH W^O
+//              (dQ = dY W^Q, …; S_A(M) row i = a_i ∘ (m_i − ⟨a_i, m_i⟩): the softmax Jacobian,
+//              symmetric); B_sa keeps the first term, E_sa the second (paper Eq. 10/13)
+//   K_sa ᵀ     gH = G W^Oᵀ;  gV_h = A_hᵀ gH_h;  gM_h = s S_A(gH_h V_hᵀ);  gQ_h = gM_h K_h,
+//              gK_h = gM_hᵀ Q_h;  gY = gQ W^Qᵀ + gK W^Kᵀ + gV W^Vᵀ
+//   K_mlp      (dY W_1 ∘ gelu'(pre)) W_2;  ᵀ: (G W_2ᵀ ∘ gelu'(pre)) W_1ᵀ
+//   K_sab      K_sa J_LN1 (+ I),  K_ffn = K_mlp J_LN2 (+ I)  (per the block's skip mode)
+// gelu'(pre) is computed once on the host (analysis mlp_gelu_prime) and copied.
+//
+// Each product copies its n × d input to the device and the result back (2nd doubles; the GKL
+// basis stays on the host, design §10). The tensors are fp64 throughout.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "analysis/operators/operator_device.h"
+
+namespace jacond::models {
+
+class TorchOperatorDevice final : public OperatorDevice {
+ public:
+  /// Products on `device` (torch::kCPU or a CUDA device, which must exist).
+  explicit TorchOperatorDevice(torch::Device device);
+  /// "cuda" on a CUDA device, "torch-cpu" on the CPU. A LibTorch error on the device (out of
+  /// memory, a CUDA failure) becomes one std::runtime_error line naming the operation and device.
+  std::string name() const override;
+  std::string description() const override;
+  std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,
+                                           const std::string& matrix) const override;
+  const torch::Device& device() const { return device_; }
+
+ private:
+  std::unique_ptr<TokenMap> make_map(const BlockWeights& w, const BlockForward& f, const std::string& matrix) const;
+  torch::Device device_;
+};
+
+/// The device twin of `--device cuda` for the lanczos route: the CUDA device 0 when this
+/// LibTorch has CUDA and sees a GPU, else null (products on the host; `why` says why).
+std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why = nullptr);
+
+}  // namespace jacond::models

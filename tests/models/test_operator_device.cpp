@@ -1,0 +1,159 @@
+// The block's matrix-free operators in ATen (models/device/torch_operator_device.h) against the
+// host kernels (analysis/operators/block_kernels.h): on the CPU device in every build, on CUDA
+// where there is a GPU (OperatorDeviceCuda.*, skipped otherwise); and the lanczos route of
+// block_reports through either device against the dense exact κ.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/operators.h"
+#include "analysis/report/block_report.h"
+#include "models/device/torch_operator_device.h"
+#include "support/random_block.h"
+#include "support/tolerances.h"
+
+namespace {
+
+using namespace jacond;
+using jacond::models::TorchOperatorDevice;
+
+const char* const kMatrices[] = {"K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn"};
+
+// The host operator of `matrix` applied to dX (transpose: Kᵀ), for the comparison.
+Mat host_apply(const BlockWeights& w, const BlockForward& f, const std::string& matrix, const Mat& dX, bool transpose) {
+  const auto run = [&](const auto& op) { return transpose ? op.apply_transpose(dX) : op.apply(dX); };
+  if (matrix == "K_sa") return run(AttentionJacobianOp(w, f.attn, AttentionPart::kFull));
+  if (matrix == "B_sa") return run(AttentionJacobianOp(w, f.attn, AttentionPart::kB));
+  if (matrix == "E_sa") return run(AttentionJacobianOp(w, f.attn, AttentionPart::kE));
+  if (matrix == "K_sab") return run(SabJacobianOp(w, f));
+  if (matrix == "K_mlp") return run(MlpJacobianOp(w, f.mlp));
+  return run(FfnJacobianOp(w, f));
+}
+
+// Every operator, JVP and VJP, at n 9, d 12, 3 heads (d_h 4), biases, a logit scale of 0.7, in
+// every skip mode: the device's product equals the host's to rounding, and ⟨K x, y⟩ = ⟨x, Kᵀ y⟩.
+void expect_products_equal_the_host(const TorchOperatorDevice& device) {
+  const Index n = 9, d = 12;
+  const BlockWeights w = test::random_block(d, 3, 4 * d, 17, 0.7);
+  const Mat X = test::random_tokens(n, d, 5);
+  for (SkipMode skip : kSkipModes) {
+    const BlockForward f = block_forward(w, X, skip);
+    for (const std::string matrix : kMatrices) {
+      const auto map = device.block_operator(w, f, matrix);
+      ASSERT_EQ(map->n(), n);
+      ASSERT_EQ(map->d_in(), d);
+      ASSERT_EQ(map->d_out(), d);
+      const Mat x = test::random_tokens(n, d, 11), y = test::random_tokens(n, d, 12);
+      const Mat Kx = map->apply(x), Kty = map->apply_transpose(y);
+      const std::string knobs = matrix + " skip " + to_string(skip) + " on " + device.name();
+      EXPECT_LE(test::rel_error(Kx, host_apply(w, f, matrix, x, false)), test::kSameMathRounding) << knobs;
+      EXPECT_LE(test::rel_error(Kty, host_apply(w, f, matrix, y, true)), test::kSameMathRounding) << knobs;
+      const double lhs = (Kx.array() * y.array()).sum(), rhs = (x.array() * Kty.array()).sum();
+      EXPECT_NEAR(lhs, rhs, test::kSameMathRounding * Kx.norm() * y.norm()) << knobs;
+    }
+  }
+}
+
+TEST(TorchOperatorDevice, CpuProductsEqualTheHostKernels_n9_d12_h3) {
+  expect_products_equal_the_host(TorchOperatorDevice(torch::kCPU));
+}
+
+TEST(TorchOperatorDevice, NamesItsDeviceAndRefusesAMatrixWithoutAnOperator) {
+  const TorchOperatorDevice device(torch::kCPU);
+  EXPECT_EQ(device.name(), "torch-cpu");
+  EXPECT_NE(device.description().find("cpu"), std::string::npos) << device.description();
+  const BlockWeights w = test::random_block(8, 2, 16, 3);
+  const BlockForward f = block_forward(w, test::random_tokens(5, 8, 3), SkipMode::kFull);
+  try {
+    device.block_operator(w, f, "softmax");
+    FAIL() << "softmax has no matrix-free operator";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'softmax'"), std::string::npos) << e.what();
+  }
+}
+
+// A LibTorch failure inside a product (here a tangent of the wrong width, which the GEMM refuses;
+// on a GPU also out-of-memory or a CUDA error) is one line naming the product and the device.
+TEST(TorchOperatorDevice, AFailingProductIsOneLineNamingItAndTheDevice) {
+  const TorchOperatorDevice device(torch::kCPU);
+  const BlockWeights w = test::random_block(8, 2, 16, 3);
+  const BlockForward f = block_forward(w, test::random_tokens(5, 8, 3), SkipMode::kFull);
+  const auto map = device.block_operator(w, f, "K_sab");
+  for (bool transpose : {false, true}) {
+    try {
+      const Mat wrong = Mat::Ones(5, 9);
+      transpose ? map->apply_transpose(wrong) : map->apply(wrong);
+      FAIL() << "a 5 x 9 tangent of a d = 8 block was accepted";
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      EXPECT_NE(msg.find(transpose ? "(VJP) on cpu" : "(JVP) on cpu"), std::string::npos) << msg;
+    }
+  }
+}
+
+// The lanczos route of block_reports with the device's products: the same rows and statuses as
+// with the host's, method gkl-<device>, and every bracket contains the dense exact κ. Skipless, so
+// the ln-complement rows (LnComplementOp over the device's operator) are in it too.
+void expect_lanczos_reports_bracket_the_exact_kappa(const std::shared_ptr<const OperatorDevice>& device) {
+  const BlockWeights w = test::random_block(16, 2, 64, 23);
+  const Mat X = test::random_tokens(8, 16, 29);
+  BlockReportOptions exact_opt;
+  exact_opt.matrices = {"B_sa", "K_sab", "K_mlp", "K_ffn"};  // not K_sa, E_sa: 10 000 products
+  BlockReportOptions host_opt = exact_opt;
+  host_opt.route = KappaRoute::kLanczos;
+  BlockReportOptions device_opt = host_opt;
+  device_opt.operator_device = device;
+  const auto exact = block_reports(w, X, SkipMode::kNone, exact_opt);
+  const auto host = block_reports(w, X, SkipMode::kNone, host_opt);
+  const auto on_device = block_reports(w, X, SkipMode::kNone, device_opt);
+  ASSERT_EQ(on_device.size(), host.size());
+  ASSERT_EQ(on_device.size(), exact.size());
+  int bracketed = 0;
+  for (size_t i = 0; i < on_device.size(); ++i) {
+    const ConditionReport& r = on_device[i];
+    const std::string knobs = r.matrix + "/" + r.space;
+    EXPECT_EQ(r.matrix, host[i].matrix);
+    EXPECT_EQ(r.space, host[i].space) << knobs;
+    EXPECT_EQ(r.method, host[i].method + "-" + device->name()) << knobs;
+    EXPECT_EQ(r.status, host[i].status) << knobs;
+    ASSERT_EQ(exact[i].matrix + exact[i].space, r.matrix + r.space);
+    if (r.status != Status::kBracket) continue;
+    ++bracketed;
+    const double kappa = exact[i].kappa;
+    EXPECT_LE(r.kappa_lo, kappa * (1 + 1e-10)) << knobs;
+    EXPECT_GE(r.kappa_hi, kappa * (1 - 1e-10)) << knobs;
+  }
+  // B_sa, K_mlp and both ln-complement rows (the full-space K_sab and K_ffn are singular).
+  EXPECT_GE(bracketed, 4);
+}
+
+TEST(TorchOperatorDevice, CpuLanczosReportsBracketTheExactKappa_n8_d16_h2) {
+  expect_lanczos_reports_bracket_the_exact_kappa(std::make_shared<TorchOperatorDevice>(torch::kCPU));
+}
+
+bool have_cuda() { return torch::cuda::is_available(); }
+
+TEST(OperatorDeviceCuda, ProductsEqualTheHostKernels_n9_d12_h3) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  expect_products_equal_the_host(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
+}
+
+TEST(OperatorDeviceCuda, LanczosReportsBracketTheExactKappa_n8_d16_h2) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  const auto device = models::cuda_operator_device();
+  ASSERT_TRUE(device);
+  EXPECT_EQ(device->name(), "cuda");
+  expect_lanczos_reports_bracket_the_exact_kappa(device);
+}
+
+TEST(OperatorDeviceCuda, WithoutAGpuTheHostRunsTheProductsAndSaysWhy) {
+  if (have_cuda()) GTEST_SKIP() << "this LibTorch sees a GPU";
+  std::string why;
+  EXPECT_FALSE(models::cuda_operator_device(&why));
+  EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+}
+
+}  // namespace
