@@ -13,7 +13,7 @@
 #   5. on a GPU with >= 100 GB (the H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
 #      nd 151 296) by the mixed route: its fp32 LU (92 GB) on the device, GMRES-IR against the
 #      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/);
-#   6. matrix-free at ViT-B: `timm` K_sab bracketed within 1.01 by the lanczos route with the
+#   6. matrix-free at ViT-B: `timm` K_sab (with its skip) bracketed within 1.01 by the lanczos route with the
 #      products on the GPU (models/device/torch_operator_device.h) and on the host's 16 threads,
 #      timed, and ViT-S `ours` K_sa for 30 s each way (products per second; lanczos-*/).
 # At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz.
@@ -55,8 +55,8 @@ J=$build/experiments/jacond
     echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
   fi
   for dev in cuda cpu; do
-    echo "\$ jacond block --init timm --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 --device $dev --threads 16"
-    time "$J" block --init timm --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
+    echo "\$ jacond block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 --device $dev --threads 16"
+    time "$J" block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
       --device "$dev" --threads 16 --out "$out/lanczos-vit-b-timm-$dev"
     echo "\$ jacond block --init ours --n 197 --d 384 --heads 6 --matrices K_sa --method lanczos --lanczos-seconds 30 --device $dev --threads 16"
     time "$J" block --init ours --n 197 --d 384 --heads 6 --matrices K_sa --method lanczos --lanczos-seconds 30 \

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -32,8 +33,46 @@ using namespace jacond::test::cli;
 
 namespace {
 
+struct DeviceRuns {
+  RunResult gpu;
+  Csv gpu_csv, cpu_csv;
+  json gpu_meta;
+};
+
 class CliTest : public CliFixture {
  protected:
+  // --device cuda has three honest outcomes, by how jacond was built and where it runs: without the
+  // CUDA back end a usage error (2) that says so; with it but no GPU (CI) exit 1 naming the missing
+  // device, in one line, writing nothing. run_on_both_devices checks those two and returns nothing
+  // then; on a GPU it returns the results of `base` with --device cuda and with --device cpu.
+  std::optional<DeviceRuns> run_on_both_devices(const std::vector<std::string>& base) {
+    std::vector<std::string> gpu_args = base, cpu_args = base;
+    const std::string gpu_out = path("gpu"), cpu_out = path("cpu");
+    gpu_args.insert(gpu_args.end(), {"--device", "cuda", "--out", gpu_out});
+    cpu_args.insert(cpu_args.end(), {"--device", "cpu", "--out", cpu_out});
+    DeviceRuns r;
+    r.gpu = run(gpu_args);
+    EXPECT_TRUE(r.gpu.exited) << r.gpu.describe();
+    if (contains(r.gpu.err, "built without the CUDA back end")) {
+      EXPECT_EQ(r.gpu.code, 2) << r.gpu.describe();
+      return std::nullopt;
+    }
+    if (contains(r.gpu.err, "no usable GPU")) {
+      EXPECT_EQ(r.gpu.code, 1) << r.gpu.describe();
+      EXPECT_EQ(std::count(r.gpu.err.begin(), r.gpu.err.end(), '\n'), 1) << r.gpu.describe();  // one line
+      EXPECT_FALSE(fs::exists(gpu_out + "/results.csv"));
+      return std::nullopt;
+    }
+    EXPECT_EQ(r.gpu.code, 0) << r.gpu.describe();
+    const RunResult cpu = run(cpu_args);
+    EXPECT_TRUE(cpu.exited && cpu.code == 0) << cpu.describe();
+    if (r.gpu.code != 0 || !cpu.exited || cpu.code != 0) return std::nullopt;  // failed above
+    r.gpu_csv = read_csv(gpu_out + "/results.csv");
+    r.cpu_csv = read_csv(cpu_out + "/results.csv");
+    r.gpu_meta = json::parse(slurp(gpu_out + "/run.json"));
+    return r;
+  }
+
   /// Block 0 of an `ours` init (d, heads, hidden 4d), optionally without one key, saved as
   /// safetensors. Returns the tensors written.
   jacond::models::TensorMap write_weights(const std::string& file, int64_t d, int64_t heads,
@@ -116,32 +155,12 @@ TEST_F(CliTest, BlockFromInitWritesTidyResults_n8_d16_h2) {
   EXPECT_EQ(meta["rows"].get<size_t>(), csv.rows.size());
 }
 
-// --device cuda has three honest outcomes, by how jacond was built and where it runs: without the
-// CUDA back end a usage error (2) that says so; with it but no GPU (CI) exit 1 naming the missing
-// device; on a GPU the nd × nd rows come from the device's route with the host's κ.
+// On a GPU the nd × nd rows come from the device's dense route with the host's κ.
 TEST_F(CliTest, BlockDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
-  const std::vector<std::string> base = {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--matrices",
-                                         "K_sa,K_sab,K_ffn"};
-  std::vector<std::string> gpu_args = base, cpu_args = base;
-  const std::string gpu_out = path("gpu"), cpu_out = path("cpu");
-  gpu_args.insert(gpu_args.end(), {"--device", "cuda", "--out", gpu_out});
-  cpu_args.insert(cpu_args.end(), {"--device", "cpu", "--out", cpu_out});
-  const RunResult gpu = run(gpu_args);
-  ASSERT_TRUE(gpu.exited) << gpu.describe();
-  if (contains(gpu.err, "built without the CUDA back end")) {
-    EXPECT_EQ(gpu.code, 2) << gpu.describe();
-    return;
-  }
-  if (contains(gpu.err, "no usable GPU")) {
-    EXPECT_EQ(gpu.code, 1) << gpu.describe();
-    EXPECT_EQ(std::count(gpu.err.begin(), gpu.err.end(), '\n'), 1) << gpu.describe();  // one line
-    EXPECT_FALSE(fs::exists(gpu_out + "/results.csv"));
-    return;
-  }
-  ASSERT_EQ(gpu.code, 0) << gpu.describe();
-  const RunResult cpu = run(cpu_args);
-  ASSERT_TRUE(cpu.exited && cpu.code == 0) << cpu.describe();
-  const Csv g = read_csv(gpu_out + "/results.csv"), c = read_csv(cpu_out + "/results.csv");
+  const auto runs = run_on_both_devices({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2",
+                                                "--matrices", "K_sa,K_sab,K_ffn"});
+  if (!runs) return;
+  const Csv &g = runs->gpu_csv, &c = runs->cpu_csv;
   ASSERT_EQ(g.rows.size(), c.rows.size());
   for (size_t i = 0; i < g.rows.size(); ++i) {
     const std::string m = g.rows[i].at("matrix");
@@ -151,34 +170,18 @@ TEST_F(CliTest, BlockDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
       EXPECT_NEAR(to_double(g.rows[i].at("kappa")) / to_double(c.rows[i].at("kappa")), 1.0, 1e-9) << m;
     }
   }
-  EXPECT_EQ(json::parse(slurp(gpu_out + "/run.json"))["device"]["name"], "cuda");
+  EXPECT_EQ(runs->gpu_meta["device"]["name"], "cuda");
 }
 
 // --method lanczos --device cuda: the products on the GPU (ATen, models/device), the GKL recurrence on
-// the host. Its rows say gkl-cuda and their brackets meet the host route's; where the CUDA back end or
-// a GPU is missing, the outcomes of the test above.
+// the host. Its rows say gkl-cuda and their brackets meet the host route's (a CPU LibTorch on a GPU
+// machine keeps the products on the host and says so).
 TEST_F(CliTest, BlockLanczosDeviceCudaRunsTheProductsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
-  const std::vector<std::string> base = {"block", "--init", "timm", "--n", "8", "--d", "16", "--heads", "2", "--skip",
-                                         "none", "--matrices", "K_sa,K_sab", "--method", "lanczos"};
-  std::vector<std::string> gpu_args = base, cpu_args = base;
-  const std::string gpu_out = path("gpu"), cpu_out = path("cpu");
-  gpu_args.insert(gpu_args.end(), {"--device", "cuda", "--out", gpu_out});
-  cpu_args.insert(cpu_args.end(), {"--device", "cpu", "--out", cpu_out});
-  const RunResult gpu = run(gpu_args);
-  ASSERT_TRUE(gpu.exited) << gpu.describe();
-  if (contains(gpu.err, "built without the CUDA back end")) {
-    EXPECT_EQ(gpu.code, 2) << gpu.describe();
-    return;
-  }
-  if (contains(gpu.err, "no usable GPU")) {
-    EXPECT_EQ(gpu.code, 1) << gpu.describe();
-    return;
-  }
-  ASSERT_EQ(gpu.code, 0) << gpu.describe();
-  const RunResult cpu = run(cpu_args);
-  ASSERT_TRUE(cpu.exited && cpu.code == 0) << cpu.describe();
-  const bool products_on_gpu = !contains(gpu.err, "has no CUDA device");  // a CPU LibTorch on a GPU machine
-  const Csv g = read_csv(gpu_out + "/results.csv"), c = read_csv(cpu_out + "/results.csv");
+  const auto runs = run_on_both_devices({"block", "--init", "timm", "--n", "8", "--d", "16", "--heads", "2",
+                                                "--skip", "none", "--matrices", "K_sa,K_sab", "--method", "lanczos"});
+  if (!runs) return;
+  const bool products_on_gpu = !contains(runs->gpu.err, "has no CUDA device");
+  const Csv &g = runs->gpu_csv, &c = runs->cpu_csv;
   ASSERT_EQ(g.rows.size(), c.rows.size());
   ASSERT_EQ(g.rows.size(), 3u);  // K_sa, K_sab over the full space (singular) and on the ln-complement
   for (size_t i = 0; i < g.rows.size(); ++i) {
@@ -189,7 +192,7 @@ TEST_F(CliTest, BlockLanczosDeviceCudaRunsTheProductsOnTheGpuOrSaysWhyNot_n8_d16
     EXPECT_LE(to_double(g.rows[i].at("kappa_lo")), to_double(c.rows[i].at("kappa_hi"))) << m;
     EXPECT_LE(to_double(c.rows[i].at("kappa_lo")), to_double(g.rows[i].at("kappa_hi"))) << m;
   }
-  const json device = json::parse(slurp(gpu_out + "/run.json"))["device"];
+  const json& device = runs->gpu_meta["device"];
   EXPECT_EQ(device["name"], "cuda");
   EXPECT_EQ(contains(device["matrix_free"].get<std::string>(), "cuda"), products_on_gpu) << device.dump();
 }
