@@ -1,34 +1,19 @@
 // The block's operators on a LibTorch device; the math is in models/device/torch_operator_device.h.
 #include "models/device/torch_operator_device.h"
 
-#include <cstring>
 #include <optional>
 #include <stdexcept>
 
 #include "analysis/operators/block_kernels.h"
+#include "models/track/bridge.h"
 
 namespace jacond::models {
 
 namespace {
 
-// An n × d Eigen matrix (column-major: its memory is a row-major d × n array) as an [n, d] tensor
-// on `device`, contiguous.
-at::Tensor to_device(const Mat& M, const torch::Device& device) {
-  const at::Tensor host = torch::from_blob(const_cast<double*>(M.data()), {M.cols(), M.rows()}, torch::kFloat64);
-  return host.to(device).t().contiguous();
-}
-
-at::Tensor to_device(const Vec& v, const torch::Device& device) {
-  return torch::from_blob(const_cast<double*>(v.data()), {v.size()}, torch::kFloat64).to(device).clone();
-}
-
-// An [n, d] tensor back to an n × d Eigen matrix on the host.
-Mat to_host(const at::Tensor& T) {
-  const at::Tensor t = T.t().contiguous().to(torch::kCPU);
-  Mat M(T.size(0), T.size(1));
-  std::memcpy(M.data(), t.data_ptr<double>(), sizeof(double) * static_cast<size_t>(M.size()));
-  return M;
-}
+// Host <-> device: models/track/bridge.h's conversions (entry (i, j) = t[i][j]), then a copy.
+at::Tensor to_device(const Mat& M, const torch::Device& device) { return to_torch(M).to(device); }
+at::Tensor to_device(const Vec& v, const torch::Device& device) { return to_torch_vec(v).to(device); }
 
 // Runs f, turning a LibTorch error (a CUDA failure, out of device memory) into one line naming the
 // operation and the device: c10::Error's own text carries a backtrace over many lines.
@@ -128,7 +113,7 @@ class TorchBlockMap final : public TokenMap {
       const at::Tensor y = ln ? ln->jvp(x) : x;
       at::Tensor out = attention ? attention->jvp(y) : mlp->jvp(y);
       if (residual) out += x;
-      return to_host(out);
+      return to_eigen(out);
     });
   }
   Mat apply_transpose(const Mat& G) const override {
@@ -138,7 +123,7 @@ class TorchBlockMap final : public TokenMap {
       at::Tensor out = attention ? attention->vjp(g) : mlp->vjp(g);
       if (ln) out = ln->vjp(out);
       if (residual) out += g;
-      return to_host(out);
+      return to_eigen(out);
     });
   }
 
