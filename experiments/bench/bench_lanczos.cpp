@@ -24,6 +24,16 @@
 // With --check-dense, a size where the dense route fits (nd ≤ 12 500) is also run through
 // condition_fast on the dense matrix: the dense κ must lie inside the bracket (exit 1 if not).
 //
+// --device cuda (issue 11, items 3 and 5) runs jacond's route a second time on each matrix with its
+// products on the GPU (models/device/torch_operator_device.h: ATen, the weights and caches copied
+// there once per matrix, each product's n × d vectors copied each way), the GKL recurrence and its
+// basis still on the host: route jacond-gkl-cuda, the same start vectors, repeats and target. Both
+// routes time the seconds spent inside their products (product_s), so the rest is the recurrence's:
+// where the device route's products are a small share of its time, the host basis is the bottleneck
+// and moving it to the device would pay (docs/design.md §10). The two brackets must intersect, and
+// with --check-dense both contain the dense κ (exit 1 otherwise). --device torch-cpu runs the same
+// ATen code on the CPU (what CI can run; also the cost of ATen's kernels against the host's).
+//
 // --compare-methods (issue #10, item 1) runs each listed solver configuration on each matrix
 // instead of the default route alone, and writes bench_lanczos_methods.csv (one row per method:
 // status, seconds, products, bracket width, basis memory, and with the dense truth the products
@@ -41,11 +51,14 @@
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <iostream>
 #include <limits>
 #include <map>
-#include <cstdio>
-#include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,11 +67,13 @@
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/gkl.h"
 #include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/operator_device.h"
 #include "analysis/operators/operators.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/block_source.h"
 #include "experiments/bench/python_route.h"
 #include "experiments/cli/cli_common.h"
+#include "models/device/torch_operator_device.h"
 #include "models/init/init.h"
 #include "models/io/safetensors.h"
 #include "models/track/bridge.h"
@@ -112,6 +127,22 @@ struct Approach {
   Index products_1pct = -1, products_10pct = -1;
 };
 
+/// One route's runs on one matrix: the first run's report (its seconds replaced by the median of
+/// seconds_runs) and the seconds the first run spent inside the products (the rest is the GKL
+/// recurrence, its orthogonalisation and the bracket's small eigenproblems, all on the host).
+struct RouteRun {
+  LanczosCondition lz;
+  std::vector<double> seconds_runs;
+  double product_s = 0;
+};
+
+/// --device: the same route with its products on an OperatorDevice.
+struct DeviceRun {
+  std::string route;  // jacond-gkl-<device>
+  RouteRun run;
+  bool dense_inside = false;
+};
+
 struct Row {
   std::string size, init, matrix, method = "restart-96";
   Index basis = 96;
@@ -121,11 +152,13 @@ struct Row {
   Index n, d, heads;
   LanczosCondition lz;       // the first run (lz.report.seconds: the median of seconds_runs)
   std::vector<double> seconds_runs;
+  double product_s = 0;      // the first run's seconds inside the products
   double rss_mb = 0;
   bool dense_checked = false;
   double dense_kappa = 0, dense_seconds = 0;
   bool dense_inside = false;
   std::vector<PeerResult> peers;
+  std::optional<DeviceRun> device;
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -195,44 +228,76 @@ DenseTruth dense_truth(const Size& sz, const std::string& m, const BlockWeights&
   return t;
 }
 
+// op with every product timed into *seconds.
+OperatorRef timed(OperatorRef op, double* seconds) {
+  const auto time = [seconds](std::function<void(const double*, double*)> product) {
+    return [seconds, product = std::move(product)](const double* x, double* y) {
+      const auto t0 = std::chrono::steady_clock::now();
+      product(x, y);
+      *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+  };
+  op.apply = time(std::move(op.apply));
+  op.apply_transpose = time(std::move(op.apply_transpose));
+  return op;
+}
+
 // condition_lanczos after one untimed product each way: the first products of a process start
 // the BLAS threads and touch the operator's buffers (~0.08 s at nd 6400, more than a whole
-// well-conditioned bracket), and the peer's seconds likewise exclude its setup (setup_s).
-template <typename Op>
-LanczosCondition warm_then_bracket(const Op& op, const std::string& m, const GklOptions& gkl) {
-  Vec x = Vec::Ones(op.cols()), y(op.rows());
-  op.perform_op(x.data(), y.data());
-  op.perform_op_transpose(y.data(), x.data());
-  return condition_lanczos(op, m, gkl);
+// well-conditioned bracket; on a GPU the first product also loads cuBLAS), and the peer's seconds
+// likewise exclude its setup (setup_s). A run that brackets in under 2 s is repeated up to
+// `repeats` times (without gkl.progress: the trace is the first run's) and its median reported.
+RouteRun run_route(const OperatorRef& op, const std::string& m, const GklOptions& gkl, int repeats) {
+  const auto bracket = [&](const GklOptions& o, double* product_s) {
+    Vec x = Vec::Ones(op.cols), y(op.rows);
+    op.apply(x.data(), y.data());
+    op.apply_transpose(y.data(), x.data());
+    return condition_lanczos(timed(op, product_s), m, o);
+  };
+  RouteRun out;
+  out.lz = bracket(gkl, &out.product_s);
+  out.seconds_runs = {out.lz.report.seconds};
+  GklOptions quiet = gkl;
+  quiet.progress = nullptr;
+  double ignored = 0;
+  while (static_cast<int>(out.seconds_runs.size()) < repeats && out.lz.report.status == Status::kBracket &&
+         out.seconds_runs[0] < kRepeatBelowSeconds)
+    out.seconds_runs.push_back(bracket(quiet, &ignored).report.seconds);
+  out.lz.report.seconds = median(out.seconds_runs);
+  return out;
+}
+
+// The host operator of a bench matrix: K_sab and K_ffn with their residuals, bare K_sa at LN1's output.
+RouteRun run_host_route(const BlockWeights& w, const BlockForward& f, const std::string& m, const GklOptions& gkl,
+                        int repeats) {
+  if (m == "K_sab") return run_route(make_operator_ref(SabJacobianOp(w, f)), m, gkl, repeats);
+  if (m == "K_ffn") return run_route(make_operator_ref(FfnJacobianOp(w, f)), m, gkl, repeats);
+  return run_route(make_operator_ref(AttentionJacobianOp(w, f.attn)), m, gkl, repeats);
+}
+
+// Whether κ lies inside a report's bracket (relative slack 1e-9 for the two roundings).
+bool inside(const ConditionReport& c, double kappa) {
+  return c.kappa_lo <= kappa * (1 + 1e-9) && kappa <= c.kappa_hi * (1 + 1e-9);
 }
 
 // One matrix of one block under one method: the GKL bracket, every estimate, and against the dense
 // truth (when given) whether κ lies inside and when σ_min's upper end came within 1 % / 10 %.
 Row measure(const Size& sz, const std::string& init, const std::string& m, const BlockWeights& w, const BlockForward& f,
             GklOptions gkl, const Method& method, Index basis, const DenseTruth& truth, int repeats) {
-  Row r{sz.name, init, m, method.name, basis, truth.sigma_min, {}, {}, sz.n, sz.d, sz.heads, {}, {}, 0, false, 0, 0, false, {}};
+  Row r{sz.name, init, m, method.name, basis, truth.sigma_min, {}, {}, sz.n, sz.d, sz.heads, {}, {}, 0, 0, false, 0, 0, false, {}, {}};
   gkl.max_basis = basis;
   gkl.keep = std::min(method.keep, basis - 1);
   gkl.progress = [&r](const GklProgress& p) { r.trace.push_back(p); };
-  const auto bracket = [&](const GklOptions& o) {
-    if (m == "K_sab") return warm_then_bracket(SabJacobianOp(w, f), m, o);
-    if (m == "K_ffn") return warm_then_bracket(FfnJacobianOp(w, f), m, o);
-    return warm_then_bracket(AttentionJacobianOp(w, f.attn), m, o);
-  };
-  r.lz = bracket(gkl);
-  r.seconds_runs = {r.lz.report.seconds};
-  GklOptions quiet = gkl;
-  quiet.progress = nullptr;  // the trace is the first run's
-  while (static_cast<int>(r.seconds_runs.size()) < repeats && r.lz.report.status == Status::kBracket &&
-         r.seconds_runs[0] < kRepeatBelowSeconds)
-    r.seconds_runs.push_back(bracket(quiet).report.seconds);
-  r.lz.report.seconds = median(r.seconds_runs);
+  RouteRun host = run_host_route(w, f, m, gkl, repeats);
+  r.lz = std::move(host.lz);
+  r.seconds_runs = std::move(host.seconds_runs);
+  r.product_s = host.product_s;
   r.rss_mb = peak_rss_mb();
   if (truth.checked) {
     r.dense_checked = true;
     r.dense_kappa = truth.kappa;
     r.dense_seconds = truth.seconds;
-    r.dense_inside = r.lz.report.kappa_lo <= truth.kappa * (1 + 1e-9) && truth.kappa <= r.lz.report.kappa_hi * (1 + 1e-9);
+    r.dense_inside = inside(r.lz.report, truth.kappa);
     for (const GklProgress& p : r.trace) {
       if (!p.smallest) continue;
       if (r.approach.products_10pct < 0 && p.hi <= 1.10 * truth.sigma_min) r.approach.products_10pct = p.products;
@@ -240,6 +305,27 @@ Row measure(const Size& sz, const std::string& init, const std::string& m, const
     }
   }
   return r;
+}
+
+// --device: the row's route again with the products on `device` (its weights and caches copied
+// there once per matrix, outside the timing), same options, start vectors and repeats.
+void measure_on_device(Row& r, const OperatorDevice& device, const BlockWeights& w, const BlockForward& f,
+                       GklOptions gkl, int repeats) {
+  gkl.progress = nullptr;
+  const std::unique_ptr<TokenMap> map = device.block_operator(w, f, r.matrix);
+  const TokenMapOp op(*map);
+  DeviceRun d{"jacond-gkl-" + device.name(), run_route(make_operator_ref(op), r.matrix, gkl, repeats), false};
+  d.run.lz.report.method += "-" + device.name();
+  if (r.dense_checked) d.dense_inside = inside(d.run.lz.report, r.dense_kappa);
+  r.device = std::move(d);
+}
+
+// Host and device brackets of one κ must intersect: each contains it (under the solver's one
+// assumption, gkl.h), and the products differ by round-off only.
+bool brackets_intersect(const Row& r) {
+  const ConditionReport &a = r.lz.report, &b = r.device->run.lz.report;
+  if (a.status != Status::kBracket || b.status != Status::kBracket) return true;
+  return a.kappa_lo <= b.kappa_hi * (1 + 1e-9) && b.kappa_lo <= a.kappa_hi * (1 + 1e-9);
 }
 
 struct PeerSetup {
@@ -309,9 +395,30 @@ std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
   return buf;
 }
 
+// The share of a route's first run spent inside its products.
+double product_share(double product_s, const std::vector<double>& seconds_runs) {
+  return seconds_runs.empty() || seconds_runs[0] <= 0 ? 0 : product_s / seconds_runs[0];
+}
+
+// "8.1x the host route; products 31% of its time (host 96%)", or, where one route did not
+// converge, both product counts and times.
+std::string device_verdict(const Row& r) {
+  const RouteRun& g = r.device->run;
+  const double share = product_share(g.product_s, g.seconds_runs), host_share = product_share(r.product_s, r.seconds_runs);
+  char buf[200];
+  if (jacond_reached(r) && g.lz.report.status == Status::kBracket)
+    std::snprintf(buf, sizeof buf, "%.2fx the host route; products %.0f%% of its time (host %.0f%%)",
+                  r.lz.report.seconds / g.lz.report.seconds, 100 * share, 100 * host_share);
+  else
+    std::snprintf(buf, sizeof buf, "%lld products in %.1f s (host: %lld in %.1f s); products %.0f%% of its time (host %.0f%%)",
+                  static_cast<long long>(g.lz.report.products), g.lz.report.seconds,
+                  static_cast<long long>(r.lz.report.products), r.lz.report.seconds, 100 * share, 100 * host_share);
+  return buf;
+}
+
 void print_row(const Row& r, double budget) {
   const ConditionReport& c = r.lz.report;
-  std::printf("%-10s %-7s %-6s %-16s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s", r.size.c_str(),
+  std::printf("%-10s %-7s %-6s %-20s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s", r.size.c_str(),
               r.init.c_str(), r.matrix.c_str(), r.method.c_str(), to_string(c.status).c_str(), r.lz.largest.seconds,
               c.seconds, c.kappa_lo, c.kappa_hi, static_cast<long long>(c.products), r.rss_mb,
               r.dense_checked ? (r.dense_inside ? "inside" : "OUTSIDE") : "-");
@@ -319,19 +426,41 @@ void print_row(const Row& r, double budget) {
     std::printf("  width %.4g  to-1%% %s", c.kappa_hi / c.kappa_lo,
                 r.approach.products_1pct < 0 ? "-" : std::to_string(r.approach.products_1pct).c_str());
   std::printf("\n");
+  if (r.device) {
+    const ConditionReport& g = r.device->run.lz.report;
+    std::printf("%-10s %-7s %-6s %-20s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8s %8s %s\n", "", "", "",
+                r.device->route.c_str(), to_string(g.status).c_str(), r.device->run.lz.largest.seconds, g.seconds,
+                g.kappa_lo, g.kappa_hi, static_cast<long long>(g.products), "-",
+                r.dense_checked ? (r.device->dense_inside ? "inside" : "OUTSIDE") : "-", device_verdict(r).c_str());
+  }
   for (const PeerResult& p : r.peers)
-    std::printf("%-10s %-7s %-6s %-16s %-13s %9s %9.2f %13.6e %13.6e %9lld %8.0f %8s %s\n", "", "", "",
+    std::printf("%-10s %-7s %-6s %-20s %-13s %9s %9.2f %13.6e %13.6e %9lld %8.0f %8s %s\n", "", "", "",
                 ("scipy-" + p.solver).c_str(), p.status.c_str(), "-", p.seconds, p.kappa_lo,
                 p.kappa_hi > 0 ? p.kappa_hi : std::numeric_limits<double>::infinity(), p.products, p.rss_mb,
                 p.dense_checked ? (p.dense_inside ? "inside" : "OUTSIDE") : "-", peer_verdict(r, p, budget).c_str());
   std::fflush(stdout);
 }
 
+// bench_lanczos.csv's device_* columns (blank without --device): the device route's report, the
+// seconds inside its products, and device_speedup = host seconds / device seconds where both bracketed.
+std::string device_columns(const Row& r) {
+  if (!r.device) return ",,,,,,,,,";
+  const ConditionReport& g = r.device->run.lz.report;
+  const bool both = jacond_reached(r) && g.status == Status::kBracket;
+  std::ostringstream out;
+  out << r.device->route << ',' << to_string(g.status) << ',' << fmt(g.kappa_lo) << ',' << fmt(g.kappa_hi) << ','
+      << fmt(g.seconds) << ',' << g.products << ',' << fmt(r.device->run.product_s) << ','
+      << (r.dense_checked ? (r.device->dense_inside ? "yes" : "no") : "") << ','
+      << (both ? fmt(r.lz.report.seconds / g.seconds) : "") << ',' << joined(r.device->run.seconds_runs);
+  return out.str();
+}
+
 std::string rows_csv(const std::vector<Row>& rows, int threads, const GklOptions& gkl) {
   std::ostringstream csv;
   csv << "size,init,matrix,n,d,heads,threads,tolerance,budget_s,status,sigma_max,sigma_min,kappa_lo,kappa_hi,"
          "t_sigma_max_s,t_total_s,certified_within_60s,products,peak_rss_mb,dense_kappa,dense_s,dense_inside,speed_ratio,"
-         "t_total_runs,note\n";
+         "t_total_runs,product_s,device,device_status,device_kappa_lo,device_kappa_hi,device_t_total_s,device_products,"
+         "device_product_s,device_dense_inside,device_speedup,device_t_total_runs,note\n";
   for (const Row& r : rows) {
     const ConditionReport& c = r.lz.report;
     const bool cert60 = c.status == Status::kBracket && c.seconds <= 60.0;
@@ -341,8 +470,8 @@ std::string rows_csv(const std::vector<Row>& rows, int threads, const GklOptions
         << fmt(c.seconds) << ',' << (cert60 ? "yes" : "no") << ',' << c.products << ',' << fmt(r.rss_mb) << ','
         << (r.dense_checked ? fmt(r.dense_kappa) : "") << ',' << (r.dense_checked ? fmt(r.dense_seconds) : "") << ','
         << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ','
-        << (r.dense_checked ? fmt(r.dense_seconds / c.seconds) : "") << ',' << joined(r.seconds_runs) << ",\"" << c.note
-        << "\"\n";
+        << (r.dense_checked ? fmt(r.dense_seconds / c.seconds) : "") << ',' << joined(r.seconds_runs) << ','
+        << fmt(r.product_s) << ',' << device_columns(r) << ",\"" << c.note << "\"\n";
   }
   return csv.str();
 }
@@ -362,6 +491,13 @@ std::string peers_csv(const std::vector<Row>& rows, int threads, const GklOption
         << fmt(c.kappa_lo) << ',' << fmt(c.kappa_hi) << ',' << fmt(r.rss_mb) << ',' << dense << ','
         << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ',' << fmt(c.seconds) << ",," << joined(r.seconds_runs)
         << ",,\"" << c.note << "\"\n";
+    if (r.device) {  // speedup is the peers' (peer s / jacond s): the device's ratio is in its verdict
+      const ConditionReport& g = r.device->run.lz.report;
+      csv << head << r.device->route << ',' << to_string(g.status) << ',' << fmt(g.seconds) << ",0," << g.products << ','
+          << fmt(g.kappa_lo) << ',' << fmt(g.kappa_hi) << ",," << dense << ','
+          << (r.dense_checked ? (r.device->dense_inside ? "yes" : "no") : "") << ',' << fmt(c.seconds) << ",,"
+          << joined(r.device->run.seconds_runs) << ",\"" << device_verdict(r) << "\",\"" << g.note << "\"\n";
+    }
     for (const PeerResult& p : r.peers) {
       const bool both = jacond_reached(r) && peer_reached(p);
       csv << head << "scipy-" << p.solver << ',' << p.status << ',' << fmt(p.seconds) << ',' << fmt(p.setup_s) << ','
@@ -408,6 +544,20 @@ std::string trace_csv(const std::vector<Row>& rows) {
   return csv.str();
 }
 
+// --device: where the second jacond route's products run (null for cpu: the host route alone).
+// cuda without a GPU in this LibTorch is a one-line error (exit 1): the flag is right, the machine is not.
+std::shared_ptr<const OperatorDevice> bench_operator_device(const std::string& device, int threads) {
+  if (device == "cpu") return nullptr;
+  if (device == "torch-cpu") {
+    torch::set_num_threads(threads);  // ATen's own pool, apart from OpenBLAS's (set_threads)
+    return std::make_shared<models::TorchOperatorDevice>(torch::Device(torch::kCPU));
+  }
+  std::string why;
+  std::shared_ptr<const OperatorDevice> cuda = models::cuda_operator_device(&why);
+  if (!cuda) throw std::runtime_error("--device cuda: no usable GPU (" + why + ")");
+  return cuda;
+}
+
 }  // namespace
 
 int run_bench_lanczos(int argc, char** argv) {
@@ -421,6 +571,7 @@ int run_bench_lanczos(int argc, char** argv) {
   std::string methods_spec;
   double basis_memory_gb = 8;
   int repeats = 5;
+  std::string device = "cpu";
   po::options_description desc("jacond bench lanczos: matrix-free kappa brackets at ViT sizes, against scipy svds");
   desc.add_options()("help,h", "this help")
       ("sizes", po::value(&sizes_spec)->default_value(sizes_spec),
@@ -441,6 +592,9 @@ int run_bench_lanczos(int argc, char** argv) {
       ("python", po::value(&peer.python)->default_value(peer.python), "Python with torch, numpy and scipy")
       ("peer-script", po::value(&peer.script)->default_value(peer.script), "the SciPy route script")
       ("threads", po::value(&threads)->default_value(threads), "BLAS threads (jacond and the peers)")
+      ("device", po::value(&device)->default_value(device),
+       "cpu | cuda | torch-cpu: besides the host route, run jacond's route again with its products on this "
+       "device (cuda: the GPU; torch-cpu: the same ATen code on the CPU), and report both and their ratio")
       ("repeats", po::value(&repeats)->default_value(repeats),
        "runs of a route that brackets in under 2 s, jacond's and each peer's; the median seconds is reported")
       ("out", po::value(&out_dir)->default_value(out_dir), "output directory");
@@ -469,6 +623,10 @@ int run_bench_lanczos(int argc, char** argv) {
       throw std::invalid_argument("--seconds and --tol must be > 0 and --basis >= 2");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
     if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
+    if (device != "cpu" && device != "cuda" && device != "torch-cpu")
+      throw std::invalid_argument("--device must be cpu, cuda or torch-cpu, got '" + device + "'");
+    if (device != "cpu" && !methods.empty())
+      throw std::invalid_argument("--device compares the default route's two devices: drop --compare-methods");
     if (peers_spec != "none") peer.solvers = split_commas(peers_spec);
     for (const auto& s : peer.solvers)
       if (s != "arpack" && s != "propack" && s != "lobpcg")
@@ -481,10 +639,11 @@ int run_bench_lanczos(int argc, char** argv) {
     }
   });
   set_threads(threads);
+  const std::shared_ptr<const OperatorDevice> products_device = bench_operator_device(device, threads);
   ensure_directory(out_dir);
 
   std::vector<Row> rows;
-  std::printf("%-10s %-7s %-6s %-16s %-13s %9s %9s %13s %13s %9s %8s %8s\n", "size", "init", "matrix", "route",
+  std::printf("%-10s %-7s %-6s %-20s %-13s %9s %9s %13s %13s %9s %8s %8s\n", "size", "init", "matrix", "route",
               "status", "t_smax_s", "t_total_s", "kappa_lo", "kappa_hi", "products", "rss_MB", "dense");
   for (const Size& sz : sizes)
     for (const auto& init : inits) {
@@ -501,6 +660,7 @@ int run_bench_lanczos(int argc, char** argv) {
         }
         if (!methods.empty()) continue;
         rows.push_back(measure(sz, init, m, w, f, gkl, {"jacond-gkl", gkl.max_basis, gkl.keep}, gkl.max_basis, truth, repeats));
+        if (products_device) measure_on_device(rows.back(), *products_device, w, f, gkl, repeats);
         for (const auto& solver : peer.solvers)
           rows.back().peers.push_back(
               run_peer(peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, threads, repeats));
@@ -520,13 +680,22 @@ int run_bench_lanczos(int argc, char** argv) {
   meta["compare_methods"] = methods_spec;
   meta["basis_memory_gb"] = basis_memory_gb;
   meta["peer_script"] = peer.solvers.empty() ? "" : peer.script;
+  meta["device"] = {{"name", device},
+                    {"matrix_free", products_device ? products_device->description() : "host kernels only"}};
   meta["note"] = "peak_rss_mb is cumulative for the process (getrusage ru_maxrss); a peer's is its own process's";
   write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
   std::printf("wrote %s/bench_lanczos.csv%s%s and run.json\n", out_dir.c_str(),
               peer.solvers.empty() ? "" : ", bench_lanczos_peers.csv",
               methods.empty() ? "" : ", bench_lanczos_methods.csv, bench_lanczos_trace.csv");
-  for (const Row& r : rows)
+  for (const Row& r : rows) {
     if (r.dense_checked && !r.dense_inside) throw std::runtime_error("dense kappa outside the lanczos bracket for " + r.matrix);
+    if (!r.device) continue;
+    if (r.dense_checked && !r.device->dense_inside)
+      throw std::runtime_error("dense kappa outside the " + r.device->route + " bracket for " + r.matrix);
+    if (!brackets_intersect(r))
+      throw std::runtime_error("the host and " + r.device->route + " brackets of " + r.matrix + " (" + r.size + ", " +
+                               r.init + ") do not intersect");
+  }
   return 0;
 }
 

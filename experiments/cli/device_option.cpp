@@ -69,7 +69,7 @@ void select_devices(const std::string& device, BlockReportOptions& opt) {
   if (device != "cuda") return;
   std::string why;
   opt.operator_device = models::cuda_operator_device(&why);
-  if (!opt.operator_device) std::cerr << "jacond: --device cuda: " << why << "\n";
+  if (!opt.operator_device) std::cerr << "jacond: --device cuda: matrix-free products on the host: " << why << "\n";
 }
 
 namespace {

@@ -176,7 +176,7 @@ std::unique_ptr<TokenMap> TorchOperatorDevice::make_map(const BlockWeights& w, c
 
 std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why) {
   if (!torch::cuda::is_available()) {
-    if (why) *why = "matrix-free products on the host: this LibTorch " + std::string(TORCH_VERSION) + " has no CUDA device";
+    if (why) *why = "this LibTorch " + std::string(TORCH_VERSION) + " has no CUDA device";
     return nullptr;
   }
   return std::make_shared<TorchOperatorDevice>(torch::Device(torch::kCUDA, 0));

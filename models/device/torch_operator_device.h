@@ -53,7 +53,8 @@ class TorchOperatorDevice final : public OperatorDevice {
 };
 
 /// The device twin of `--device cuda` for the lanczos route: the CUDA device 0 when this
-/// LibTorch has CUDA and sees a GPU, else null (products on the host; `why` says why).
+/// LibTorch has CUDA and sees a GPU, else null (`why`: the reason, e.g. "this LibTorch 1.13.1 has
+/// no CUDA device"; the caller says what it does instead).
 std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why = nullptr);
 
 }  // namespace jacond::models

@@ -695,6 +695,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "lanczos", "--compare-methods", "restart-1"}, 2, "restart-1"},
       {{"bench", "lanczos", "--compare-methods", "unrestarted", "--peers", "arpack"}, 2, "--compare-methods"},
       {{"bench", "lanczos", "--repeats", "0"}, 2, "--repeats"},
+      {{"bench", "lanczos", "--device", "tpu"}, 2, "tpu"},
+      {{"bench", "lanczos", "--device", "torch-cpu", "--compare-methods", "restart-24"}, 2, "--compare-methods"},
       {{"bench", "train", "--steps", "0"}, 2, "--steps"},
       {{"bench", "train", "--device", "tpu"}, 2, "--device"},
       {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
@@ -780,6 +782,58 @@ TEST_F(CliTest, BenchLanczosBracketsDenseKappaAndRunsTheScipyPeer_n12_d16_h2) {
     }
   }
   EXPECT_GE(compared, 1) << "K_ffn (kappa 1.5) should converge under ARPACK in 10 s";
+}
+
+// --device: jacond's route again with its products on a device. torch-cpu runs the ATen code that
+// cuda runs, on the CPU: same steps from the same start, so the same κ bracketed (both around the
+// dense κ), products timed inside each route's seconds, and the ratio = host s / device s.
+TEST_F(CliTest, BenchLanczosDeviceRouteBracketsTheDenseKappaBesideTheHostRoute_n12_d16_h2) {
+  const std::string out = path("bench-device");
+  const RunResult r = run({"bench", "lanczos", "--sizes", "n12d16h2", "--inits", "ours", "--matrices", "K_sab,K_ffn",
+                           "--peers", "none", "--check-dense", "--seconds", "10", "--repeats", "1", "--device",
+                           "torch-cpu", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv lz = read_csv(out + "/bench_lanczos.csv");
+  ASSERT_EQ(lz.rows.size(), 2u);
+  for (const auto& row : lz.rows) {
+    SCOPED_TRACE(row.at("matrix") + ": " + row.at("note"));
+    EXPECT_EQ(row.at("device"), "jacond-gkl-torch-cpu");
+    EXPECT_EQ(row.at("device_status"), "bracket");
+    EXPECT_EQ(row.at("device_dense_inside"), "yes");
+    const double dense = to_double(row.at("dense_kappa"));
+    EXPECT_LE(to_double(row.at("device_kappa_lo")), dense * (1 + 1e-9));
+    EXPECT_GE(to_double(row.at("device_kappa_hi")), dense * (1 - 1e-9));
+    EXPECT_GT(std::stoll(row.at("device_products")), 0);
+    // One run each (--repeats 1): the seconds inside the products are part of the route's seconds.
+    for (const char* route : {"", "device_"}) {
+      const double product_s = to_double(row.at(std::string(route) + "product_s"));
+      EXPECT_GT(product_s, 0.0) << route;
+      EXPECT_LE(product_s, to_double(row.at(std::string(route) + "t_total_s"))) << route;
+    }
+    EXPECT_NEAR(to_double(row.at("device_speedup")),
+                to_double(row.at("t_total_s")) / to_double(row.at("device_t_total_s")), 1e-6 * to_double(row.at("device_speedup")));
+  }
+  EXPECT_EQ(json::parse(slurp(out + "/run.json"))["device"]["name"], "torch-cpu");
+}
+
+// --device cuda: the device route on the GPU, or, without one, one line and exit 1 before any file.
+TEST_F(CliTest, BenchLanczosDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
+  const std::string out = path("bench-device-cuda");
+  const RunResult r = run({"bench", "lanczos", "--sizes", "n8d16h2", "--inits", "timm", "--matrices", "K_sab", "--peers",
+                           "none", "--check-dense", "--seconds", "10", "--device", "cuda", "--out", out});
+  ASSERT_TRUE(r.exited) << r.describe();
+  if (contains(r.err, "no usable GPU")) {
+    EXPECT_EQ(r.code, 1) << r.describe();
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.describe();
+    EXPECT_FALSE(fs::exists(out + "/bench_lanczos.csv"));
+    return;
+  }
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const Csv lz = read_csv(out + "/bench_lanczos.csv");
+  ASSERT_EQ(lz.rows.size(), 1u);
+  EXPECT_EQ(lz.rows[0].at("device"), "jacond-gkl-cuda");
+  EXPECT_EQ(lz.rows[0].at("device_status"), "bracket");
+  EXPECT_EQ(lz.rows[0].at("device_dense_inside"), "yes");
 }
 
 // --compare-methods: every method's row brackets the dense κ, the unrestarted one (basis = nd
