@@ -7,18 +7,24 @@
 # everything there is built from the same sources (scripts/gpu_build.sh), so an API that moved
 # between LibTorch 1.13 (Debian bookworm, CI) and 2.x fails here instead of on the device.
 # Usage: bash scripts/check_torch2.sh [scratch dir, default /tmp/jacond-torch2]   (~15 min on 2 cores)
+# A newer LibTorch: JACOND_TORCH2_SUITE=sid JACOND_TORCH2_PACKAGES="libtorch-dev libgloo-dev"
+# (sid's CPU LibTorch, 2.14 on 2026-11-25: the C++20-only headers of LibTorch >= 2.13, newer than
+# the GPU machine's 2.11; no NCCL there, so the NCCL sources are left out as on any CPU build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+suite=${JACOND_TORCH2_SUITE:-trixie}
+read -r -a packages <<<"${JACOND_TORCH2_PACKAGES:-libtorch-cuda-dev libgloo-dev libnccl-dev}"
 scratch=${1:-/tmp/jacond-torch2}
 mkdir -p "$scratch/lists/partial" "$scratch/cache" "$scratch/debs"
-echo "deb http://deb.debian.org/debian trixie main contrib" >"$scratch/sources.list"
+echo "deb http://deb.debian.org/debian $suite main contrib" >"$scratch/sources.list"
 apt_opts=(-o "Dir::Etc::SourceList=$scratch/sources.list" -o Dir::Etc::SourceParts=/dev/null
           -o "Dir::State::Lists=$scratch/lists" -o "Dir::Cache=$scratch/cache")
-if ! ls "$scratch"/debs/libtorch-cuda-dev_*.deb >/dev/null 2>&1; then
+if ! ls "$scratch/debs/${packages[0]}"_*.deb >/dev/null 2>&1; then
   apt-get "${apt_opts[@]}" update >/dev/null
-  (cd "$scratch/debs" && apt-get "${apt_opts[@]}" download libtorch-cuda-dev libgloo-dev libnccl-dev 2>&1 |
+  (cd "$scratch/debs" && apt-get "${apt_opts[@]}" download "${packages[@]}" 2>&1 |
     grep -v "^W: Download is performed unsandboxed" || true)
 fi
+torch_version=$(dpkg-deb -f "$(ls "$scratch/debs/${packages[0]}"_*.deb | head -1)" Version)
 root=$scratch/root
 rm -rf "$root" && mkdir -p "$root"
 for f in "$scratch"/debs/*.deb; do dpkg -x "$f" "$root"; done
@@ -44,7 +50,7 @@ status=0
 (cd "$build" && ninja -k 0 "${objects[@]}") >"$build.log" 2>&1 || status=1
 if [ $status -ne 0 ]; then
   grep -E "^FAILED|error:" "$build.log" | head -40
-  echo "check_torch2: some sources do not compile against LibTorch 2.6 ($build.log)" >&2
+  echo "check_torch2: some sources do not compile against $suite's ${packages[0]} $torch_version ($build.log)" >&2
   exit 1
 fi
-echo "check_torch2: ${#objects[@]} objects compile against Debian trixie's CUDA LibTorch 2.6 (c10d Gloo + NCCL)"
+echo "check_torch2: ${#objects[@]} objects compile against Debian $suite's ${packages[0]} $torch_version"

@@ -12,11 +12,14 @@
 # repr of its scalars in a bench script's CSV; a GCC 14 -Wdangling-reference in models/vit.
 #
 # Usage (root: debootstrap, chroot, mounts): bash scripts/check_trixie.sh [scratch, default
-# /tmp/jacond-trixie] [ctest -R regex]. The chroot is kept and reused; the sources are the working
+# /tmp/jacond-<suite>] [ctest -R regex]. The chroot is kept and reused; the sources are the working
 # tree's tracked and untracked, not ignored, files, copied afresh each run.
+# JACOND_CHECK_SUITE=sid runs the same in Debian sid (2026-11-25: LibTorch 2.14, C++20 headers, GCC 15),
+# a LibTorch newer than the GPU machine's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scratch=${1:-/tmp/jacond-trixie}
+suite=${JACOND_CHECK_SUITE:-trixie}
+scratch=${1:-/tmp/jacond-$suite}
 filter=${2:-}
 root=$scratch/root
 [ "$(id -u)" -eq 0 ] || { echo "check_trixie: run as root (debootstrap, chroot, mount)" >&2; exit 2; }
@@ -25,8 +28,8 @@ source scripts/debian_packages.sh
 if [ ! -x "$root/usr/bin/apt-get" ]; then
   command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
   mkdir -p "$scratch"
-  echo "check_trixie: debootstrap trixie into $root"
-  debootstrap --variant=minbase --components=main trixie "$root" http://deb.debian.org/debian >"$scratch/debootstrap.log" 2>&1 ||
+  echo "check_trixie: debootstrap $suite into $root"
+  debootstrap --variant=minbase --components=main "$suite" "$root" http://deb.debian.org/debian >"$scratch/debootstrap.log" 2>&1 ||
     { tail -5 "$scratch/debootstrap.log"; exit 1; }
 fi
 cp /etc/resolv.conf /etc/hosts "$root/etc/"

@@ -1,7 +1,9 @@
 #include "models/dist/data_parallel.h"
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
+#include <type_traits>
 #include <unordered_map>
 
 #if JACOND_HAVE_C10D
@@ -24,6 +26,37 @@ std::vector<at::Tensor> module_state(torch::nn::Module& module) {
   for (auto& p : module.parameters()) state.push_back(p.detach());
   for (auto& b : module.buffers()) state.push_back(b.detach());
   return state;
+}
+
+// c10d::Reducer's constructor moved twice after LibTorch 1.13; the form this LibTorch has is picked
+// at compile time (is_constructible; the Reducer parameter keeps the other calls uninstantiated):
+//   1.13 … 2.6   (params, buckets, per-bucket size limits, group, sparse, cap, find unused,
+//                 gradient as bucket view, names, first bucket cap)
+//   later        the limits gone; + skip_all_reduce_unused_params, use_python_reducer (both false)
+//   2.14         + bucket_bytes_cap_list (empty: the first-bucket cap, then `cap`, as before)
+// Each form is DDP's default: dense gradients, every parameter used, gradients copied into buckets.
+template <typename Reducer = c10d::Reducer>
+std::unique_ptr<Reducer> make_reducer(std::vector<at::Tensor> params, std::vector<std::vector<size_t>> buckets,
+                                      std::vector<size_t> limits, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                      int64_t cap, std::unordered_map<size_t, std::string> names) {
+  using Params = std::vector<at::Tensor>;
+  using Buckets = std::vector<std::vector<size_t>>;
+  using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+  using Names = std::unordered_map<size_t, std::string>;
+  std::vector<bool> sparse(params.size(), false);
+  const int64_t first = c10d::kDefaultFirstBucketBytes;
+  if constexpr (std::is_constructible_v<Reducer, Params, Buckets, std::vector<size_t>, Group, std::vector<bool>, int64_t,
+                                        bool, bool, Names, int64_t>) {
+    return std::make_unique<Reducer>(std::move(params), std::move(buckets), std::move(limits), group, std::move(sparse), cap,
+                                     false, false, std::move(names), first);
+  } else if constexpr (std::is_constructible_v<Reducer, Params, Buckets, Group, std::vector<bool>, int64_t, bool, bool,
+                                               Names, int64_t, bool, bool>) {
+    return std::make_unique<Reducer>(std::move(params), std::move(buckets), group, std::move(sparse), cap, false, false,
+                                     std::move(names), first, false, false);
+  } else {
+    return std::make_unique<Reducer>(std::move(params), std::move(buckets), group, std::move(sparse), cap, false, false,
+                                     std::move(names), first, false, false, std::vector<int64_t>{});
+  }
 }
 
 }  // namespace
@@ -72,10 +105,8 @@ GradientAverager::GradientAverager(torch::nn::Module& module, RankGroup& group, 
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(bucket_limits.begin(), bucket_limits.end());
   run_collective(group.rank(), "setting up the gradient all-reduce", [&] {
-    reducer_ = std::make_unique<c10d::Reducer>(params, std::move(buckets), std::move(bucket_limits), group.process_group(),
-                                               std::vector<bool>(params.size(), false), bucket_bytes,
-                                               /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
-                                               std::move(names), c10d::kDefaultFirstBucketBytes);
+    reducer_ = make_reducer(params, std::move(buckets), std::move(bucket_limits), group.process_group(), bucket_bytes,
+                            std::move(names));
   });
 }
 
