@@ -26,8 +26,8 @@ std::vector<ConditionReport> weight_reports(const BlockWeights& w) {
   out.push_back(condition_svd(w.Wv * w.Wo, "W_VO"));
   for (Index h = 0; h < w.heads; ++h) {
     const auto cols = Eigen::seqN(h * dh, dh);
-    out.push_back(range_report(w.Wv(Eigen::all, cols) * w.Wo(cols, Eigen::all), dh, "W_VO_h", static_cast<int>(h)));
-    out.push_back(range_report(w.Wq(Eigen::all, cols) * w.Wk(Eigen::all, cols).transpose(), dh, "W_QK_h", static_cast<int>(h)));
+    out.push_back(range_report(w.Wv(Eigen::placeholders::all, cols) * w.Wo(cols, Eigen::placeholders::all), dh, "W_VO_h", static_cast<int>(h)));
+    out.push_back(range_report(w.Wq(Eigen::placeholders::all, cols) * w.Wk(Eigen::placeholders::all, cols).transpose(), dh, "W_QK_h", static_cast<int>(h)));
   }
   const std::pair<const Mat*, const char*> weights[] = {{&w.Wq, "W_Q"}, {&w.Wk, "W_K"}, {&w.Wv, "W_V"},
                                                         {&w.Wo, "W_O"}, {&w.W1, "W_1"}, {&w.W2, "W_2"}};
