@@ -7,12 +7,14 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
 #include "analysis/core/lapack.h"
+#include "analysis/spectral/krylov_basis.h"
 
 namespace jacond {
 
@@ -56,30 +58,6 @@ Vec gaussian_unit(Index n, std::mt19937_64& rng) {
   Vec g(n);
   for (Index i = 0; i < n; ++i) g(i) = N(rng);
   return g / g.norm();
-}
-
-// Classical Gram–Schmidt, twice (CGS2: orthogonal to working precision), of w against the
-// first j columns of V. Returns the accumulated coefficients Vᵀw.
-Vec orthogonalise(const Mat& V, Index j, Vec& w) {
-  Vec c = Vec::Zero(j);
-  if (j == 0) return c;
-  for (int pass = 0; pass < 2; ++pass) {
-    const Vec h = V.leftCols(j).transpose() * w;
-    w.noalias() -= V.leftCols(j) * h;
-    c += h;
-  }
-  return c;
-}
-
-// A unit vector orthogonal to the first j < rows columns of V (after a breakdown).
-Vec random_orthogonal(const Mat& V, Index j, std::mt19937_64& rng) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    Vec w = gaussian_unit(V.rows(), rng);
-    orthogonalise(V, j, w);
-    const double nw = w.norm();
-    if (nw > 1e-3) return w / nw;
-  }
-  throw std::runtime_error("gkl: cannot extend an orthonormal basis (breakdown)");
 }
 
 struct SmallSvd {
@@ -145,14 +123,20 @@ Bracket bracket_of(const Ritz& r, Which which, double norm_kv, double delta) {
 
 bool tight(const Bracket& b, double rel_tol) { return b.lo > 0 && b.hi / b.lo - 1.0 <= rel_tol; }
 
-// y = K x (transpose = false) or y = Kᵀ x, counted against the budget. NaN or inf in y is the
-// operator's failure: thrown here, never passed on to the small SVD as garbage.
-void apply_counted(const OperatorRef& A, bool transpose, const double* x, Vec& y, Budget& budget) {
-  (transpose ? A.apply_transpose : A.apply)(x, y.data());
+// A product counted against the budget. NaN or inf in its result is the operator's failure:
+// thrown here, never passed on to the small SVD as garbage.
+void count_product(bool finite, bool transpose, Budget& budget) {
   ++budget.used;
-  if (!y.allFinite())
+  if (!finite)
     throw std::runtime_error(std::string("gkl: the operator returned NaN or inf (") + (transpose ? "K^T q" : "K p") +
                              "): the matrix or its inputs are not finite");
+}
+
+// y = K x (transpose = false) or y = Kᵀ x for a host vector, counted.
+Vec apply_counted(const KrylovBasis& basis, bool transpose, const Vec& x, Budget& budget) {
+  Vec y = basis.apply(transpose, x);
+  count_product(y.allFinite(), transpose, budget);
+  return y;
 }
 
 // Rayleigh quotient and explicit augmented residual of a triplet (two products).
@@ -160,10 +144,9 @@ struct Explicit {
   double theta = 0, eta = 0, norm_kv = 0;
 };
 
-Explicit explicit_residual(const OperatorRef& A, const Vec& u, const Vec& v, Budget& budget) {
-  Vec Kv(A.rows), Ktu(A.cols);
-  apply_counted(A, false, v.data(), Kv, budget);
-  apply_counted(A, true, u.data(), Ktu, budget);
+Explicit explicit_residual(const KrylovBasis& basis, const Vec& u, const Vec& v, Budget& budget) {
+  const Vec Kv = apply_counted(basis, false, v, budget);
+  const Vec Ktu = apply_counted(basis, true, u, budget);
   const double nu = u.norm(), nv = v.norm();
   Explicit e;
   e.theta = u.dot(Kv) / (nu * nv);
@@ -267,7 +250,7 @@ struct Target {
 // thick restart when the run goes on. `scale_hint` is σ_max when known (smallest end), else 0.
 class GklRun {
  public:
-  GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
+  GklRun(const KrylovSpace& space, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
          const Vec& start, Budget& budget);
   SingularEnd run();
   // After run() for the largest end: the same run goes on for σ_min from the basis it ended with
@@ -279,6 +262,8 @@ class GklRun {
   bool conclude(const Sweep& sw, bool extend, SingularEnd& out);
   void left_step(Index j);
   double right_step(Index j);
+  void product(KrylovSide from, Index j);
+  void random_orthogonal(KrylovSide side, Index j);
   bool mid_basis_check_due(Index j) const;
   bool bidiagonal_estimate_due(Index j) const { return restarts_ == 0 && j >= bidiagonal_from_; }
   Estimate estimate(Index j, double beta_last, const Target& t) const;
@@ -288,7 +273,6 @@ class GklRun {
   bool finish(const Estimate& e, const Sweep& sw, const Target& t, SingularEnd& out);
   void thick_restart(const Estimate& e, Index kk);
 
-  const OperatorRef& A_;
   Target target_;           // the end this run iterates for (σ_max, then σ_min on continuation)
   Budget& budget_;
   Clock::time_point t0_;
@@ -296,7 +280,8 @@ class GklRun {
   const std::function<void(const GklProgress&)> progress_;
   const double sqrtN_;
   std::mt19937_64 rng_;
-  Mat P_, Q_, B_;           // K P_j = Q_j B_j on the first j columns; P_ has one column more
+  std::unique_ptr<KrylovBasis> basis_;  // P (cols × (k+1)) and Q (rows × k): K P_j = Q_j B_j
+  Mat B_;
   Index nkept_ = 0;         // columns kept by the last thick restart
   Index next_step_ = 0;     // the step the next sweep starts at (nkept_, or the continued basis)
   Index steps_ = 0;         // GKL steps taken
@@ -304,18 +289,18 @@ class GklRun {
   double scale_;            // running estimate of ‖K‖ for the breakdown tests
   double offband_sq_ = 0;   // before the first restart: Σ squares of B's entries above the superdiagonal
   Index products_at_start_;
-  Sweep last_;              // the sweep the run ended with (its basis is still in P_, Q_, B_)
+  Sweep last_;              // the sweep the run ended with (its basis is still in basis_, B_)
 };
 
-GklRun::GklRun(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
+GklRun::GklRun(const KrylovSpace& space, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
                const Vec& start, Budget& budget)
-    : A_(A), target_{which, rel_tol, scale_hint}, budget_(budget), t0_(Clock::now()),
-      m_(A.rows), n_(A.cols), k_(std::max<Index>(1, std::min(opt.max_basis, n_))),
+    : target_{which, rel_tol, scale_hint}, budget_(budget), t0_(Clock::now()),
+      m_(space.rows), n_(space.cols), k_(std::max<Index>(1, std::min(opt.max_basis, n_))),
       keep_(std::max<Index>(1, std::min(opt.keep, k_ - 1))), min_steps_(std::min(opt.min_steps, n_)),
       bidiagonal_from_(std::max<Index>(2, opt.bidiagonal_from)), progress_(opt.progress),
       sqrtN_(std::sqrt(static_cast<double>(std::max(m_, n_)))), rng_(opt.seed + (which == Which::kSmallest ? 1 : 0)),
-      P_(n_, k_ + 1), Q_(m_, k_), B_(Mat::Zero(k_, k_)), scale_(scale_hint), products_at_start_(budget.used) {
-  P_.col(0) = start_vector(start, n_, rng_);
+      basis_(space.make_basis(k_)), B_(Mat::Zero(k_, k_)), scale_(scale_hint), products_at_start_(budget.used) {
+  basis_->set_column(KrylovSide::kRight, 0, start_vector(start, n_, rng_));
 }
 
 SingularEnd GklRun::run() {
@@ -364,20 +349,35 @@ Sweep GklRun::sweep() {
   return sw;
 }
 
+// The work vector of the other side ← K p_j (from = kRight) or Kᵀ q_j, counted and checked.
+void GklRun::product(KrylovSide from, Index j) {
+  count_product(basis_->product(from, j), from == KrylovSide::kLeft, budget_);
+}
+
+// Column j of `side` ← a unit vector orthogonal to its first j columns (after a breakdown).
+void GklRun::random_orthogonal(KrylovSide side, Index j) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    basis_->set_work(side, gaussian_unit(side == KrylovSide::kRight ? n_ : m_, rng_));
+    basis_->orthogonalise(side, j);
+    const double nw = basis_->work_norm(side);
+    if (nw > 1e-3) return basis_->store(side, j, nw);
+  }
+  throw std::runtime_error("gkl: cannot extend an orthonormal basis (breakdown)");
+}
+
 // Left step: α_j q_j = K p_j − Σ_{i<j} B(i, j) q_i; sets column j of Q and of B.
 void GklRun::left_step(Index j) {
-  Vec w(m_);
-  apply_counted(A_, false, P_.col(j).data(), w, budget_);
-  const Vec c = orthogonalise(Q_, j, w);
+  product(KrylovSide::kRight, j);
+  const Vec c = basis_->orthogonalise(KrylovSide::kLeft, j);
   B_.col(j).head(j) = c;
   if (restarts_ == 0 && j >= 2) offband_sq_ += c.head(j - 1).squaredNorm();  // zero in exact arithmetic
-  const double alpha = w.norm();
+  const double alpha = basis_->work_norm(KrylovSide::kLeft);
   scale_ = std::max({scale_, alpha, j > 0 ? c.cwiseAbs().maxCoeff() : 0.0});
   if (alpha <= kEps * scale_ || alpha == 0.0) {
-    Q_.col(j) = random_orthogonal(Q_, j, rng_);  // K p_j ∈ span Q_{j−1}: B(j, j) = 0 (to rounding)
+    random_orthogonal(KrylovSide::kLeft, j);  // K p_j ∈ span Q_{j−1}: B(j, j) = 0 (to rounding)
     B_(j, j) = 0.0;
   } else {
-    Q_.col(j) = w / alpha;
+    basis_->store(KrylovSide::kLeft, j, alpha);
     B_(j, j) = alpha;
   }
   ++steps_;
@@ -386,17 +386,16 @@ void GklRun::left_step(Index j) {
 // Right step: β_j p_{j+1} = Kᵀ q_j − Σ_{i≤j} (…) p_i; sets column j + 1 of P (unless j + 1 = n,
 // where β_j is rounding only and returned as it is). Returns β_j, 0 after a breakdown.
 double GklRun::right_step(Index j) {
-  Vec z(n_);
-  apply_counted(A_, true, Q_.col(j).data(), z, budget_);
-  orthogonalise(P_, j + 1, z);
-  const double beta = z.norm();
+  product(KrylovSide::kLeft, j);
+  basis_->orthogonalise(KrylovSide::kRight, j + 1);
+  const double beta = basis_->work_norm(KrylovSide::kRight);
   scale_ = std::max(scale_, beta);
   if (j + 1 == n_) return beta;
   if (beta <= kEps * scale_ || beta == 0.0) {
-    P_.col(j + 1) = random_orthogonal(P_, j + 1, rng_);
+    random_orthogonal(KrylovSide::kRight, j + 1);
     return 0.0;
   }
-  P_.col(j + 1) = z / beta;
+  basis_->store(KrylovSide::kRight, j + 1, beta);
   return beta;
 }
 
@@ -465,9 +464,9 @@ bool GklRun::stop_on_estimate(const Estimate& e, const Sweep& sw) const {
 // `out` and returns true. False: the recurrence residual was optimistic (lost orthogonality).
 bool GklRun::finish(const Estimate& e, const Sweep& sw, const Target& t, SingularEnd& out) {
   const Index idx = e.ritz.index[0];
-  const Vec v = P_.leftCols(sw.kk) * e.svd.V.col(idx);
-  const Vec u = Q_.leftCols(sw.kk) * e.svd.U.col(idx);
-  const Explicit ex = explicit_residual(A_, u, v, budget_);
+  const Vec v = basis_->combination(KrylovSide::kRight, sw.kk, e.svd.V.col(idx));
+  const Vec u = basis_->combination(KrylovSide::kLeft, sw.kk, e.svd.U.col(idx));
+  const Explicit ex = explicit_residual(*basis_, u, v, budget_);
   Ritz checked = e.ritz;
   checked.theta[0] = ex.theta;
   checked.eta[0] = std::max(e.ritz.eta[0], ex.eta + e.delta);
@@ -510,26 +509,21 @@ void GklRun::thick_restart(const Estimate& e, Index kk) {
     Vsel.col(i) = e.svd.V.col(e.ritz.index[i]);
     Usel.col(i) = e.svd.U.col(e.ritz.index[i]);
   }
-  const Mat Pnew = P_.leftCols(kk) * Vsel;
-  const Mat Qnew = Q_.leftCols(kk) * Usel;
-  const Vec pnext = P_.col(kk);
-  P_.leftCols(l) = Pnew;
-  P_.col(l) = pnext;
-  Q_.leftCols(l) = Qnew;
+  basis_->restart(kk, Vsel, Usel);
   B_.setZero();
   for (Index i = 0; i < l; ++i) B_(i, i) = e.ritz.theta[i];
   nkept_ = next_step_ = l;
   ++restarts_;
 }
 
-SingularEnd run_gkl(const OperatorRef& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
+SingularEnd run_gkl(const KrylovSpace& A, Which which, const GklOptions& opt, double rel_tol, double scale_hint,
                     const Vec& start, Budget& budget) {
   return GklRun(A, which, opt, rel_tol, scale_hint, start, budget).run();
 }
 
 // The first start of σ_min: the warm start when there is one (a run of its own), else the σ_max
 // run continued ("Both ends from one run" in gkl.h). `continued` says which.
-SingularEnd smallest_first(const OperatorRef& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
+SingularEnd smallest_first(const KrylovSpace& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
                            const Vec& start, Budget& budget, GklRun& largest_run, bool& continued) {
   continued = start.size() == 0;
   return continued ? largest_run.continue_for_smallest(rel_tol, sigma_max_hi)
@@ -543,7 +537,7 @@ SingularEnd smallest_first(const OperatorRef& A, const GklOptions& opt, double r
 //   disjoint brackets: the run with the lower θ found a smaller singular value, so the other
 //                      missed it; its bracket is discarded;
 //   overlapping:       [min lo, min hi] (valid if either run is; the upper end is CF in both).
-SingularEnd smallest_confirmed(const OperatorRef& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
+SingularEnd smallest_confirmed(const KrylovSpace& A, const GklOptions& opt, double rel_tol, double sigma_max_hi,
                                const Vec& start, Budget& budget, GklRun& largest_run, std::string& verdict) {
   const double each_tol = std::sqrt(1.0 + rel_tol) - 1.0;
   bool continued = false;
@@ -581,14 +575,16 @@ std::string sci(double x) {
 SingularEnd gkl_largest(const OperatorRef& op, const GklOptions& opt, double rel_tol, const Vec& start) {
   check_operator(op);
   Budget budget{Clock::now(), opt.max_seconds, opt.max_products};
-  return run_gkl(tall_side(op), Which::kLargest, opt, rel_tol, 0.0, start, budget);
+  const OperatorRef A = tall_side(op);
+  return run_gkl(host_krylov_space(A), Which::kLargest, opt, rel_tol, 0.0, start, budget);
 }
 
 SingularEnd gkl_smallest(const OperatorRef& op, const GklOptions& opt, double rel_tol, double sigma_max_hi,
                          const Vec& start) {
   check_operator(op);
   Budget budget{Clock::now(), opt.max_seconds, opt.max_products};
-  return run_gkl(tall_side(op), Which::kSmallest, opt, rel_tol, sigma_max_hi, start, budget);
+  const OperatorRef A = tall_side(op);
+  return run_gkl(host_krylov_space(A), Which::kSmallest, opt, rel_tol, sigma_max_hi, start, budget);
 }
 
 LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& matrix, const GklOptions& opt,
@@ -597,7 +593,8 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
   if (!(opt.tolerance > 0) || opt.max_basis < 2 || opt.keep < 1 || opt.max_products < 8 || !(opt.max_seconds > 0))
     throw std::invalid_argument("condition_lanczos: need tolerance > 0, max_basis >= 2, keep >= 1, max_products >= 8, max_seconds > 0");
   const auto t0 = Clock::now();
-  const OperatorRef A = tall_side(op_in);
+  const OperatorRef tall = tall_side(op_in);
+  const KrylovSpace A = host_krylov_space(tall);
   Budget budget{t0, opt.max_seconds, opt.max_products};
 
   LanczosCondition out;

@@ -27,6 +27,9 @@
 //             max(η_recurrence, η_explicit + δ);
 //   restart   keep ℓ wanted Ritz triplets and p_{k+1}: B = diag(θ), and the next left step
 //             fills in the couplings of q_{ℓ+1} to the kept ones.
+// Where the long vectors live: the bases P, Q, the products on them and the Gram–Schmidt passes
+// are a KrylovBasis (analysis/spectral/krylov_basis.h; the host's today, in Eigen); everything
+// k × k above stays here.
 // Errors: std::invalid_argument for bad options or an empty operator; std::runtime_error when the
 // operator returns NaN or inf (checked after every product); LapackError (analysis/core/lapack.h)
 // if dgesdd fails on B_k.
