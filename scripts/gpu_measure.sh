@@ -14,10 +14,10 @@
 #      nd 151 296) by the mixed route: its fp32 LU (92 GB) on the device, GMRES-IR against the
 #      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/);
 #   6. matrix-free: `jacond bench lanczos --device cuda` at ViT-B (`timm` K_sab with its skip, to
-#      1 %) and ViT-S (`ours` K_sa, 30 s): the lanczos route with its products on the GPU
-#      (models/device/torch_operator_device.h) against the host's 16 threads in the same run, each
-#      route's seconds split into products and the rest (whether the GKL basis should move to the
-#      device, design §10); and `jacond block … --device cuda` at ViT-B timed end to end (lanczos-*/).
+#      1 %) and ViT-S (`ours` K_sa, 30 s): the lanczos route with its products and GKL basis on the
+#      GPU (models/device/torch_operator_device.h) against the host's 16 threads in the same run,
+#      each route's seconds split into products and the rest (design §10); and
+#      `jacond block … --device cuda` at ViT-B timed end to end (lanczos-*/).
 # At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,8 +56,8 @@ J=$build/experiments/jacond
   else
     echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
   fi
-  # The bench runs each route on the host's 16 threads and again with the products on the GPU, in
-  # the same process, and splits each route's seconds into products and the rest (design §10).
+  # The bench runs each route on the host's 16 threads and again on the GPU (products and basis),
+  # in the same process, and splits each route's seconds into products and the rest (design §10).
   echo "\$ jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda --threads 16"
   "$J" bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --seconds 60 --peers none --device cuda \
     --threads 16 --out "$out/lanczos-vit-b-timm"

@@ -8,10 +8,12 @@
 //   K_mlp              bare MLP at LN2(X1)
 //   K_ffn              X1 -> MLP(LN2 X1) (+ X1)
 // each an n × d -> n × d linear map on token matrices (vec column-major, analysis/core/types.h).
-// Everything else of the route stays where it is: the GKL recurrence, its basis and its brackets
-// on the host (so a device changes a report only by round-off in the products and by its `method`,
-// gkl-<device>), the LayerNorm-complement restriction (O(nd) per product, LnComplementOp), the
-// inertia certificates. Why the basis stays on the host, and what would move it: design §10.
+// A device may also keep GKL's basis beside its products (krylov_space: the long vectors of
+// analysis/operators/krylov_basis.h on the device; full-space brackets then move j coefficients
+// and a norm per step to the host, not vectors). Everything else of the route stays on the host:
+// the k × k recurrence, its bounds and statuses (so a device changes a report only by round-off
+// and by its `method`, gkl-<device>), the LayerNorm-complement restriction (LnComplementOp over
+// the device's host-vector products, its basis on the host), the inertia certificates. Design §10.
 //
 // The analysis core never names a device: the one implementation today is LibTorch's ATen
 // (models/device/torch_operator_device.h), which runs the same code on the CPU (tested there
@@ -23,6 +25,7 @@
 
 #include "analysis/core/types.h"
 #include "analysis/jacobians/block.h"
+#include "analysis/operators/krylov_basis.h"
 #include "analysis/operators/operators.h"
 
 namespace jacond {
@@ -68,6 +71,14 @@ class OperatorDevice {
   /// std::invalid_argument for another name.
   virtual std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,
                                                    const std::string& matrix) const = 0;
+  /// The Krylov space of `map` (one of this device's block operators) with GKL's basis on this
+  /// device, beside the products (analysis/operators/krylov_basis.h): condition_lanczos on it moves
+  /// no long vector to the host per step. Empty (no make_basis): this device keeps bases on the
+  /// host, and the solver takes TokenMapOp's host products instead.
+  virtual KrylovSpace krylov_space(const TokenMap& map) const {
+    (void)map;
+    return {};
+  }
 };
 
 }  // namespace jacond

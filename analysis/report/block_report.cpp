@@ -131,6 +131,29 @@ std::vector<Mat> restrict_blocks(const std::vector<Mat>& blocks, const std::vect
   return out;
 }
 
+// A device's twin of a block operator (on_operator): TokenMapOp's products on host vectors, for
+// LnComplementOp and the explicit checks, and the device's Krylov space, where it keeps GKL's
+// basis beside its products (empty: the host keeps the basis).
+class DeviceOperator : public TokenMapOp {
+ public:
+  DeviceOperator(const TokenMap& map, KrylovSpace space) : TokenMapOp(map), space_(std::move(space)) {}
+  const KrylovSpace& space() const { return space_; }
+
+ private:
+  KrylovSpace space_;
+};
+
+// condition_lanczos on an operator; a device operator on its device's Krylov space when it has one.
+template <typename Op>
+LanczosCondition bracket(const Op& op, const std::string& matrix, const GklOptions& gkl, const GklWarmStart& start) {
+  return condition_lanczos(op, matrix, gkl, start);
+}
+LanczosCondition bracket(const DeviceOperator& op, const std::string& matrix, const GklOptions& gkl,
+                         const GklWarmStart& start) {
+  if (op.space().make_basis) return condition_lanczos(op.space(), matrix, gkl, start);
+  return condition_lanczos(static_cast<const TokenMapOp&>(op), matrix, gkl, start);
+}
+
 // κ bracket of one operator, with the caller's warm starts (read, then overwritten); certified
 // by inertia counts on the assembled matrix (`dense`, called only then) when opt asks for it.
 template <typename Op, typename Dense>
@@ -142,7 +165,7 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
     auto it = opt.warm->find(key);
     if (it != opt.warm->end()) start = it->second;
   }
-  LanczosCondition r = condition_lanczos(op, matrix, opt.lanczos, start);
+  LanczosCondition r = bracket(op, matrix, opt.lanczos, start);
   if (opt.warm) (*opt.warm)[key] = r.warm;
   r.report.space = space;
   if (opt.operator_device) r.report.method += "-" + opt.operator_device->name();  // on_operator's device
@@ -172,13 +195,15 @@ void lanczos_subblock(const Op& op, const std::string& name, const LayerNormCach
 }
 
 // Runs `solve` on the operator of `matrix`: the host's (`host()`, analysis/operators/operators.h)
-// or, with opt.operator_device, the device's twin (lanczos_report then names the device).
+// or, with opt.operator_device, the device's twin with its Krylov space (lanczos_report then names
+// the device; the full-space brackets keep GKL's basis on the device, the ln-complement ones on
+// the host around the device's products).
 template <typename HostOp, typename Solve>
 void on_operator(const BlockReportOptions& opt, const BlockWeights& w, const BlockForward& f, const std::string& matrix,
                  const HostOp& host, const Solve& solve) {
   if (!opt.operator_device) return solve(host());
   const std::unique_ptr<TokenMap> map = opt.operator_device->block_operator(w, f, matrix);
-  solve(TokenMapOp(*map));
+  solve(DeviceOperator(*map, opt.operator_device->krylov_space(*map)));
 }
 
 // The matrix-free half of block_reports: every wanted nd × nd matrix through its operator.

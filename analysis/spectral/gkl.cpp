@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "analysis/core/lapack.h"
-#include "analysis/spectral/krylov_basis.h"
+#include "analysis/operators/krylov_basis.h"
 
 namespace jacond {
 
@@ -587,14 +587,14 @@ SingularEnd gkl_smallest(const OperatorRef& op, const GklOptions& opt, double re
   return run_gkl(host_krylov_space(A), Which::kSmallest, opt, rel_tol, sigma_max_hi, start, budget);
 }
 
-LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& matrix, const GklOptions& opt,
-                                   const GklWarmStart& warm) {
-  check_operator(op_in);
+namespace {
+
+// condition_lanczos on a tall space A (rows ≥ cols) of an operator of shape rows_in × cols_in.
+LanczosCondition lanczos_on(const KrylovSpace& A, Index rows_in, Index cols_in, const std::string& matrix,
+                            const GklOptions& opt, const GklWarmStart& warm) {
   if (!(opt.tolerance > 0) || opt.max_basis < 2 || opt.keep < 1 || opt.max_products < 8 || !(opt.max_seconds > 0))
     throw std::invalid_argument("condition_lanczos: need tolerance > 0, max_basis >= 2, keep >= 1, max_products >= 8, max_seconds > 0");
   const auto t0 = Clock::now();
-  const OperatorRef tall = tall_side(op_in);
-  const KrylovSpace A = host_krylov_space(tall);
   Budget budget{t0, opt.max_seconds, opt.max_products};
 
   LanczosCondition out;
@@ -613,8 +613,8 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
 
   ConditionReport& r = out.report;
   r.matrix = matrix;
-  r.rows = op_in.rows;
-  r.cols = op_in.cols;
+  r.rows = rows_in;
+  r.cols = cols_in;
   r.method = "gkl";
   r.sigma_max = out.largest.theta;
   r.sigma_min = out.smallest.theta;
@@ -649,6 +649,22 @@ LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& 
   r.note = note.str();
   r.seconds = seconds_since(t0);
   return out;
+}
+
+}  // namespace
+
+LanczosCondition condition_lanczos(const OperatorRef& op_in, const std::string& matrix, const GklOptions& opt,
+                                   const GklWarmStart& warm) {
+  check_operator(op_in);
+  const OperatorRef tall = tall_side(op_in);
+  return lanczos_on(host_krylov_space(tall), op_in.rows, op_in.cols, matrix, opt, warm);
+}
+
+LanczosCondition condition_lanczos(const KrylovSpace& space, const std::string& matrix, const GklOptions& opt,
+                                   const GklWarmStart& warm) {
+  if (space.cols <= 0 || space.rows < space.cols || !space.make_basis)
+    throw std::invalid_argument("condition_lanczos: a KrylovSpace needs rows >= cols > 0 and a basis maker");
+  return lanczos_on(space, space.rows, space.cols, matrix, opt, warm);
 }
 
 }  // namespace jacond

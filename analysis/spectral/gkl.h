@@ -28,8 +28,8 @@
 //   restart   keep ℓ wanted Ritz triplets and p_{k+1}: B = diag(θ), and the next left step
 //             fills in the couplings of q_{ℓ+1} to the kept ones.
 // Where the long vectors live: the bases P, Q, the products on them and the Gram–Schmidt passes
-// are a KrylovBasis (analysis/spectral/krylov_basis.h; the host's today, in Eigen); everything
-// k × k above stays here.
+// are a KrylovBasis (analysis/operators/krylov_basis.h: the host's in Eigen, or a device's beside
+// its products); everything k × k above stays here, on the host.
 // Errors: std::invalid_argument for bad options or an empty operator; std::runtime_error when the
 // operator returns NaN or inf (checked after every product); LapackError (analysis/core/lapack.h)
 // if dgesdd fails on B_k.
@@ -133,8 +133,9 @@
 #include <functional>
 #include <string>
 
-#include "analysis/spectral/condition.h"
 #include "analysis/core/types.h"
+#include "analysis/operators/krylov_basis.h"  // OperatorRef, KrylovSpace
+#include "analysis/spectral/condition.h"
 
 namespace jacond {
 
@@ -185,23 +186,6 @@ struct LanczosCondition {
   GklWarmStart warm;
 };
 
-/// Type-erased operator (the products are O(n²d + nd²), so one indirect call per product is free).
-struct OperatorRef {
-  Index rows = 0, cols = 0;
-  std::function<void(const double*, double*)> apply;            // y = K x
-  std::function<void(const double*, double*)> apply_transpose;  // y = Kᵀ x
-};
-
-template <typename Op>
-OperatorRef make_operator_ref(const Op& op) {
-  OperatorRef r;
-  r.rows = op.rows();
-  r.cols = op.cols();
-  r.apply = [&op](const double* x, double* y) { op.perform_op(x, y); };
-  r.apply_transpose = [&op](const double* x, double* y) { op.perform_op_transpose(x, y); };
-  return r;
-}
-
 /// σ_max alone (bracket to relative width `rel_tol`), for spectral norms.
 SingularEnd gkl_largest(const OperatorRef& op, const GklOptions& opt, double rel_tol, const Vec& start = Vec());
 
@@ -212,6 +196,11 @@ SingularEnd gkl_smallest(const OperatorRef& op, const GklOptions& opt, double re
 
 /// κ bracket of an operator: σ_max first, then σ_min to the remaining tolerance.
 LanczosCondition condition_lanczos(const OperatorRef& op, const std::string& matrix, const GklOptions& opt = {},
+                                   const GklWarmStart& warm = {});
+
+/// The same on a Krylov space whose basis lives elsewhere (a device; rows ≥ cols): the
+/// recurrence, bounds and statuses are this file's, the long vectors the space's KrylovBasis.
+LanczosCondition condition_lanczos(const KrylovSpace& space, const std::string& matrix, const GklOptions& opt = {},
                                    const GklWarmStart& warm = {});
 
 template <typename Op>

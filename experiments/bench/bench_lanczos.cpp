@@ -24,15 +24,15 @@
 // With --check-dense, a size where the dense route fits (nd ≤ 12 500) is also run through
 // condition_fast on the dense matrix: the dense κ must lie inside the bracket (exit 1 if not).
 //
-// --device cuda (issue 11, items 3 and 5) runs jacond's route a second time on each matrix with its
-// products on the GPU (models/device/torch_operator_device.h: ATen, the weights and caches copied
-// there once per matrix, each product's n × d vectors copied each way), the GKL recurrence and its
-// basis still on the host: route jacond-gkl-cuda, the same start vectors, repeats and target. Both
-// routes time the seconds spent inside their products (product_s), so the rest is the recurrence's:
-// where the device route's products are a small share of its time, the host basis is the bottleneck
-// and moving it to the device would pay (docs/design.md §10). The two brackets must intersect, and
-// with --check-dense both contain the dense κ (exit 1 otherwise). --device torch-cpu runs the same
-// ATen code on the CPU (what CI can run; also the cost of ATen's kernels against the host's).
+// --device cuda (issue 11, items 3 and 5) runs jacond's route a second time on each matrix on the
+// GPU (models/device/torch_operator_device.h: ATen, the weights and caches copied there once per
+// matrix), the products and GKL's basis there (TorchKrylovBasis; the k × k recurrence, bounds and
+// statuses on the host): route jacond-gkl-cuda, the same start vectors, repeats and target, as
+// `block --device cuda` runs it. Both routes time the seconds spent inside their products
+// (product_s), so the rest is the basis work and the recurrence (docs/design.md §10). The two
+// brackets must intersect, and with --check-dense both contain the dense κ (exit 1 otherwise).
+// --device torch-cpu runs the same ATen code on the CPU (what CI can run; also the cost of ATen's
+// kernels against the host's).
 //
 // --compare-methods (issue #10, item 1) runs each listed solver configuration on each matrix
 // instead of the default route alone, and writes bench_lanczos_methods.csv (one row per method:
@@ -242,17 +242,65 @@ OperatorRef timed(OperatorRef op, double* seconds) {
   return op;
 }
 
-// condition_lanczos after one untimed product each way: the first products of a process start
-// the BLAS threads and touch the operator's buffers (~0.08 s at nd 6400, more than a whole
-// well-conditioned bracket; on a GPU the first product also loads cuBLAS), and the peer's seconds
-// likewise exclude its setup (setup_s). A run that brackets in under 2 s is repeated up to
-// `repeats` times (without gkl.progress: the trace is the first run's) and its median reported.
-RouteRun run_route(const OperatorRef& op, const std::string& m, const GklOptions& gkl, int repeats) {
+// A device's KrylovBasis with its products timed into *seconds. product() ends with its
+// finiteness check, read on the host, so it waits for the device: the seconds are the products'.
+class TimedBasis final : public KrylovBasis {
+ public:
+  TimedBasis(std::unique_ptr<KrylovBasis> inner, double* seconds) : inner_(std::move(inner)), seconds_(seconds) {}
+  bool product(KrylovSide from, Index j) override { return time([&] { return inner_->product(from, j); }); }
+  Vec apply(bool transpose, const Vec& x) const override { return time([&] { return inner_->apply(transpose, x); }); }
+  Vec orthogonalise(KrylovSide side, Index j) override { return inner_->orthogonalise(side, j); }
+  double work_norm(KrylovSide side) const override { return inner_->work_norm(side); }
+  void store(KrylovSide side, Index j, double alpha) override { inner_->store(side, j, alpha); }
+  void set_column(KrylovSide side, Index j, const Vec& x) override { inner_->set_column(side, j, x); }
+  void set_work(KrylovSide side, const Vec& x) override { inner_->set_work(side, x); }
+  Vec combination(KrylovSide side, Index kk, const Vec& c) const override { return inner_->combination(side, kk, c); }
+  void restart(Index kk, const Mat& V_sel, const Mat& U_sel) override { inner_->restart(kk, V_sel, U_sel); }
+
+ private:
+  template <typename F>
+  auto time(const F& f) const -> decltype(f()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = f();
+    *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+  std::unique_ptr<KrylovBasis> inner_;
+  double* seconds_;
+};
+
+KrylovSpace timed(KrylovSpace space, double* seconds) {
+  space.make_basis = [make = std::move(space.make_basis), seconds](Index k) {
+    return std::make_unique<TimedBasis>(make(k), seconds);
+  };
+  return space;
+}
+
+// One untimed product each way: the first products of a process start the BLAS threads and
+// touch the operator's buffers (~0.08 s at nd 6400, more than a whole well-conditioned bracket;
+// on a GPU the first product also loads cuBLAS).
+void warm_up(const OperatorRef& op) {
+  Vec x = Vec::Ones(op.cols), y(op.rows);
+  op.apply(x.data(), y.data());
+  op.apply_transpose(y.data(), x.data());
+}
+void warm_up(const KrylovSpace& space) {
+  const std::unique_ptr<KrylovBasis> basis = space.make_basis(1);
+  basis->set_column(KrylovSide::kRight, 0, Vec::Ones(space.cols));
+  basis->set_column(KrylovSide::kLeft, 0, Vec::Ones(space.rows));
+  basis->product(KrylovSide::kRight, 0);
+  basis->product(KrylovSide::kLeft, 0);
+}
+
+// condition_lanczos on a route (an operator with the basis on the host, or a device's Krylov
+// space) after warm_up, as the peer's seconds exclude its setup (setup_s). A run that brackets in
+// under 2 s is repeated up to `repeats` times (without gkl.progress: the trace is the first
+// run's) and its median reported.
+template <typename Route>
+RouteRun run_route(const Route& route, const std::string& m, const GklOptions& gkl, int repeats) {
   const auto bracket = [&](const GklOptions& o, double* product_s) {
-    Vec x = Vec::Ones(op.cols), y(op.rows);
-    op.apply(x.data(), y.data());
-    op.apply_transpose(y.data(), x.data());
-    return condition_lanczos(timed(op, product_s), m, o);
+    warm_up(route);
+    return condition_lanczos(timed(route, product_s), m, o);
   };
   RouteRun out;
   out.lz = bracket(gkl, &out.product_s);
@@ -307,14 +355,19 @@ Row measure(const Size& sz, const std::string& init, const std::string& m, const
   return r;
 }
 
-// --device: the row's route again with the products on `device` (its weights and caches copied
-// there once per matrix, outside the timing), same options, start vectors and repeats.
+// --device: the row's route again on `device` (its weights and caches copied there once per
+// matrix, outside the timing): the products there, and GKL's basis too where the device keeps one
+// (its Krylov space), as `block --device` runs it; same options, start vectors and repeats.
 void measure_on_device(Row& r, const OperatorDevice& device, const BlockWeights& w, const BlockForward& f,
                        GklOptions gkl, int repeats) {
   gkl.progress = nullptr;
   const std::unique_ptr<TokenMap> map = device.block_operator(w, f, r.matrix);
+  const KrylovSpace space = device.krylov_space(*map);
   const TokenMapOp op(*map);
-  DeviceRun d{"jacond-gkl-" + device.name(), run_route(make_operator_ref(op), r.matrix, gkl, repeats), false};
+  DeviceRun d{"jacond-gkl-" + device.name(),
+              space.make_basis ? run_route(space, r.matrix, gkl, repeats)
+                               : run_route(make_operator_ref(op), r.matrix, gkl, repeats),
+              false};
   d.run.lz.report.method += "-" + device.name();
   if (r.dense_checked) d.dense_inside = inside(d.run.lz.report, r.dense_kappa);
   r.device = std::move(d);

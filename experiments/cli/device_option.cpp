@@ -20,8 +20,8 @@ namespace jacond::cli {
 void add_device_option(boost::program_options::options_description& desc, std::string* device) {
   desc.add_options()("device", boost::program_options::value(device)->default_value(*device),
                      "where the work runs: cpu | cuda (dense LU + Lanczos and the full spectrum on the GPU, and the "
-                     "matrix-free products of the lanczos route; assembly, the GKL recurrence and certificates stay "
-                     "on the host)");
+                     "lanczos route's matrix-free products and GKL basis; assembly, GKL's k x k recurrence and "
+                     "certificates stay on the host)");
 }
 
 void validate_device_name(const std::string& device) {

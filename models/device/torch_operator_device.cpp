@@ -106,30 +106,133 @@ class TorchBlockMap final : public TokenMap {
   Index n() const override { return n_; }
   Index d_in() const override { return d_; }
   Index d_out() const override { return d_; }
+  const torch::Device& device() const { return device_; }
+  // The products on device tensors [n, d] (no grad; the caller names errors).
+  at::Tensor jvp(const at::Tensor& x) const {
+    const at::Tensor y = ln ? ln->jvp(x) : x;
+    at::Tensor out = attention ? attention->jvp(y) : mlp->jvp(y);
+    if (residual) out += x;
+    return out;
+  }
+  at::Tensor vjp(const at::Tensor& g) const {
+    at::Tensor out = attention ? attention->vjp(g) : mlp->vjp(g);
+    if (ln) out = ln->vjp(out);
+    if (residual) out += g;
+    return out;
+  }
   Mat apply(const Mat& dX) const override {
     return on_device("matrix-free product (JVP)", device_, [&] {
       torch::NoGradGuard no_grad;
-      const at::Tensor x = to_device(dX, device_);
-      const at::Tensor y = ln ? ln->jvp(x) : x;
-      at::Tensor out = attention ? attention->jvp(y) : mlp->jvp(y);
-      if (residual) out += x;
-      return to_eigen(out);
+      return to_eigen(jvp(to_device(dX, device_)));
     });
   }
   Mat apply_transpose(const Mat& G) const override {
     return on_device("matrix-free product (VJP)", device_, [&] {
       torch::NoGradGuard no_grad;
-      const at::Tensor g = to_device(G, device_);
-      at::Tensor out = attention ? attention->vjp(g) : mlp->vjp(g);
-      if (ln) out = ln->vjp(out);
-      if (residual) out += g;
-      return to_eigen(out);
+      return to_eigen(vjp(to_device(G, device_)));
     });
   }
 
  private:
   torch::Device device_;
   Index n_, d_;
+};
+
+// GKL's long vectors on the map's device (analysis/operators/krylov_basis.h): P [k+1, n·d] and
+// Q [k, n·d], one basis vector per row, each the row-major flattening of an n × d token matrix
+// (the device's natural layout). The host's vectors are column-major vec(X): they are converted
+// only where vectors cross (set_column, set_work, combination, apply), so the host sees j
+// coefficients and a norm per step, and the Ritz vectors at the end.
+class TorchKrylovBasis final : public KrylovBasis {
+ public:
+  TorchKrylovBasis(const TorchBlockMap& map, Index k)
+      : map_(map), dev_(map.device()), n_(map.n()), d_(map.d_in()) {
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(dev_);
+    on_device("allocating the GKL basis", dev_, [&] {
+      P_ = torch::zeros({k + 1, n_ * d_}, opts);
+      Q_ = torch::zeros({k, n_ * d_}, opts);
+      work_P_ = torch::zeros({n_ * d_}, opts);
+      work_Q_ = torch::zeros({n_ * d_}, opts);
+    });
+  }
+
+  bool product(KrylovSide from, Index j) override {
+    return on_device(from == KrylovSide::kRight ? "GKL product (JVP)" : "GKL product (VJP)", dev_, [&] {
+      torch::NoGradGuard no_grad;
+      at::Tensor& out = from == KrylovSide::kRight ? work_Q_ : work_P_;
+      const at::Tensor in = basis(from)[j].view({n_, d_});
+      out = (from == KrylovSide::kRight ? map_.jvp(in) : map_.vjp(in)).reshape({-1}).contiguous();
+      return torch::isfinite(out).all().item<bool>();
+    });
+  }
+  // CGS2: h = V_j w, w ← w − V_jᵀ h, twice (V_j: the first j rows).
+  Vec orthogonalise(KrylovSide side, Index j) override {
+    if (j == 0) return Vec::Zero(0);
+    return on_device("GKL Gram-Schmidt", dev_, [&] {
+      torch::NoGradGuard no_grad;
+      const at::Tensor V = basis(side).narrow(0, 0, j);
+      at::Tensor& w = work(side);
+      at::Tensor c = torch::zeros({j}, w.options());
+      for (int pass = 0; pass < 2; ++pass) {
+        const at::Tensor h = torch::mv(V, w);
+        w.sub_(torch::mv(V.t(), h));
+        c += h;
+      }
+      return to_eigen_vec(c);
+    });
+  }
+  double work_norm(KrylovSide side) const override {
+    return on_device("GKL norm", dev_, [&] { return work(side).norm().item<double>(); });
+  }
+  void store(KrylovSide side, Index j, double alpha) override {
+    on_device("GKL store", dev_, [&] { basis(side)[j].copy_(work(side) / alpha); });
+  }
+  void set_column(KrylovSide side, Index j, const Vec& x) override {
+    on_device("GKL set", dev_, [&] { basis(side)[j].copy_(from_host(x)); });
+  }
+  void set_work(KrylovSide side, const Vec& x) override {
+    on_device("GKL set", dev_, [&] { work(side) = from_host(x); });
+  }
+  Vec combination(KrylovSide side, Index kk, const Vec& c) const override {
+    return on_device("GKL Ritz vector", dev_, [&] {
+      return to_host(torch::mv(basis(side).narrow(0, 0, kk).t(), to_device(c, dev_)));
+    });
+  }
+  void restart(Index kk, const Mat& V_sel, const Mat& U_sel) override {
+    on_device("GKL restart", dev_, [&] {
+      const int64_t l = V_sel.cols();
+      const at::Tensor P_new = torch::mm(to_device(V_sel, dev_).t(), P_.narrow(0, 0, kk));
+      const at::Tensor Q_new = torch::mm(to_device(U_sel, dev_).t(), Q_.narrow(0, 0, kk));
+      const at::Tensor p_next = P_[kk].clone();
+      P_.narrow(0, 0, l).copy_(P_new);
+      P_[l].copy_(p_next);
+      Q_.narrow(0, 0, l).copy_(Q_new);
+    });
+  }
+  Vec apply(bool transpose, const Vec& x) const override {
+    const Mat X = Eigen::Map<const Mat>(x.data(), n_, d_);
+    const Mat Y = transpose ? map_.apply_transpose(X) : map_.apply(X);
+    return Eigen::Map<const Vec>(Y.data(), Y.size());
+  }
+
+ private:
+  at::Tensor& basis(KrylovSide side) { return side == KrylovSide::kRight ? P_ : Q_; }
+  const at::Tensor& basis(KrylovSide side) const { return side == KrylovSide::kRight ? P_ : Q_; }
+  at::Tensor& work(KrylovSide side) { return side == KrylovSide::kRight ? work_P_ : work_Q_; }
+  const at::Tensor& work(KrylovSide side) const { return side == KrylovSide::kRight ? work_P_ : work_Q_; }
+  // Column-major vec(X) of an n × d host matrix <-> the row-major flattening on the device.
+  at::Tensor from_host(const Vec& x) const {
+    return to_device(Mat(Eigen::Map<const Mat>(x.data(), n_, d_)), dev_).reshape({-1});
+  }
+  Vec to_host(const at::Tensor& t) const {
+    const Mat X = to_eigen(t.view({n_, d_}));
+    return Eigen::Map<const Vec>(X.data(), X.size());
+  }
+
+  const TorchBlockMap& map_;
+  const torch::Device dev_;
+  const int64_t n_, d_;
+  at::Tensor P_, Q_, work_P_, work_Q_;
 };
 
 }  // namespace
@@ -148,6 +251,16 @@ std::string TorchOperatorDevice::description() const {
 std::unique_ptr<TokenMap> TorchOperatorDevice::block_operator(const BlockWeights& w, const BlockForward& f,
                                                               const std::string& matrix) const {
   return on_device("copying " + matrix + "'s weights and caches", device_, [&] { return make_map(w, f, matrix); });
+}
+
+KrylovSpace TorchOperatorDevice::krylov_space(const TokenMap& map) const {
+  const auto* torch_map = dynamic_cast<const TorchBlockMap*>(&map);
+  if (!torch_map || torch_map->device() != device_)
+    throw std::invalid_argument("TorchOperatorDevice::krylov_space: the map was not made by this device (" + device_.str() + ")");
+  KrylovSpace space;
+  space.rows = space.cols = map.n() * map.d_in();  // the block operators are square (d_in = d_out)
+  space.make_basis = [torch_map](Index k) { return std::make_unique<TorchKrylovBasis>(*torch_map, k); };
+  return space;
 }
 
 std::unique_ptr<TokenMap> TorchOperatorDevice::make_map(const BlockWeights& w, const BlockForward& f,

@@ -22,8 +22,9 @@
 //   K_sab      K_sa J_LN1 (+ I),  K_ffn = K_mlp J_LN2 (+ I)  (per the block's skip mode)
 // gelu'(pre) is computed once on the host (analysis mlp_gelu_prime) and copied.
 //
-// Each product copies its n × d input to the device and the result back (2nd doubles; the GKL
-// basis stays on the host, design §10). The tensors are fp64 throughout.
+// A product through the TokenMap interface copies its n × d input to the device and the result
+// back; through krylov_space, GKL's basis lives on the device with the products (TorchKrylovBasis,
+// design §10) and nothing of length nd crosses per step. The tensors are fp64 throughout.
 #pragma once
 
 #include <memory>
@@ -45,6 +46,10 @@ class TorchOperatorDevice final : public OperatorDevice {
   std::string description() const override;
   std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,
                                            const std::string& matrix) const override;
+  /// GKL's basis on this device beside the map's products (a map this device made; throws
+  /// std::invalid_argument for another): P and Q as [k, n·d] fp64 tensors, CGS2 as two GEMVs per
+  /// pass, the restart as one GEMM per side; the host receives j coefficients and a norm per step.
+  KrylovSpace krylov_space(const TokenMap& map) const override;
   const torch::Device& device() const { return device_; }
 
  private:

@@ -1,7 +1,8 @@
 // The block's matrix-free operators in ATen (models/device/torch_operator_device.h) against the
 // host kernels (analysis/operators/block_kernels.h): on the CPU device in every build, on CUDA
-// where there is a GPU (OperatorDeviceCuda.*, skipped otherwise); and the lanczos route of
-// block_reports through either device against the dense exact κ.
+// where there is a GPU (OperatorDeviceCuda.*, skipped otherwise); GKL's basis on the device
+// (TorchKrylovBasis) against the contract of every KrylovBasis; and the lanczos route of
+// block_reports through either device (products and basis there) against the dense exact κ.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -11,6 +12,7 @@
 #include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
 #include "models/device/torch_operator_device.h"
+#include "support/krylov_basis_contract.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
 
@@ -94,9 +96,10 @@ TEST(TorchOperatorDevice, AFailingProductIsOneLineNamingItAndTheDevice) {
   }
 }
 
-// The lanczos route of block_reports with the device's products: the same rows and statuses as
-// with the host's, method gkl-<device>, and every bracket contains the dense exact κ. Skipless, so
-// the ln-complement rows (LnComplementOp over the device's operator) are in it too.
+// The lanczos route of block_reports with the device's products, and on the full space its GKL
+// basis there too (TorchKrylovBasis): the same rows and statuses as with the host's, method
+// gkl-<device>, and every bracket contains the dense exact κ. Skipless, so the ln-complement rows
+// (LnComplementOp over the device's operator, the basis on the host) are in it too.
 void expect_lanczos_reports_bracket_the_exact_kappa(const std::shared_ptr<const OperatorDevice>& device) {
   const BlockWeights w = test::random_block(16, 2, 64, 23);
   const Mat X = test::random_tokens(8, 16, 29);
@@ -134,7 +137,45 @@ TEST(TorchOperatorDevice, CpuLanczosReportsBracketTheExactKappa_n8_d16_h2) {
   expect_lanczos_reports_bracket_the_exact_kappa(std::make_shared<TorchOperatorDevice>(torch::kCPU));
 }
 
+// GKL's basis on the device: every operation against its dense meaning
+// (tests/support/krylov_basis_contract.h), the device's K_sab (LayerNorm, attention, residual) as
+// the operator and its closed form as the dense matrix.
+void expect_device_basis_meets_the_contract(const TorchOperatorDevice& device) {
+  const BlockWeights w = test::random_block(8, 2, 32, 31);
+  const BlockForward f = block_forward(w, test::random_tokens(6, 8, 37), SkipMode::kFull);
+  const auto map = device.block_operator(w, f, "K_sab");
+  const KrylovSpace space = device.krylov_space(*map);
+  ASSERT_TRUE(space.make_basis);
+  test::check_krylov_basis_contract(space, sab_jacobian(w, f), 1e-12);
+}
+
+TEST(TorchOperatorDevice, CpuKrylovBasisMeetsTheContract_n6_d8_h2) {
+  expect_device_basis_meets_the_contract(TorchOperatorDevice(torch::kCPU));
+}
+
+// A map the device did not make has no Krylov space there: refused by name, not misread.
+TEST(TorchOperatorDevice, KrylovSpaceRefusesAMapItDidNotMake) {
+  struct HostMap final : TokenMap {
+    Index n() const override { return 2; }
+    Index d_in() const override { return 3; }
+    Index d_out() const override { return 3; }
+    Mat apply(const Mat& dX) const override { return dX; }
+    Mat apply_transpose(const Mat& G) const override { return G; }
+  };
+  try {
+    TorchOperatorDevice(torch::kCPU).krylov_space(HostMap());
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not made by this device"), std::string::npos) << e.what();
+  }
+}
+
 bool have_cuda() { return torch::cuda::is_available(); }
+
+TEST(OperatorDeviceCuda, KrylovBasisMeetsTheContract_n6_d8_h2) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  expect_device_basis_meets_the_contract(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
+}
 
 TEST(OperatorDeviceCuda, ProductsEqualTheHostKernels_n9_d12_h3) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";

@@ -1,4 +1,4 @@
-// The contract of a KrylovBasis (analysis/spectral/krylov_basis.h), checked against plain dense
+// The contract of a KrylovBasis (analysis/operators/krylov_basis.h), checked against plain dense
 // algebra on a random operator: every implementation (the host's; a device's twin) runs it.
 #pragma once
 
@@ -13,13 +13,10 @@
 #include <random>
 
 #include "analysis/spectral/gkl.h"
-#include "analysis/spectral/krylov_basis.h"
+#include "analysis/operators/krylov_basis.h"
 #include "support/random_block.h"
 
 namespace jacond::test {
-
-/// Makes the basis under test for `op` with k columns.
-using KrylovBasisMaker = std::function<std::unique_ptr<KrylovBasis>(const OperatorRef& op, Index k)>;
 
 // A standard Gaussian matrix of its own seed (support/random_block.h's gaussian).
 inline Mat random_matrix(Index rows, Index cols, uint64_t seed) {
@@ -27,25 +24,36 @@ inline Mat random_matrix(Index rows, Index cols, uint64_t seed) {
   return gaussian(rows, cols, 1.0, rng);
 }
 
-/// Runs every operation of the interface once against its dense meaning, to `tol` (relative to
-/// the scale of the numbers involved: ~1e-14 for fp64 anywhere, the same math rounded differently).
-inline void check_krylov_basis_contract(const KrylovBasisMaker& make, double tol) {
-  const Index m = 30, n = 20, k = 8;
-  const Mat A = random_matrix(m, n, 1);
+/// The host operator of a dense matrix (kept by reference).
+inline OperatorRef dense_operator(const Mat& A) {
   OperatorRef op;
-  op.rows = m;
-  op.cols = n;
+  op.rows = A.rows();
+  op.cols = A.cols();
   op.apply = [&A](const double* x, double* y) { Eigen::Map<Vec>(y, A.rows()) = A * Eigen::Map<const Vec>(x, A.cols()); };
   op.apply_transpose = [&A](const double* x, double* y) {
     Eigen::Map<Vec>(y, A.cols()) = A.transpose() * Eigen::Map<const Vec>(x, A.rows());
   };
-  std::unique_ptr<KrylovBasis> basis = make(op, k);
+  return op;
+}
+
+/// Runs every operation of a basis of `space` once against its dense meaning, A being the
+/// space's operator assembled (rows × cols, cols ≥ 9), to `tol` relative to the numbers involved
+/// (~1e-13 for fp64 anywhere: the same math, rounded in another order).
+inline void check_krylov_basis_contract(const KrylovSpace& space, const Mat& A, double tol) {
+  ASSERT_EQ(space.rows, A.rows());
+  ASSERT_EQ(space.cols, A.cols());
+  const Index m = A.rows(), n = A.cols(), k = 8;
+  ASSERT_GE(n, k + 1);
+  std::unique_ptr<KrylovBasis> basis = space.make_basis(k);
   // Orthonormal columns to start from: P (n × (k+1)), Q (m × k).
   const Mat P = Eigen::HouseholderQR<Mat>(random_matrix(n, k + 1, 2)).householderQ() * Mat::Identity(n, k + 1);
   const Mat Q = Eigen::HouseholderQR<Mat>(random_matrix(m, k, 3)).householderQ() * Mat::Identity(m, k);
   for (Index j = 0; j <= k; ++j) basis->set_column(KrylovSide::kRight, j, P.col(j));
   for (Index j = 0; j < k; ++j) basis->set_column(KrylovSide::kLeft, j, Q.col(j));
-  const auto near = [tol](const Vec& got, const Vec& want) { return (got - want).norm() <= tol * std::max(1.0, want.norm()); };
+  const double scale = std::max(1.0, A.norm());  // products carry ‖A‖'s rounding
+  const auto near = [tol, scale](const Vec& got, const Vec& want) {
+    return (got - want).norm() <= tol * scale * std::max(1.0, want.norm());
+  };
   const auto unit = [](Index len, Index i) { return Vec(Vec::Unit(len, i)); };
 
   // combination: V_kk c.
@@ -66,11 +74,11 @@ inline void check_krylov_basis_contract(const KrylovBasisMaker& make, double tol
   EXPECT_TRUE(near(coeffs, Q.leftCols(3).transpose() * w));
   const Vec w_perp = w - Q.leftCols(3) * (Q.leftCols(3).transpose() * w);
   const double alpha = basis->work_norm(KrylovSide::kLeft);
-  EXPECT_NEAR(alpha, w_perp.norm(), tol * w.norm());
+  EXPECT_NEAR(alpha, w_perp.norm(), tol * scale * w.norm());
   basis->store(KrylovSide::kLeft, 3, alpha);
   const Vec q3 = basis->combination(KrylovSide::kLeft, 4, unit(4, 3));
   EXPECT_TRUE(near(q3, w_perp / w_perp.norm()));
-  EXPECT_LE((Q.leftCols(3).transpose() * q3).norm(), tol);
+  EXPECT_LE((Q.leftCols(3).transpose() * q3).norm(), tol * scale);
   // The right step's product: Kᵀ q_3, against P_4.
   ASSERT_TRUE(basis->product(KrylovSide::kLeft, 3));
   const Vec z = A.transpose() * q3;

@@ -1,5 +1,6 @@
-// The long vectors of one GKL run (analysis/spectral/gkl.h), behind one interface, so that they
-// can live where the operator's products run (docs/design.md §10).
+// What an iterative solver (analysis/spectral/gkl.h) sees of an operator: OperatorRef, its
+// products on host vectors, type-erased; and KrylovBasis, the long vectors of one GKL run behind
+// one interface, so that they can live where the operator's products run (docs/design.md §10).
 //
 // A run keeps two orthonormal bases, P (cols × (k+1), the right vectors p_j) and Q (rows × k, the
 // left vectors q_j), and one work vector per side. Everything else of the run, B_k, its SVDs,
@@ -13,10 +14,11 @@
 //   combination    V_kk c on the host (the Ritz vectors ũ = Q U_B e_i, ṽ = P V_B e_i)
 //   restart        P_ℓ ← P_kk V_sel, p_{ℓ+1} ← p_{kk+1}, Q_ℓ ← Q_kk U_sel (thick restart)
 //   apply          K x or Kᵀ x for a host vector x (the explicit residual of a Ritz triplet)
-// HostKrylovBasis is the one implementation today: Eigen matrices and an OperatorRef, the code
-// gkl.cpp had inline (its reports are bit-identical to before the interface). A device's twin
-// (the GPU, next to its products) implements the same operations on device memory; its only
-// host traffic is then j coefficients and a norm per step.
+// HostKrylovBasis: Eigen matrices and an OperatorRef, the code gkl.cpp had inline (its reports
+// are bit-identical to before the interface). A device's twin (models/device TorchKrylovBasis,
+// made by OperatorDevice::krylov_space) does the same on device memory next to its products; its
+// host traffic is j coefficients and a norm per step. Both pass the same contract test
+// (tests/support/krylov_basis_contract.h).
 #pragma once
 
 #include <functional>
@@ -26,7 +28,22 @@
 
 namespace jacond {
 
-struct OperatorRef;  // analysis/spectral/gkl.h
+/// Type-erased operator (the products are O(n²d + nd²), so one indirect call per product is free).
+struct OperatorRef {
+  Index rows = 0, cols = 0;
+  std::function<void(const double*, double*)> apply;            // y = K x
+  std::function<void(const double*, double*)> apply_transpose;  // y = Kᵀ x
+};
+
+template <typename Op>
+OperatorRef make_operator_ref(const Op& op) {
+  OperatorRef r;
+  r.rows = op.rows();
+  r.cols = op.cols();
+  r.apply = [&op](const double* x, double* y) { op.perform_op(x, y); };
+  r.apply_transpose = [&op](const double* x, double* y) { op.perform_op_transpose(x, y); };
+  return r;
+}
 
 /// P (right vectors, length cols) or Q (left vectors, length rows).
 enum class KrylovSide { kRight, kLeft };

@@ -1,7 +1,5 @@
-// The host's KrylovBasis (analysis/spectral/krylov_basis.h): the long-vector work of gkl.cpp in Eigen.
-#include "analysis/spectral/krylov_basis.h"
-
-#include "analysis/spectral/gkl.h"
+// The host's KrylovBasis (analysis/operators/krylov_basis.h): the long-vector work of gkl.cpp in Eigen.
+#include "analysis/operators/krylov_basis.h"
 
 namespace jacond {
 
