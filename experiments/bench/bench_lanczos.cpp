@@ -150,9 +150,7 @@ struct Row {
   Approach approach;
   std::vector<GklProgress> trace;
   Index n, d, heads;
-  LanczosCondition lz;       // the first run (lz.report.seconds: the median of seconds_runs)
-  std::vector<double> seconds_runs;
-  double product_s = 0;      // the first run's seconds inside the products
+  RouteRun host;             // jacond's route with the host's kernels
   double rss_mb = 0;
   bool dense_checked = false;
   double dense_kappa = 0, dense_seconds = 0;
@@ -332,20 +330,17 @@ bool inside(const ConditionReport& c, double kappa) {
 // truth (when given) whether κ lies inside and when σ_min's upper end came within 1 % / 10 %.
 Row measure(const Size& sz, const std::string& init, const std::string& m, const BlockWeights& w, const BlockForward& f,
             GklOptions gkl, const Method& method, Index basis, const DenseTruth& truth, int repeats) {
-  Row r{sz.name, init, m, method.name, basis, truth.sigma_min, {}, {}, sz.n, sz.d, sz.heads, {}, {}, 0, 0, false, 0, 0, false, {}, {}};
+  Row r{sz.name, init, m, method.name, basis, truth.sigma_min, {}, {}, sz.n, sz.d, sz.heads, {}, 0, false, 0, 0, false, {}, {}};
   gkl.max_basis = basis;
   gkl.keep = std::min(method.keep, basis - 1);
   gkl.progress = [&r](const GklProgress& p) { r.trace.push_back(p); };
-  RouteRun host = run_host_route(w, f, m, gkl, repeats);
-  r.lz = std::move(host.lz);
-  r.seconds_runs = std::move(host.seconds_runs);
-  r.product_s = host.product_s;
+  r.host = run_host_route(w, f, m, gkl, repeats);
   r.rss_mb = peak_rss_mb();
   if (truth.checked) {
     r.dense_checked = true;
     r.dense_kappa = truth.kappa;
     r.dense_seconds = truth.seconds;
-    r.dense_inside = inside(r.lz.report, truth.kappa);
+    r.dense_inside = inside(r.host.lz.report, truth.kappa);
     for (const GklProgress& p : r.trace) {
       if (!p.smallest) continue;
       if (r.approach.products_10pct < 0 && p.hi <= 1.10 * truth.sigma_min) r.approach.products_10pct = p.products;
@@ -376,7 +371,7 @@ void measure_on_device(Row& r, const OperatorDevice& device, const BlockWeights&
 // Host and device brackets of one κ must intersect: each contains it (under the solver's one
 // assumption, gkl.h), and the products differ by round-off only.
 bool brackets_intersect(const Row& r) {
-  const ConditionReport &a = r.lz.report, &b = r.device->run.lz.report;
+  const ConditionReport &a = r.host.lz.report, &b = r.device->run.lz.report;
   if (a.status != Status::kBracket || b.status != Status::kBracket) return true;
   return a.kappa_lo <= b.kappa_hi * (1 + 1e-9) && b.kappa_lo <= a.kappa_hi * (1 + 1e-9);
 }
@@ -431,16 +426,16 @@ PeerResult run_peer(const PeerSetup& peer, const std::string& solver, const std:
   return p;
 }
 
-bool jacond_reached(const Row& r) { return r.lz.report.status == Status::kBracket; }
+bool jacond_reached(const Row& r) { return r.host.lz.report.status == Status::kBracket; }
 bool peer_reached(const PeerResult& p) { return p.status == "bracket"; }
 
 // "12.3x" when both reached the target width; otherwise who did not, in how many seconds.
 std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
   char buf[160];
   if (jacond_reached(r) && peer_reached(p))
-    std::snprintf(buf, sizeof buf, "jacond %.1fx faster", p.seconds / r.lz.report.seconds);
+    std::snprintf(buf, sizeof buf, "jacond %.1fx faster", p.seconds / r.host.lz.report.seconds);
   else if (jacond_reached(r))
-    std::snprintf(buf, sizeof buf, "svds: %s; jacond converged in %.1f s", p.note.c_str(), r.lz.report.seconds);
+    std::snprintf(buf, sizeof buf, "svds: %s; jacond converged in %.1f s", p.note.c_str(), r.host.lz.report.seconds);
   else if (peer_reached(p))
     std::snprintf(buf, sizeof buf, "jacond did not converge in %g s; svds did in %.1f s", budget, p.seconds);
   else
@@ -449,30 +444,30 @@ std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
 }
 
 // The share of a route's first run spent inside its products.
-double product_share(double product_s, const std::vector<double>& seconds_runs) {
-  return seconds_runs.empty() || seconds_runs[0] <= 0 ? 0 : product_s / seconds_runs[0];
+double product_share(const RouteRun& run) {
+  return run.seconds_runs.empty() || run.seconds_runs[0] <= 0 ? 0 : run.product_s / run.seconds_runs[0];
 }
 
 // "8.1x the host route; products 31% of its time (host 96%)", or, where one route did not
 // converge, both product counts and times.
 std::string device_verdict(const Row& r) {
   const RouteRun& g = r.device->run;
-  const double share = product_share(g.product_s, g.seconds_runs), host_share = product_share(r.product_s, r.seconds_runs);
+  const double share = product_share(g), host_share = product_share(r.host);
   char buf[200];
   if (jacond_reached(r) && g.lz.report.status == Status::kBracket)
     std::snprintf(buf, sizeof buf, "%.2fx the host route; products %.0f%% of its time (host %.0f%%)",
-                  r.lz.report.seconds / g.lz.report.seconds, 100 * share, 100 * host_share);
+                  r.host.lz.report.seconds / g.lz.report.seconds, 100 * share, 100 * host_share);
   else
     std::snprintf(buf, sizeof buf, "%lld products in %.1f s (host: %lld in %.1f s); products %.0f%% of its time (host %.0f%%)",
                   static_cast<long long>(g.lz.report.products), g.lz.report.seconds,
-                  static_cast<long long>(r.lz.report.products), r.lz.report.seconds, 100 * share, 100 * host_share);
+                  static_cast<long long>(r.host.lz.report.products), r.host.lz.report.seconds, 100 * share, 100 * host_share);
   return buf;
 }
 
 void print_row(const Row& r, double budget) {
-  const ConditionReport& c = r.lz.report;
+  const ConditionReport& c = r.host.lz.report;
   std::printf("%-10s %-7s %-6s %-20s %-13s %9.2f %9.2f %13.6e %13.6e %9lld %8.0f %8s", r.size.c_str(),
-              r.init.c_str(), r.matrix.c_str(), r.method.c_str(), to_string(c.status).c_str(), r.lz.largest.seconds,
+              r.init.c_str(), r.matrix.c_str(), r.method.c_str(), to_string(c.status).c_str(), r.host.lz.largest.seconds,
               c.seconds, c.kappa_lo, c.kappa_hi, static_cast<long long>(c.products), r.rss_mb,
               r.dense_checked ? (r.dense_inside ? "inside" : "OUTSIDE") : "-");
   if (r.method != "jacond-gkl")  // --compare-methods: bracket width, and when σ_min's upper end reached 1 %
@@ -504,7 +499,7 @@ std::string device_columns(const Row& r) {
   out << r.device->route << ',' << to_string(g.status) << ',' << fmt(g.kappa_lo) << ',' << fmt(g.kappa_hi) << ','
       << fmt(g.seconds) << ',' << g.products << ',' << fmt(r.device->run.product_s) << ','
       << (r.dense_checked ? (r.device->dense_inside ? "yes" : "no") : "") << ','
-      << (both ? fmt(r.lz.report.seconds / g.seconds) : "") << ',' << joined(r.device->run.seconds_runs);
+      << (both ? fmt(r.host.lz.report.seconds / g.seconds) : "") << ',' << joined(r.device->run.seconds_runs);
   return out.str();
 }
 
@@ -515,16 +510,16 @@ std::string rows_csv(const std::vector<Row>& rows, int threads, const GklOptions
          "t_total_runs,product_s,device,device_status,device_kappa_lo,device_kappa_hi,device_t_total_s,device_products,"
          "device_product_s,device_dense_inside,device_speedup,device_t_total_runs,note\n";
   for (const Row& r : rows) {
-    const ConditionReport& c = r.lz.report;
+    const ConditionReport& c = r.host.lz.report;
     const bool cert60 = c.status == Status::kBracket && c.seconds <= 60.0;
     csv << r.size << ',' << r.init << ',' << r.matrix << ',' << r.n << ',' << r.d << ',' << r.heads << ',' << threads << ','
         << fmt(gkl.tolerance) << ',' << fmt(gkl.max_seconds) << ',' << to_string(c.status) << ',' << fmt(c.sigma_max) << ','
-        << fmt(c.sigma_min) << ',' << fmt(c.kappa_lo) << ',' << fmt(c.kappa_hi) << ',' << fmt(r.lz.largest.seconds) << ','
+        << fmt(c.sigma_min) << ',' << fmt(c.kappa_lo) << ',' << fmt(c.kappa_hi) << ',' << fmt(r.host.lz.largest.seconds) << ','
         << fmt(c.seconds) << ',' << (cert60 ? "yes" : "no") << ',' << c.products << ',' << fmt(r.rss_mb) << ','
         << (r.dense_checked ? fmt(r.dense_kappa) : "") << ',' << (r.dense_checked ? fmt(r.dense_seconds) : "") << ','
         << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ','
-        << (r.dense_checked ? fmt(r.dense_seconds / c.seconds) : "") << ',' << joined(r.seconds_runs) << ','
-        << fmt(r.product_s) << ',' << device_columns(r) << ",\"" << c.note << "\"\n";
+        << (r.dense_checked ? fmt(r.dense_seconds / c.seconds) : "") << ',' << joined(r.host.seconds_runs) << ','
+        << fmt(r.host.product_s) << ',' << device_columns(r) << ",\"" << c.note << "\"\n";
   }
   return csv.str();
 }
@@ -535,14 +530,14 @@ std::string peers_csv(const std::vector<Row>& rows, int threads, const GklOption
   csv << "size,init,matrix,n,d,heads,threads,tolerance,budget_s,route,status,seconds,setup_s,products,kappa_lo,"
          "kappa_hi,peak_rss_mb,dense_kappa,dense_inside,jacond_seconds,speedup,seconds_runs,verdict,note\n";
   for (const Row& r : rows) {
-    const ConditionReport& c = r.lz.report;
+    const ConditionReport& c = r.host.lz.report;
     const std::string head = r.size + ',' + r.init + ',' + r.matrix + ',' + std::to_string(r.n) + ',' +
                              std::to_string(r.d) + ',' + std::to_string(r.heads) + ',' + std::to_string(threads) + ',' +
                              fmt(gkl.tolerance) + ',' + fmt(gkl.max_seconds) + ',';
     const std::string dense = r.dense_checked ? fmt(r.dense_kappa) : "";
     csv << head << "jacond-gkl," << to_string(c.status) << ',' << fmt(c.seconds) << ",0," << c.products << ','
         << fmt(c.kappa_lo) << ',' << fmt(c.kappa_hi) << ',' << fmt(r.rss_mb) << ',' << dense << ','
-        << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ',' << fmt(c.seconds) << ",," << joined(r.seconds_runs)
+        << (r.dense_checked ? (r.dense_inside ? "yes" : "no") : "") << ',' << fmt(c.seconds) << ",," << joined(r.host.seconds_runs)
         << ",,\"" << c.note << "\"\n";
     if (r.device) {  // speedup is the peers' (peer s / jacond s): the device's ratio is in its verdict
       const ConditionReport& g = r.device->run.lz.report;
@@ -570,7 +565,7 @@ std::string methods_csv(const std::vector<Row>& rows, int threads, const GklOpti
   csv << "size,init,matrix,n,d,heads,nd,threads,tolerance,budget_s,method,basis,basis_mb,status,seconds,products,"
          "kappa_lo,kappa_hi,width,dense_kappa,dense_sigma_min,dense_inside,products_to_10pct,products_to_1pct,note\n";
   for (const Row& r : rows) {
-    const ConditionReport& c = r.lz.report;
+    const ConditionReport& c = r.host.lz.report;
     const Index nd = r.n * r.d;
     const auto products_or_blank = [](Index p) { return p < 0 ? std::string() : std::to_string(p); };
     csv << r.size << ',' << r.init << ',' << r.matrix << ',' << r.n << ',' << r.d << ',' << r.heads << ',' << nd << ','

@@ -7,12 +7,10 @@
 #include <Eigen/QR>
 
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
 
-#include "analysis/spectral/gkl.h"
 #include "analysis/operators/krylov_basis.h"
 #include "support/random_block.h"
 
@@ -22,18 +20,6 @@ namespace jacond::test {
 inline Mat random_matrix(Index rows, Index cols, uint64_t seed) {
   std::mt19937_64 rng(seed);
   return gaussian(rows, cols, 1.0, rng);
-}
-
-/// The host operator of a dense matrix (kept by reference).
-inline OperatorRef dense_operator(const Mat& A) {
-  OperatorRef op;
-  op.rows = A.rows();
-  op.cols = A.cols();
-  op.apply = [&A](const double* x, double* y) { Eigen::Map<Vec>(y, A.rows()) = A * Eigen::Map<const Vec>(x, A.cols()); };
-  op.apply_transpose = [&A](const double* x, double* y) {
-    Eigen::Map<Vec>(y, A.cols()) = A.transpose() * Eigen::Map<const Vec>(x, A.rows());
-  };
-  return op;
 }
 
 /// Runs every operation of a basis of `space` once against its dense meaning, A being the
