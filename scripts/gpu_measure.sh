@@ -17,7 +17,10 @@
 #      1 %) and ViT-S (`ours` K_sa, 30 s): the lanczos route with its products and GKL basis on the
 #      GPU (models/device/torch_operator_device.h) against the host's 16 threads in the same run,
 #      each route's seconds split into products and the rest (design §10); and
-#      `jacond block … --device cuda` at ViT-B timed end to end (lanczos-*/).
+#      `jacond block … --device cuda` at ViT-B timed end to end (lanczos-*/);
+#   7. inertia certificates (issue 11, item 2): `ours` K_sa at nd 6400 (H_μ of order 12 800)
+#      certified with its LDLᵀ on the GPU (cusolverDnDsytrf) and on the host's 16 threads
+#      (dsytrf_rk), each timed, same κ bracket expected (certify-*/).
 # At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +44,12 @@ J=$build/experiments/jacond
     "$J" bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads "$t" --repeat 3 \
       --out "$out/bench-dense-t$t"
     rm -rf "$out/bench-dense-t$t/size-6400"  # the weights and tokens it wrote: inputs, not results
+  done
+  for dev in cuda cpu; do
+    echo "\$ jacond block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device $dev --threads 16"
+    time "$J" block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device "$dev" \
+      --threads 16 --out "$out/certify-$dev"
+    cat "$out/certify-$dev/results.csv"
   done
   echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
   time "$J" block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \

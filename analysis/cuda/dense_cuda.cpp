@@ -180,6 +180,77 @@ class CudaLu32 {
   DeviceBuffer<int> info_;
 };
 
+// H = P L D Lᵀ Pᵀ on the device (analysis/spectral/ldlt.h): cusolverDnDsytrf (Bunch–Kaufman, the
+// only LDLᵀ in cuSOLVER) in place on a device copy of H's lower triangle. The factors come back to
+// the host once and are converted there to dsytrf_rk's layout (dsyconvf), which the count and the
+// rounding radius read; the device copy stays in dsytrf's layout for the solves (cusolverDnXsytrs,
+// which takes sytrf's factors and 64-bit pivots): a host vector of M doubles each way against the
+// M² entries a solve reads there.
+class CudaLdltFactors final : public LdltFactors {
+ public:
+  explicit CudaLdltFactors(Mat lower)
+      : m_(lower.rows()), a_(static_cast<size_t>(m_) * m_), x_(m_), ipiv64_(m_), info_(1) {
+    JACOND_CUDA(cudaMemcpy(a_.get(), lower.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
+    factor();
+    JACOND_CUDA(cudaMemcpy(lower.data(), a_.get(), sizeof(double) * a_.count(), cudaMemcpyDeviceToHost));
+    F = std::move(lower);
+    const std::vector<int64_t> ipiv64(ipiv.begin(), ipiv.end());  // before the conversion rewrites ipiv
+    JACOND_CUDA(cudaMemcpy(ipiv64_.get(), ipiv64.data(), sizeof(int64_t) * ipiv64.size(), cudaMemcpyHostToDevice));
+    bunch_kaufman_to_rk_layout(*this);
+    where = "cuda";
+    pivoting = "bunch-kaufman";
+    JACOND_CUDA(cusolverDnXsytrs_bufferSize(h_.solver, CUBLAS_FILL_MODE_LOWER, m_, 1, CUDA_R_64F, a_.get(), m_,
+                                            ipiv64_.get(), CUDA_R_64F, x_.get(), m_, &solve_device_bytes_,
+                                            &solve_host_bytes_));
+    require_free_memory(solve_device_bytes_, "cusolverDnXsytrs's workspace");
+    solve_work_ = std::make_unique<DeviceBuffer<char>>(solve_device_bytes_);
+    solve_host_work_.resize(solve_host_bytes_);
+  }
+
+  void solve(const double* x, double* y) const override {
+    JACOND_CUDA(cudaMemcpy(x_.get(), x, sizeof(double) * m_, cudaMemcpyHostToDevice));
+    JACOND_CUDA(cusolverDnXsytrs(h_.solver, CUBLAS_FILL_MODE_LOWER, m_, 1, CUDA_R_64F, a_.get(), m_, ipiv64_.get(),
+                                 CUDA_R_64F, x_.get(), m_, solve_work_->get(), solve_device_bytes_,
+                                 solve_host_work_.data(), solve_host_bytes_, info_.get()));
+    read_info(info_, "cusolverDnXsytrs");
+    JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * m_, cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  // cusolverDnDsytrf with the workspace it asks for; info > 0: D(info, info) is exactly zero, as
+  // LAPACK's dsytrf says it (zero_pivot: the count is still the factors' inertia, no solves follow).
+  void factor() {
+    const int n = static_cast<int>(m_);
+    int lwork = 0;
+    JACOND_CUDA(cusolverDnDsytrf_bufferSize(h_.solver, n, a_.get(), n, &lwork));
+    require_free_memory(sizeof(double) * static_cast<size_t>(lwork) + sizeof(int) * m_, "cusolverDnDsytrf's workspace");
+    DeviceBuffer<double> work(static_cast<size_t>(std::max(lwork, 1)));
+    DeviceBuffer<int> ipiv32(m_);
+    JACOND_CUDA(cusolverDnDsytrf(h_.solver, CUBLAS_FILL_MODE_LOWER, n, a_.get(), n, ipiv32.get(), work.get(), lwork,
+                                 info_.get()));
+    zero_pivot = read_info(info_, "cusolverDnDsytrf") > 0;
+    ipiv.resize(static_cast<size_t>(m_));
+    JACOND_CUDA(cudaMemcpy(ipiv.data(), ipiv32.get(), sizeof(int) * m_, cudaMemcpyDeviceToHost));
+  }
+
+  const int64_t m_;
+  mutable Handles h_;
+  DeviceBuffer<double> a_, x_;
+  DeviceBuffer<int64_t> ipiv64_;
+  DeviceBuffer<int> info_;
+  size_t solve_device_bytes_ = 0, solve_host_bytes_ = 0;
+  std::unique_ptr<DeviceBuffer<char>> solve_work_;
+  mutable std::vector<char> solve_host_work_;
+};
+
+// Device bytes of an LDLᵀ of order M: H, its pivots (32- and 64-bit), a vector and
+// cusolverDnDsytrf's workspace (the solves' workspace is asked for after the factorisation).
+size_t sytrf_device_bytes(Handles& h, int64_t M) {
+  int lwork = 0;
+  JACOND_CUDA(cusolverDnDsytrf_bufferSize(h.solver, static_cast<int>(M), nullptr, static_cast<int>(M), &lwork));
+  return sizeof(double) * (static_cast<size_t>(M) * M + M + static_cast<size_t>(lwork)) + (sizeof(int) + sizeof(int64_t)) * M;
+}
+
 // Device bytes of cusolverDnXgesvd (values only) on a rows × cols matrix, rows ≥ cols: A, S and
 // the workspace cuSOLVER asks for.
 size_t gesvd_device_bytes(Handles& h, int64_t rows, int64_t cols, size_t* host_bytes) {
@@ -296,10 +367,31 @@ Vec singular_values(Mat A) {
   return s;  // gesvd returns them descending
 }
 
+namespace {
+bool ldlt_fits_device(int64_t M) {
+  if (M > kMaxSytrfOrder) return false;
+  Handles h;
+  return sytrf_device_bytes(h, M) <= free_device_bytes();
+}
+}  // namespace
+
+std::unique_ptr<LdltFactors> CudaDenseDevice::ldlt(Mat lower) const {
+  if (lower.rows() != lower.cols()) throw std::invalid_argument("ldlt (cuda): H must be square");
+  if (!ldlt_fits_device(lower.rows())) return ldlt_rook(std::move(lower));  // the host's (where = "cpu")
+  return std::make_unique<CudaLdltFactors>(std::move(lower));
+}
+
 bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const {
   // The host assembles A: its 8·rows·cols bytes within the budget's memory (no time on the GPU).
   // A non-square A takes the CPU route (condition_fast above): the CPU's rule.
   if (!jacond::fits(DenseCost{8.0 * static_cast<double>(rows) * static_cast<double>(cols), 0}, budget)) return false;
+  if (route == DenseRoute::kInertia) {
+    // The host holds K and H_μ (then H_μ's converted factors): 8(rc + M²) bytes. On the device:
+    // ldlt above, by memory alone; a count the device cannot hold runs on the host, by its rule.
+    const double M = static_cast<double>(rows + cols);
+    if (!ldlt_fits_device(rows + cols)) return CpuDenseDevice().fits(route, rows, cols, budget);
+    return jacond::fits(DenseCost{8.0 * (static_cast<double>(rows) * static_cast<double>(cols) + M * M), 0}, budget);
+  }
   if (route == DenseRoute::kFast && rows != cols) return CpuDenseDevice().fits(route, rows, cols, budget);  // the CPU route
   Handles h;
   size_t host_bytes = 0;

@@ -3,7 +3,9 @@
 // matrix, its LU factors and every product on the device (cuBLAS dgemv, cuSOLVER Xgetrf/Xgetrs,
 // the 64-bit API: ViT-S's K_sa is 75 648², 5.7e9 entries, past 32-bit indexing), fp64 throughout.
 // The Lanczos bookkeeping stays on the host: a product moves 2n doubles each way against the n²
-// entries it reads on the device.
+// entries it reads on the device. The inertia certificates' LDLᵀ (analysis/spectral/inertia.h)
+// runs here too: Bunch–Kaufman cusolverDnDsytrf, its solves by cusolverDnXsytrs (CudaDenseDevice::
+// ldlt below; ldlt.h says why the host-side conversion makes the count and its bound the host's).
 //
 // Why hand-written cuSOLVER here and not LibTorch (issue #11, item 1; docs/design.md §10): the
 // analysis core never includes torch, the dense route needs only library calls (no kernel of
@@ -17,6 +19,7 @@
 // CudaError before anything is allocated. Plain cudaMalloc, no managed memory.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -64,11 +67,20 @@ ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string&
 /// not converge (devInfo > 0) or the device fails.
 Vec singular_values(Mat A);
 
+/// The largest order of H given to cusolverDnDsytrf. Its interface is 32-bit (int n, lda, lwork;
+/// cuSOLVER has no 64-bit sytrf), trusted here only where every column-major offset i + j·lda fits
+/// an int (46 340² < 2³¹): nd ≤ 23 170 for the augmented H_μ of an nd × nd block. A larger H is
+/// factorised on the host (ldlt_rook), and fits(kInertia) is then the host's rule.
+inline constexpr int64_t kMaxSytrfOrder = 46340;
+
 /// The GPU as a DenseDevice (analysis/spectral/dense_device.h). fits(): the assembled matrix
 /// within the host budget's memory, and the route's device working set (A, its LU or gesvd
 /// workspace, as cuSOLVER's buffer-size queries state it) within the device's free memory.
 /// No time prediction: the GPU's factorisation rate is not modelled, so `auto` on this device is
-/// decided by memory alone.
+/// decided by memory alone. ldlt(): the inertia counts' factorisation (analysis/spectral/ldlt.h)
+/// by cusolverDnDsytrf (Bunch–Kaufman) on the device, converted on the host for the count and the
+/// radius, solves by cusolverDnXsytrs on the device (method "+inertia-cuda"); where H is past
+/// kMaxSytrfOrder or the free device memory, the host's rook factorisation (method "+inertia").
 class CudaDenseDevice final : public DenseDevice {
  public:
   std::string name() const override { return "cuda"; }
@@ -81,6 +93,7 @@ class CudaDenseDevice final : public DenseDevice {
     return cuda::condition_mixed(std::move(A32), A, matrix);
   }
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
+  std::unique_ptr<LdltFactors> ldlt(Mat lower) const override;
 };
 
 /// Throws CudaError naming the reason when no CUDA device can be used.

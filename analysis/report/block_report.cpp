@@ -79,9 +79,8 @@ KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
   if (opt.certify == CertifyMode::kNone) return false;
   if (opt.certify == CertifyMode::kInertia) return true;
-  DenseCost three = inertia_count_cost(rows, cols, get_threads());
-  three.seconds *= 3;  // bottom (1 %), bottom cluster (10 %), top
-  return fits(three, DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
+  return device_or_host(opt.device).fits(DenseRoute::kInertia, rows, cols,
+                                         DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
 }
 
 namespace {
@@ -172,7 +171,7 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
   if (!wants_certificate(opt, op.rows(), op.cols())) return r.report;
   // certify_report never reads K of a singular report: do not assemble it for nothing.
   const Mat K = r.report.status == Status::kSingular ? Mat() : dense();
-  return certify_report(r.report, K, r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi);
+  return certify_report(r.report, K, r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi, device_or_host(opt.device));
 }
 
 // K_sa and its Prop. 2 split B_sa + E_sa (paper Eq. 10/13), by name.
@@ -239,7 +238,7 @@ void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip
 ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route, opt.device);
   const ConditionReport r = condition_dense(K, name, route, opt.device);
-  return certify_report(r, K, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max);
+  return certify_report(r, K, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, device_or_host(opt.device));
 }
 
 // kMixed on one square matrix: `dense32` assembles its fp32 rounding, factorised on the device;
@@ -251,7 +250,7 @@ ConditionReport mixed_report(const Op& op, const std::string& name, const BlockR
   const DenseDevice& dev = device_or_host(opt.device);
   const ConditionReport r = unless_refinement_failed(dev.condition_mixed(dense32(), linear_map(op), name), dev, dense);
   if (r.status == Status::kNotConverged || !wants_certificate(opt, r.rows, r.cols)) return r;
-  return certify_report(r, dense(), r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max);
+  return certify_report(r, dense(), r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, dev);
 }
 
 // The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast, kSvd or

@@ -107,7 +107,8 @@ KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d);
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
                                            const BlockReportOptions& opt = {});
 
-/// True when block_reports certifies an N × N matrix under `opt` (opt.certify and the budget).
+/// True when block_reports certifies an N × N matrix under `opt`: opt.certify, and for `auto` the
+/// device's fits(DenseRoute::kInertia) within the budget (opt.device; null: the host's cost model).
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols);
 
 /// κ of a dense matrix by the chosen route on `device` (null: the host; kLanczos runs GKL on the

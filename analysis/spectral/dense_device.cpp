@@ -33,8 +33,16 @@ ConditionReport CpuDenseDevice::condition_mixed(MatF A32, const LinearMap& A, co
 
 bool CpuDenseDevice::fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const {
   const int threads = get_threads();
-  return jacond::fits(route == DenseRoute::kFast ? fast_route_cost(rows, cols, threads) : svd_route_cost(rows, cols, threads),
-                      budget);
+  switch (route) {
+    case DenseRoute::kFast: return jacond::fits(fast_route_cost(rows, cols, threads), budget);
+    case DenseRoute::kSvd: return jacond::fits(svd_route_cost(rows, cols, threads), budget);
+    case DenseRoute::kInertia: {
+      DenseCost three = inertia_count_cost(rows, cols, threads);
+      three.seconds *= 3;  // bottom (1 %), bottom cluster (10 %), top
+      return jacond::fits(three, budget);
+    }
+  }
+  return false;
 }
 
 std::shared_ptr<const DenseDevice> cpu_dense_device() {

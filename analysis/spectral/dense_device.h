@@ -10,27 +10,34 @@
 //   condition_mixed(A32, A)  κ from an fp32 LU of A32 = fl₃₂(A) refined to fp64 against the
 //                        operator A (analysis/spectral/mixed_lu.h); not-converged when κ·u₃₂ is too
 //                        large for the refinement, and the caller falls back to condition_fast
+//   ldlt(lower)          H = P L D Lᵀ Pᵀ of a symmetric indefinite H (analysis/spectral/ldlt.h),
+//                        the factorisation behind the inertia certificates (analysis/spectral/
+//                        inertia.h); the host's is rook-pivoted dsytrf_rk
 //   fits(route, r, c, budget)  the `auto` rule (analysis/spectral/dense_cost.h) on this device:
 //                        whether the route's working set for an r × c matrix fits the budget, and
 //                        its predicted time where this device has a measured rate (the host's)
 //
 // What stays on the host on every device: assembling the matrix (the closed-form Jacobians of
 // analysis/jacobians), the per-token spectra of K_mlp/K_ffn (d × d blocks), the per-head softmax
-// and attention maps, and the inertia certificates (analysis/spectral/inertia.h).
+// and attention maps, and the O(M²) rest of an inertia certificate (the count from D, the
+// rounding radius from |L||D||Lᵀ|: inertia.h).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "analysis/core/types.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_cost.h"
+#include "analysis/spectral/ldlt.h"
 #include "analysis/spectral/mixed_lu.h"
 
 namespace jacond {
 
-/// The two dense routes: condition_fast (κ from the extremes) and the full spectrum.
-enum class DenseRoute { kFast, kSvd };
+/// The dense routes: condition_fast (κ from the extremes), the full spectrum, and a certificate's
+/// three inertia counts (three LDLᵀ of the (rows + cols)² augmented matrix: inertia.h).
+enum class DenseRoute { kFast, kSvd, kInertia };
 
 class DenseDevice {
  public:
@@ -43,6 +50,9 @@ class DenseDevice {
   virtual Vec singular_values(Mat A) const = 0;
   virtual ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const = 0;
   virtual bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const = 0;
+  /// H = P L D Lᵀ Pᵀ from H's lower triangle (analysis/spectral/ldlt.h). The default is the
+  /// host's rook-pivoted ldlt_rook; a device that cannot hold H answers with the host's too.
+  virtual std::unique_ptr<LdltFactors> ldlt(Mat lower) const { return ldlt_rook(std::move(lower)); }
 
   /// The method name of this device's full spectrum: "dense-svd" on the host, "dense-svd-<name>"
   /// elsewhere.

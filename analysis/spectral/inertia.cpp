@@ -1,7 +1,5 @@
 #include "analysis/spectral/inertia.h"
 
-#include <lapacke.h>
-
 #include <Spectra/SymEigsSolver.h>
 #include <algorithm>
 #include <chrono>
@@ -11,6 +9,7 @@
 #include <stdexcept>
 
 #include "analysis/core/lapack.h"
+#include "analysis/spectral/lu_lanczos.h"
 
 namespace jacond {
 
@@ -39,43 +38,34 @@ double abs_norm_bound(const Mat& K) {
   return std::sqrt(one * inf);
 }
 
-// H_μ = P L D Lᵀ Pᵀ of the augmented matrix (header), from dsytrf_rk with uplo 'L': L strictly
-// below the diagonal of F, D's diagonal on F's diagonal and its subdiagonal in e (e(i) ≠ 0 marks
-// a 2 × 2 block at (i, i+1), where L(i+1, i) = 0).
+// H_μ = P L D Lᵀ Pᵀ of the augmented matrix (header), factorised by `device` (its `ldlt`: rook on
+// the host, Bunch–Kaufman on a GPU) and read here in dsytrf_rk's layout (analysis/spectral/ldlt.h).
 class AugmentedLdlt {
  public:
-  AugmentedLdlt(const Mat& K, double mu)
+  AugmentedLdlt(const Mat& K, double mu, const DenseDevice& device)
       : K_(K), mu_(mu), m_(K.rows()), n_(K.cols()), abs_H_bound_(mu + abs_norm_bound(K)) {
     const Index M = m_ + n_;
-    F_ = Mat::Zero(M, M);
-    F_.diagonal().setConstant(-mu);
-    F_.block(m_, 0, n_, m_) = K.transpose();  // lower triangle only: the block below −μI_m
-    e_.resize(M);
-    ipiv_.resize(static_cast<size_t>(M));
-    const lapack_int N = static_cast<lapack_int>(M);
-    double query = 0;
-    check_lapack("LAPACKE_dsytrf_rk", LAPACKE_dsytrf_rk_work(LAPACK_COL_MAJOR, 'L', N, F_.data(), N, e_.data(),
-                                                            ipiv_.data(), &query, -1));
-    std::vector<double> work(static_cast<size_t>(std::max(1.0, query)));
-    const lapack_int info = LAPACKE_dsytrf_rk_work(LAPACK_COL_MAJOR, 'L', N, F_.data(), N, e_.data(), ipiv_.data(),
-                                                   work.data(), static_cast<lapack_int>(work.size()));
-    if (info < 0) check_lapack("LAPACKE_dsytrf_rk", info);
-    zero_pivot_ = info > 0;  // D(info, info) is exactly zero: H_μ is singular in working precision
+    Mat lower = Mat::Zero(M, M);
+    lower.diagonal().setConstant(-mu);
+    lower.block(m_, 0, n_, m_) = K.transpose();  // lower triangle only: the block below −μI_m
+    f_ = device.ldlt(std::move(lower));
   }
 
-  Index order() const { return F_.rows(); }
-  bool zero_pivot() const { return zero_pivot_; }
+  Index order() const { return f_->order(); }
+  bool zero_pivot() const { return f_->zero_pivot; }
+  const std::string& where() const { return f_->where; }
 
   // Negative eigenvalues of D (= of the computed P L D Lᵀ Pᵀ, by Sylvester).
   Index negative_count() const {
     Index neg = 0;
+    const Mat& F = f_->F;
     for (Index i = 0; i < order(); ++i) {
-      if (is_2x2(i)) {
-        const double a = F_(i, i), b = e_(i), c = F_(i + 1, i + 1);
+      if (f_->is_2x2(i)) {
+        const double a = F(i, i), b = f_->e(i), c = F(i + 1, i + 1);
         const double det = a * c - b * b;
         neg += det < 0 ? 1 : (det > 0 && a < 0 ? 2 : (det == 0 && (a + c) < 0 ? 1 : 0));
         ++i;
-      } else if (F_(i, i) < 0) {
+      } else if (F(i, i) < 0) {
         ++neg;
       }
     }
@@ -102,13 +92,8 @@ class AugmentedLdlt {
     return gamma_of(M) * (abs_H_bound_ + rho_y) * (1 + 4 * static_cast<double>(M) * kUnitRoundoff);
   }
 
-  // y = H_μ⁻¹ x (dsytrs_3 on the factors).
-  void solve(const double* x, double* y) const {
-    const lapack_int N = static_cast<lapack_int>(order());
-    std::copy(x, x + order(), y);
-    check_lapack("LAPACKE_dsytrs_3", LAPACKE_dsytrs_3_work(LAPACK_COL_MAJOR, 'L', N, 1, F_.data(), N, e_.data(),
-                                                          ipiv_.data(), y, N));
-  }
+  // y = H_μ⁻¹ x through the factors (on the device that holds them).
+  void solve(const double* x, double* y) const { f_->solve(x, y); }
 
   // y = H_μ x through K (the factorisation overwrote H_μ).
   void apply(const Vec& x, Vec& y) const {
@@ -126,33 +111,33 @@ class AugmentedLdlt {
   }
 
  private:
-  bool is_2x2(Index i) const { return i + 1 < order() && e_(i) != 0.0; }
   // First row of L's column j below the diagonal: L(j+1, j) = 0 when a 2 × 2 block starts at j.
-  Index first_below(Index j) const { return j + (is_2x2(j) ? 2 : 1); }
+  Index first_below(Index j) const { return j + (f_->is_2x2(j) ? 2 : 1); }
 
   // y = |L| |D| |Lᵀ| x, one pass over L's strict lower triangle per triangular product.
   void abs_ldlt_times(const Vec& x, Vec& y) const {
     const Index M = order();
+    const Mat& F = f_->F;
     Vec t(M);
     for (Index j = 0; j < M; ++j) {  // t = |Lᵀ| x
       const Index first = first_below(j);
-      t(j) = x(j) + (first < M ? F_.col(j).tail(M - first).cwiseAbs().dot(x.tail(M - first)) : 0.0);
+      t(j) = x(j) + (first < M ? F.col(j).tail(M - first).cwiseAbs().dot(x.tail(M - first)) : 0.0);
     }
     Vec u(M);
     for (Index i = 0; i < M; ++i) {  // u = |D| t
-      if (is_2x2(i)) {
-        const double a = std::abs(F_(i, i)), b = std::abs(e_(i)), c = std::abs(F_(i + 1, i + 1));
+      if (f_->is_2x2(i)) {
+        const double a = std::abs(F(i, i)), b = std::abs(f_->e(i)), c = std::abs(F(i + 1, i + 1));
         u(i) = a * t(i) + b * t(i + 1);
         u(i + 1) = b * t(i) + c * t(i + 1);
         ++i;
       } else {
-        u(i) = std::abs(F_(i, i)) * t(i);
+        u(i) = std::abs(F(i, i)) * t(i);
       }
     }
     y = u;  // y = |L| u (unit diagonal)
     for (Index j = 0; j < M; ++j) {
       const Index first = first_below(j);
-      if (first < M) y.tail(M - first) += F_.col(j).tail(M - first).cwiseAbs() * u(j);
+      if (first < M) y.tail(M - first) += F.col(j).tail(M - first).cwiseAbs() * u(j);
     }
   }
 
@@ -160,10 +145,7 @@ class AugmentedLdlt {
   double mu_;
   Index m_, n_;
   double abs_H_bound_;  // ρ(|H_μ|) ≤ μ + sqrt(‖K‖₁‖K‖_∞), O(mn) to form: once per factorisation
-  Mat F_;
-  Vec e_;
-  std::vector<lapack_int> ipiv_;
-  bool zero_pivot_ = false;
+  std::unique_ptr<LdltFactors> f_;
 };
 
 // x ↦ H_μ⁻¹ x for Spectra: its largest-magnitude eigenvalues are 1/λ for the λ of H_μ nearest 0.
@@ -190,6 +172,8 @@ bool nearest_singular_values(const AugmentedLdlt& f, double mu, Index k, std::ve
     eigs.compute(Spectra::SortRule::LargestMagn, 500, 1e-10);
   } catch (const LapackError&) {
     throw;
+  } catch (const DeviceError&) {
+    throw;  // the device's own failure (a CUDA call), not an outcome
   } catch (const std::runtime_error&) {
     return false;  // Spectra's tridiagonal eigensolver failed on H_μ⁻¹'s huge entries: μ is within rounding of a σ
   }
@@ -212,15 +196,16 @@ bool nearest_singular_values(const AugmentedLdlt& f, double mu, Index k, std::ve
 
 }  // namespace
 
-SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest) {
+SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest, const DenseDevice& device) {
   if (!(mu > 0) || !std::isfinite(mu)) throw std::invalid_argument("inertia count: shift must be positive and finite");
   if (K.size() == 0) throw std::invalid_argument("inertia count: empty matrix");
   if (!K.allFinite()) throw std::invalid_argument("inertia count: matrix contains NaN or inf");
   const auto t0 = Clock::now();
   SingularValueCount c;
   c.mu = mu;
-  const AugmentedLdlt f(K, mu);
+  const AugmentedLdlt f(K, mu, device);
   c.zero_pivot = f.zero_pivot();
+  c.where = f.where();
   c.below = f.negative_count() - std::max(K.rows(), K.cols());
   c.delta = f.rounding_radius();
   if (!c.zero_pivot && nearest != 0) {
@@ -260,9 +245,10 @@ void certify_located(const SingularValueCount& c, const SingularInterval& lowest
 // place it; one more count at μ₂ = σ̂ + max(1 %, 4 δ₁) (δ₂ ≈ δ₁: both are set by the same
 // factorisation's growth) usually can, and keeps the bracket as tight as the intervals. Failing
 // that, a count of 0 just below σ̂ gives σ_min ≥ μ₀ − δ₀ (a bracket δ₀ wide).
-void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::ostringstream& note) {
+void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, CertifiedExtremes& out,
+                    std::ostringstream& note) {
   const Index all = std::min(K.rows(), K.cols());
-  const SingularValueCount c1 = count_singular_values_below(K, 1.01 * estimate, -1);
+  const SingularValueCount c1 = count_singular_values_below(K, 1.01 * estimate, -1, device);
   ++out.factorisations;
   out.within_1pct = c1.below;
   SingularInterval lowest;
@@ -274,7 +260,7 @@ void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::
   }
   if (all_located(c1, all, lowest)) return certify_located(c1, lowest, out, note);
   if (c1.delta > 0.0025 * estimate && 4 * c1.delta < estimate) {
-    const SingularValueCount c2 = count_singular_values_below(K, estimate + std::max(0.01 * estimate, 4 * c1.delta), -1);
+    const SingularValueCount c2 = count_singular_values_below(K, estimate + std::max(0.01 * estimate, 4 * c1.delta), -1, device);
     ++out.factorisations;
     if (all_located(c2, all, lowest)) return certify_located(c2, lowest, out, note);
   }
@@ -283,7 +269,7 @@ void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::
   for (const auto& s : c1.nearest)
     if (s.hi < c1.mu - c1.delta) below_lo = std::min(below_lo, s.lo);
   const double mu0 = (1 - 1e-3) * below_lo;
-  const SingularValueCount c0 = count_singular_values_below(K, mu0, 0);
+  const SingularValueCount c0 = count_singular_values_below(K, mu0, 0, device);
   ++out.factorisations;
   if (c0.below == 0) {
     out.sigma_min_lo = mu0 - c0.delta;
@@ -297,7 +283,7 @@ void certify_bottom(const Mat& K, double estimate, CertifiedExtremes& out, std::
 }  // namespace
 
 CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sigma_min_hi, double sigma_max_lo,
-                                   double sigma_max_hi, bool bottom_counts) {
+                                   double sigma_max_hi, bool bottom_counts, const DenseDevice& device) {
   const auto t0 = Clock::now();
   CertifiedExtremes out;
   out.sigma_max_lo = sigma_max_lo;
@@ -306,24 +292,25 @@ CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sig
   double estimate = sigma_min_hi;
   if (!(sigma_min_lo > 0) || sigma_min_hi > 1.05 * sigma_min_lo) {
     // A loose claim: an exact σ_min estimate first (LU + inverse Lanczos, 1/4 of one count's flops).
-    const ConditionReport fast = condition_fast(K, "certify");
+    const ConditionReport fast = device.condition_fast(K, "certify");
     estimate = std::min(sigma_min_hi, fast.sigma_min);
     out.sigma_min_hi = std::min(out.sigma_min_hi, fast.sigma_min * (1 + 1e-10));
     out.sigma_max_lo = std::max(out.sigma_max_lo, fast.sigma_max * (1 - 1e-10));
     sigma_max_hi = std::max(sigma_max_hi, fast.sigma_max);
   }
-  if (estimate > 0) certify_bottom(K, estimate, out, note);
+  if (estimate > 0) certify_bottom(K, estimate, device, out, note);
   if (out.min_certified && out.sigma_min_lo > out.sigma_min_hi) {
     out.min_certified = false;  // the claimed Courant–Fischer end contradicts the count
     note << "inconsistent: count puts sigma_min above the claimed upper end ";
   }
   if (bottom_counts && out.min_certified) {
-    out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 0).below;
+    out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 0, device).below;
     ++out.factorisations;
   }
   const Index all = std::min(K.rows(), K.cols());
-  const SingularValueCount top = count_singular_values_below(K, (1 + 1e-6) * sigma_max_hi, 0);
+  const SingularValueCount top = count_singular_values_below(K, (1 + 1e-6) * sigma_max_hi, 0, device);
   ++out.factorisations;
+  out.where = top.where;
   if (top.below == all) {
     out.sigma_max_hi = top.mu + top.delta;
     out.max_certified = true;
@@ -354,19 +341,19 @@ std::string to_string(CertifyMode m) {
 }
 
 ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
-                               double sigma_max_lo, double sigma_max_hi) {
+                               double sigma_max_lo, double sigma_max_hi, const DenseDevice& device) {
   if (r.status == Status::kSingular) {
     r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: singular");
     return r;
   }
-  const CertifiedExtremes c = certify_extremes(K, sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi);
+  const CertifiedExtremes c = certify_extremes(K, sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, true, device);
   r.seconds += c.seconds;
   r.within_1pct = c.within_1pct;
   r.within_10pct = c.within_10pct;
   const std::string what = "inertia: " + c.note;
   if (c.min_certified && c.max_certified && c.sigma_min_lo > 0) {
     r.status = Status::kCertified;
-    r.method += "+inertia";
+    r.method += c.where == "cpu" ? "+inertia" : "+inertia-" + c.where;
     r.kappa_lo = c.sigma_max_lo / c.sigma_min_hi;
     r.kappa_hi = c.sigma_max_hi / c.sigma_min_lo;
     r.note = what;

@@ -6,10 +6,11 @@
 //         [   Kᵀ   −μ I_n  ]                                   (order M = m + n)
 // has eigenvalues σ_j − μ and −σ_j − μ (j = 1..min(m, n)) and −μ (|m − n| times), so
 //   #neg(H_μ) = max(m, n) + N(μ),   N(μ) := #{j : σ_j < μ}.
-// Sylvester: H_μ = P L D Lᵀ Pᵀ (rook-pivoted Bunch–Kaufman, LAPACKE dsytrf_rk; L unit lower
-// triangular, D block diagonal with 1 × 1 and 2 × 2 blocks) is a congruence, so H_μ and D have
-// the same inertia. A rook 2 × 2 pivot [a b; b c] has |ac| < 0.41 b², so det < 0: one eigenvalue
-// of each sign, decided without rounding doubt.
+// Sylvester: H_μ = P L D Lᵀ Pᵀ (analysis/spectral/ldlt.h: rook-pivoted dsytrf_rk on the host,
+// Bunch–Kaufman cusolverDnDsytrf on a GPU; L unit lower triangular, D block diagonal with 1 × 1 and
+// 2 × 2 blocks) is a congruence, so H_μ and D have the same inertia. A 2 × 2 pivot [a b; b c] of
+// either pivoting has |ac| < 0.41 b² (ldlt.h), so det < 0: one eigenvalue of each sign, decided
+// without rounding doubt.
 //
 // Why H_μ and not KᵀK − μ²I (half the order): forming KᵀK costs an absolute error O(eps·σ_max²)
 // in σ_j², i.e. a relative error O(eps·κ²) in σ_min (1e-4 at κ = 1e6, so the count near σ_min is
@@ -49,7 +50,10 @@
 // the weaker σ_min ≥ μ₀ − δ₀. Guarded by RadiusWiderThanTheMarginIsMetByASecondShift.
 //
 // Cost: one dsytrf_rk of order M = m + n, M³/3 flops (≈ 2 min at m = n = 12 500 on 2 cores), and
-// 8 M² bytes (5 GB at m = n = 12 500); analysis/spectral/dense_cost.h predicts both.
+// 8 M² bytes (5 GB at m = n = 12 500); analysis/spectral/dense_cost.h predicts both. Where it runs
+// is the DenseDevice's (`ldlt`, default the host): on a GPU (analysis/cuda/dense_cuda.h) the
+// factorisation and the shift-invert solves run on the device, and the O(M²) rest here (the count,
+// a few passes of |L||D||Lᵀ| for δ) on the host's copy of the factors.
 // Guarded by tests/analysis/spectral/test_inertia.cpp: counts equal the dense SVD's at shifts
 // between, inside a cluster of, and within rounding of singular values (there: decided = false),
 // and a certified row always contains the dense σ_min and σ_max.
@@ -61,6 +65,7 @@
 #include "analysis/core/types.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_cost.h"
+#include "analysis/spectral/dense_device.h"
 
 namespace jacond {
 
@@ -78,13 +83,16 @@ struct SingularValueCount {
   /// Singular values nearest μ, ascending, each interval holding one (may be empty).
   std::vector<SingularInterval> nearest;
   double seconds = 0;
+  std::string where = "cpu";  // the device that factorised H_μ
 };
 
 /// Counts the singular values of K below μ (> 0). `nearest` eigenpairs of H_μ are computed for
 /// `decided` and the intervals (−1: below + 1, at most 9; 0: none, and `decided` stays false:
-/// certify_extremes' counts that only need the number). Throws
-/// std::invalid_argument on NaN/inf entries or μ ≤ 0, LapackError on a LAPACK failure.
-SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest = 1);
+/// certify_extremes' counts that only need the number). `device` factorises H_μ (its `ldlt`).
+/// Throws std::invalid_argument on NaN/inf entries or μ ≤ 0, LapackError on a LAPACK failure (a
+/// device's own error, e.g. CudaError, on a device failure).
+SingularValueCount count_singular_values_below(const Mat& K, double mu, int nearest = 1,
+                                               const DenseDevice& device = *cpu_dense_device());
 
 /// What certify_extremes proved, and the bottom of the spectrum it saw.
 struct CertifiedExtremes {
@@ -95,6 +103,7 @@ struct CertifiedExtremes {
   Index factorisations = 0;
   double seconds = 0;
   std::string note;
+  std::string where = "cpu";  // the device that factorised H_μ
 };
 
 /// Replaces the assumption-bearing ends of a claimed bracket by inertia counts. `claimed` is a
@@ -103,8 +112,10 @@ struct CertifiedExtremes {
 /// μ = 1.01·σ_min_hi (bottom, with nearest intervals), 1.1·σ_min_hi (bottom cluster, if
 /// `bottom_counts`) and (1 + 1e-6)·σ_max_hi (top). A loose σ_min claim (hi/lo > 1.05) is first
 /// refined by condition_fast. An end that a count does not confirm stays uncertified (the note says why).
+/// `device` runs the factorisations (its `ldlt` and, for a loose claim, its condition_fast).
 CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sigma_min_hi, double sigma_max_lo,
-                                   double sigma_max_hi, bool bottom_counts = true);
+                                   double sigma_max_hi, bool bottom_counts = true,
+                                   const DenseDevice& device = *cpu_dense_device());
 
 /// `--certify`: none, inertia (always), auto (when the counts fit the memory and time budget).
 enum class CertifyMode { kNone, kInertia, kAuto };
@@ -112,10 +123,11 @@ CertifyMode parse_certify_mode(const std::string& s);  // std::invalid_argument 
 std::string to_string(CertifyMode m);
 
 /// certify_extremes on a report of K: on success status `certified` with the rigorous κ_lo, κ_hi
-/// (κ stays the route's value), method + "+inertia", and the note saying what was counted. A
-/// `singular` report, or one whose counts do not confirm both ends, is returned with only a note.
-/// (K is not read for a `singular` report.)
+/// (κ stays the route's value), method + "+inertia" ("+inertia-cuda" where a GPU factorised
+/// H_μ), and the note saying what was counted. A `singular` report, or one whose counts do not
+/// confirm both ends, is returned with only a note. (K is not read for a `singular` report.)
 ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
-                               double sigma_max_lo, double sigma_max_hi);
+                               double sigma_max_lo, double sigma_max_hi,
+                               const DenseDevice& device = *cpu_dense_device());
 
 }  // namespace jacond

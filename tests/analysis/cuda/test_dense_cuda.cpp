@@ -9,6 +9,7 @@
 #include <iostream>
 #include <utility>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,8 +19,11 @@
 #include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
 #include "analysis/spectral/condition.h"
+#include "analysis/spectral/inertia.h"
+#include "analysis/spectral/ldlt.h"
 #include "analysis/spectral/mixed_lu.h"
 #include "support/constructed_spectrum.h"
+#include "support/ldlt_product.h"
 #include "support/paper_inits.h"
 #include "support/random_block.h"
 
@@ -162,6 +166,85 @@ TEST(DenseCuda, MixedRouteAgreesWithTheCpuMixedRoute) {
     EXPECT_NEAR(gpu.sigma_min, cpu.sigma_min, 2 * std::sqrt(static_cast<double>(A.rows())) * kEps * cpu.sigma_max + 1e-12 * cpu.sigma_min);
     std::cout << label << ": cpu " << cpu.note << " | gpu " << gpu.note << "\n";
   }
+}
+
+// The inertia counts' LDLᵀ on the GPU (cusolverDnDsytrf, Bunch–Kaufman; analysis/spectral/ldlt.h)
+// against the host: the factors, converted on the host, reproduce H's eigenvalues and inertia
+// (tests/support/ldlt_product.h), and the device's solves (cusolverDnXsytrs) invert H to the
+// accuracy of a backward-stable solve; random symmetric and augmented H_μ of a bare K_sa.
+TEST(DenseCuda, LdltFactorsReproduceHAndSolveOnTheDevice) {
+  REQUIRE_DEVICE();
+  const auto gpu = cuda::cuda_dense_device();
+  std::mt19937_64 rng(17);
+  const BlockWeights w = test::ours_like_block(16, 2, 64, 18);
+  const Mat X = test::gaussian(12, 16, 1.0, rng);
+  const Mat K = attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+  const Vec sigma = singular_values(K);
+  const Index m = K.rows();
+  Mat H = -std::sqrt(sigma(0) * sigma(m / 2)) * Mat::Identity(2 * m, 2 * m);  // μ between two σ
+  H.topRightCorner(m, m) = K;
+  H.bottomLeftCorner(m, m) = K.transpose();
+  const Mat G = test::gaussian(500, 500, 1.0, rng);
+  for (const auto& [label, A] : {std::pair<std::string, Mat>{"augmented K_sa", H}, {"random symmetric 500", G + G.transpose()}}) {
+    SCOPED_TRACE(label);
+    const std::unique_ptr<LdltFactors> f = gpu->ldlt(A.triangularView<Eigen::Lower>());
+    EXPECT_EQ(f->where, "cuda");
+    EXPECT_EQ(f->pivoting, "bunch-kaufman");
+    const Vec lambda = test::sorted_eigenvalues(A);
+    const double norm = lambda.cwiseAbs().maxCoeff(), kappa = norm / lambda.cwiseAbs().minCoeff();
+    const Vec from_factors = test::sorted_eigenvalues(test::ldlt_product(*f));
+    EXPECT_LE((from_factors - lambda).cwiseAbs().maxCoeff(), 1e-10 * norm);
+    EXPECT_EQ(test::negative_pivots(*f), (lambda.array() < 0).count());
+    const Vec x = test::gaussian(A.rows(), 1, 1.0, rng);
+    Vec b = A * x;
+    f->solve(b.data(), b.data());
+    EXPECT_LE((b - x).norm(), 1e4 * kEps * kappa * x.norm());
+  }
+}
+
+// Counts and certificates through the GPU's LDLᵀ on real blocks: counts equal the dense SVD's at
+// shifts between singular values, and a certified report (method "+inertia-cuda") contains the
+// dense κ; the counts agree with the host's at every shift.
+TEST(DenseCuda, InertiaCertificatesOnTheGpuContainTheDenseKappa) {
+  REQUIRE_DEVICE();
+  const auto gpu = cuda::cuda_dense_device();
+  std::mt19937_64 rng(19);
+  for (const auto& [label, w] : {std::pair<std::string, BlockWeights>{"ours", test::ours_like_block(32, 2, 128, 20)},
+                                 {"timm", test::timm_like_block(32, 2, 128, 21)}}) {
+    SCOPED_TRACE(label);
+    const Mat X = test::gaussian(40, 32, 1.0, rng);
+    const Mat K = attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+    const Vec ref = singular_values(K);
+    const double tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
+    for (Index i : {Index(0), ref.size() / 2, ref.size() - 2}) {
+      const double mu = std::sqrt(ref(i) * ref(i + 1));
+      if (!(mu > 1e3 * tau) || ref(i) / ref(i + 1) < 1 + 1e-8) continue;
+      const SingularValueCount c = count_singular_values_below(K, mu, 0, *gpu);
+      EXPECT_EQ(c.where, "cuda");
+      EXPECT_EQ(c.below, (ref.array() < mu).count()) << "mu " << mu;
+      EXPECT_EQ(c.below, count_singular_values_below(K, mu, 0).below) << "mu " << mu;
+    }
+    const ConditionReport fast = condition_fast(K, "K_sa");
+    ASSERT_EQ(fast.status, Status::kExact);
+    const ConditionReport r = certify_report(fast, K, fast.sigma_min, fast.sigma_min, fast.sigma_max, fast.sigma_max, *gpu);
+    ASSERT_EQ(r.status, Status::kCertified) << r.note;
+    EXPECT_EQ(r.method, "dense-lu-lanczos+inertia-cuda");
+    const double smin = ref(ref.size() - 1);
+    EXPECT_LE(r.kappa_lo, (ref(0) + tau) / std::max(smin - tau, 0.0));
+    EXPECT_GE(r.kappa_hi, (ref(0) - tau) / (smin + tau));
+    std::cout << label << " K_sa (nd " << K.rows() << "): kappa in [" << r.kappa_lo << ", " << r.kappa_hi << "], " << r.note << "\n";
+  }
+}
+
+// fits(kInertia): by device memory up to kMaxSytrfOrder (cusolverDnDsytrf's 32-bit interface),
+// the host's rule past it (three counts of order 60 000 take hours on the host: no).
+TEST(DenseCuda, InertiaFitsByTheDeviceUpToTheSytrfLimit) {
+  REQUIRE_DEVICE();
+  const auto gpu = cuda::cuda_dense_device();
+  const DenseBudget roomy{1e12, 120};
+  EXPECT_TRUE(gpu->fits(DenseRoute::kInertia, 6400, 6400, roomy));  // H_μ of order 12 800: 1.3 GB
+  EXPECT_FALSE(gpu->fits(DenseRoute::kInertia, 6400, 6400, DenseBudget{1e9, 120}));  // the host's 1 GB
+  EXPECT_FALSE(gpu->fits(DenseRoute::kInertia, 30000, 30000, roomy));
 }
 
 // Without a device, cuda_dense_device says so in a CudaError (the CLI's "no usable GPU").

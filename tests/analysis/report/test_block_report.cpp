@@ -206,11 +206,20 @@ class RecordingDevice final : public DenseDevice {
     r.method += "-recording";
     return r;
   }
-  bool fits(DenseRoute, Index, Index, const DenseBudget&) const override {
+  bool fits(DenseRoute route, Index, Index, const DenseBudget&) const override {
     ++fits_calls;
+    fits_routes.push_back(route);
     return fits_;
   }
+  std::unique_ptr<LdltFactors> ldlt(Mat lower) const override {
+    ldlt_orders.push_back(lower.rows());
+    auto f = ldlt_rook(std::move(lower));
+    f->where = name();
+    return f;
+  }
   mutable std::vector<std::string> fast_calls, mixed_calls;
+  mutable std::vector<DenseRoute> fits_routes;
+  mutable std::vector<Index> ldlt_orders;
   mutable int svd_calls = 0, fits_calls = 0;
 
  private:
@@ -293,6 +302,46 @@ TEST(DenseDeviceRouting, AutoIsDecidedByTheDevicesFitsN6D8) {
   EXPECT_EQ(resolve_route(opt, 197, 384), KappaRoute::kFast);  // ViT-S: the host alone says lanczos
   opt.device = nullptr;
   EXPECT_EQ(resolve_route(opt, 197, 384), KappaRoute::kLanczos);
+}
+
+// Inertia certificates factorise H_μ on the device (its ldlt; the GPU's is cuSOLVER's), on the
+// dense and the matrix-free routes alike, with the host's numbers (the recording device delegates
+// to the host's rook LDLᵀ); `auto` asks the device's fits for the certificate too.
+TEST(DenseDeviceRouting, InertiaCertificatesFactoriseOnTheDeviceN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 3);
+  const Mat X = test::random_tokens(6, 8, 4);
+  for (const KappaRoute route : {KappaRoute::kFast, KappaRoute::kLanczos}) {
+    SCOPED_TRACE(to_string(route));
+    BlockReportOptions opt;
+    opt.route = route;
+    opt.matrices = {"K_sa", "E_sa"};
+    opt.certify = CertifyMode::kInertia;
+    const auto host = block_reports(w, X, SkipMode::kFull, opt);
+    auto device = std::make_shared<RecordingDevice>(true);
+    opt.device = device;
+    const auto got = block_reports(w, X, SkipMode::kFull, opt);
+    ASSERT_EQ(got.size(), host.size());
+    ASSERT_FALSE(device->ldlt_orders.empty());
+    for (const Index M : device->ldlt_orders) EXPECT_EQ(M, 2 * 48);  // H_μ of a 48 × 48 block
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(got[i].matrix + " " + got[i].note);
+      ASSERT_EQ(host[i].status, Status::kCertified) << host[i].note;
+      EXPECT_EQ(got[i].status, Status::kCertified);
+      const std::string host_method = host[i].method.substr(0, host[i].method.size() - std::string("+inertia").size());
+      EXPECT_EQ(host[i].method, host_method + "+inertia");
+      // The dense route's κ ran on the device too; the lanczos route's products on the host.
+      EXPECT_EQ(got[i].method, host_method + (route == KappaRoute::kFast ? "-recording" : "") + "+inertia-recording");
+      EXPECT_EQ(got[i].kappa_lo, host[i].kappa_lo);
+      EXPECT_EQ(got[i].kappa_hi, host[i].kappa_hi);
+    }
+  }
+  BlockReportOptions opt;
+  opt.certify = CertifyMode::kAuto;
+  EXPECT_TRUE(wants_certificate(opt, 48, 48));  // the host's rule: three counts of order 96 fit
+  auto none = std::make_shared<RecordingDevice>(false);
+  opt.device = none;
+  EXPECT_FALSE(wants_certificate(opt, 48, 48));
+  EXPECT_EQ(none->fits_routes, std::vector<DenseRoute>{DenseRoute::kInertia});
 }
 
 // The output-embedding rows ("Always Skip Attention" §4): κ of each n × d token matrix against an

@@ -11,15 +11,20 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/inertia.h"
+#include "analysis/spectral/ldlt.h"
 #include "support/paper_inits.h"
 #include "support/constructed_spectrum.h"
+#include "support/ldlt_product.h"
 #include "support/random_block.h"
 
 namespace jacond {
@@ -190,7 +195,9 @@ std::vector<BlockCase> block_cases() {
           {"random", test::random_block(d, heads, hidden, 13)}};
 }
 
-TEST(InertiaOnBlocks, CountsAndCertifiedReportsAgreeWithTheDenseSvd) {
+// Counts at shifts between singular values equal the dense SVD's, and a certified report contains
+// the dense κ, on three blocks' K_sa, K_sab (ln-complement, tall) and K_ffn; the LDLᵀ by `device`.
+void expect_counts_and_certificates_on_blocks(const DenseDevice& device) {
   std::mt19937_64 rng(14);
   for (const auto& bc : block_cases()) {
     const Mat X = test::gaussian(8, 16, 1.0, rng);
@@ -209,12 +216,14 @@ TEST(InertiaOnBlocks, CountsAndCertifiedReportsAgreeWithTheDenseSvd) {
       for (Index i : {Index(0), ref.size() / 2, ref.size() - 2}) {
         const double mu = std::sqrt(ref(i) * ref(i + 1));
         if (!(mu > 1e3 * tau) || ref(i) / ref(i + 1) < 1 + 1e-8) continue;
-        EXPECT_EQ(count_singular_values_below(K, mu).below, count_below(ref, mu)) << "mu " << mu;
+        EXPECT_EQ(count_singular_values_below(K, mu, 1, device).below, count_below(ref, mu)) << "mu " << mu;
       }
       const ConditionReport fast = condition_fast(K, name);
       if (fast.status != Status::kExact) continue;
-      const ConditionReport r = certify_report(fast, K, fast.sigma_min, fast.sigma_min, fast.sigma_max, fast.sigma_max);
+      const ConditionReport r =
+          certify_report(fast, K, fast.sigma_min, fast.sigma_min, fast.sigma_max, fast.sigma_max, device);
       ASSERT_EQ(r.status, Status::kCertified) << r.note;
+      EXPECT_EQ(r.method, fast.method + (device.name() == "cpu" ? "+inertia" : "+inertia-" + device.name()));
       // The reference's own error τ on each σ (header).
       const double smin = ref(ref.size() - 1);
       EXPECT_LE(r.kappa_lo, (ref(0) + tau) / std::max(smin - tau, 0.0));
@@ -223,6 +232,8 @@ TEST(InertiaOnBlocks, CountsAndCertifiedReportsAgreeWithTheDenseSvd) {
     }
   }
 }
+
+TEST(InertiaOnBlocks, CountsAndCertifiedReportsAgreeWithTheDenseSvd) { expect_counts_and_certificates_on_blocks(*cpu_dense_device()); }
 
 // A rounding radius wider than the 1 % margin of the first shift (bare K_sa of a timm-like block,
 // n 40, d 32, 2 heads: κ ≈ 1e9, δ₁ ≈ 2 % of σ_min): the interval holding σ_min then reaches above
@@ -244,6 +255,104 @@ TEST(CertifyExtremes, RadiusWiderThanTheMarginIsMetByASecondShift) {
   EXPECT_GE(e.sigma_min_hi, smin - tau) << e.note;
   EXPECT_GT(e.sigma_min_lo, smin - 0.25 * c1.delta) << e.note;
   EXPECT_NE(e.note.find("all located"), std::string::npos) << e.note;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The factorisation's layout (analysis/spectral/ldlt.h), for both pivotings: the GPU's route is
+// Bunch–Kaufman converted by dsyconvf, and ldlt_bunch_kaufman is its host twin.
+
+// The augmented H_μ of inertia.h (full symmetric) for K and μ.
+Mat augmented(const Mat& K, double mu) {
+  const Index m = K.rows(), n = K.cols();
+  Mat H = -mu * Mat::Identity(m + n, m + n);
+  H.topRightCorner(m, n) = K;
+  H.bottomLeftCorner(n, m) = K.transpose();
+  return H;
+}
+
+TEST(LdltLayout, BothPivotingsReproduceHsEigenvaluesInertiaAndSolves) {
+  std::mt19937_64 rng(21);
+  const Mat K = with_spectrum(clustered_bottom(40), 50, 22);
+  const Mat G = test::gaussian(60, 60, 1.0, rng);
+  const std::vector<std::pair<std::string, Mat>> cases{{"augmented, mu between sigmas", augmented(K, 0.5)},
+                                                        {"augmented, mu below the cluster", augmented(K, 5e-6)},
+                                                        {"random symmetric", G + G.transpose()}};
+  for (const auto& [name, H] : cases) {
+    const Vec lambda = test::sorted_eigenvalues(H);
+    const double norm = lambda.cwiseAbs().maxCoeff();
+    for (const bool rook : {true, false}) {
+      SCOPED_TRACE(name + (rook ? " (rook)" : " (bunch-kaufman)"));
+      const Mat lower = H.triangularView<Eigen::Lower>();
+      const std::unique_ptr<LdltFactors> f = rook ? ldlt_rook(lower) : ldlt_bunch_kaufman(lower);
+      EXPECT_EQ(f->pivoting, rook ? "rook" : "bunch-kaufman");
+      EXPECT_EQ(f->where, "cpu");
+      EXPECT_FALSE(f->zero_pivot);
+      Index blocks = 0;
+      for (Index i = 0; i + 1 < f->order(); ++i) blocks += f->is_2x2(i) ? 1 : 0;
+      // −μI next to K forces 2 × 2 pivots: without them the test would not see e's conversion.
+      if (name.rfind("augmented", 0) == 0) EXPECT_GT(blocks, 0);
+      const Vec from_factors = test::sorted_eigenvalues(test::ldlt_product(*f));
+      EXPECT_LE((from_factors - lambda).cwiseAbs().maxCoeff(), 1e-11 * norm);
+      for (Index i = 0; i + 1 < f->order(); ++i)  // a 2 × 2 pivot has det < 0 (ldlt.h)
+        if (f->is_2x2(i)) EXPECT_LT(f->F(i, i) * f->F(i + 1, i + 1) - f->e(i) * f->e(i), 0.0) << i;
+      EXPECT_EQ(test::negative_pivots(*f), (lambda.array() < 0).count());
+      const Vec x = test::gaussian(H.rows(), 1, 1.0, rng);
+      Vec b = H * x;
+      f->solve(b.data(), b.data());
+      const double kappa_H = norm / lambda.cwiseAbs().minCoeff();
+      EXPECT_LE((b - x).norm(), 1e4 * kEps * kappa_H * x.norm());  // a backward-stable solve
+    }
+  }
+}
+
+// The host twin of the GPU's factorisation as a device: counts and certificates through
+// Bunch–Kaufman factors converted to the layout, everything else the host's.
+class BunchKaufmanHost final : public DenseDevice {
+ public:
+  std::string name() const override { return "bk-host"; }
+  std::string description() const override { return "the host with Bunch-Kaufman LDL^T (the GPU route's twin)"; }
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
+    return jacond::condition_fast(std::move(A), matrix);
+  }
+  Vec singular_values(Mat A) const override { return jacond::singular_values(std::move(A)); }
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {
+    return jacond::condition_mixed(std::move(A32), A, matrix);
+  }
+  bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override {
+    return cpu_dense_device()->fits(route, rows, cols, budget);
+  }
+  std::unique_ptr<LdltFactors> ldlt(Mat lower) const override {
+    ++ldlt_calls;
+    auto f = ldlt_bunch_kaufman(std::move(lower));
+    f->where = name();
+    return f;
+  }
+  mutable int ldlt_calls = 0;
+};
+
+TEST(LdltLayout, BunchKaufmanFactorsCountAndCertifyBlocksLikeTheDenseSvd) {
+  const BunchKaufmanHost device;
+  expect_counts_and_certificates_on_blocks(device);
+  EXPECT_GT(device.ldlt_calls, 0);
+}
+
+TEST(LdltLayout, BunchKaufmanCertificatesAreNeverWrongOverRandomSpectra) {
+  const BunchKaufmanHost device;
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> U(0, 1);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Index n = 40 + 10 * (trial % 3);
+    Vec s(n);
+    const double decades = 2 + 6 * U(rng);
+    for (Index i = 0; i < n; ++i) s(i) = std::pow(10.0, -decades * U(rng));
+    if (trial % 4 == 0) s(n - 1) = s.minCoeff() * (1 + 1e-7);  // a near-double bottom
+    const Mat K = with_spectrum(s, n, 200 + trial);
+    const Vec ref = singular_values(K);
+    const CertifiedExtremes c =
+        certify_extremes(K, ref.minCoeff(), ref.minCoeff(), ref.maxCoeff(), ref.maxCoeff(), true, device);
+    EXPECT_EQ(c.where, "bk-host");
+    expect_certified_contains(c, s, "trial " + std::to_string(trial));
+  }
 }
 
 }  // namespace
