@@ -12,8 +12,9 @@
 // analysis/operators/krylov_basis.h on the device; full-space brackets then move j coefficients
 // and a norm per step to the host, not vectors). Everything else of the route stays on the host:
 // the k × k recurrence, its bounds and statuses (so a device changes a report only by round-off
-// and by its `method`, gkl-<device>), the LayerNorm-complement restriction (LnComplementOp over
-// the device's host-vector products, its basis on the host), the inertia certificates. Design §10.
+// and by its `method`, gkl-<device>) and the inertia certificates. The LayerNorm-complement
+// restriction of K_sab and K_ffn (the skipless rows) is the device's too where it has one
+// (ln_complement); otherwise LnComplementOp wraps the device's host-vector products. Design §10.
 //
 // The analysis core never names a device: the one implementation today is LibTorch's ATen
 // (models/device/torch_operator_device.h), which runs the same code on the CPU (tested there
@@ -54,6 +55,7 @@ class TokenMapOp : public TokenOperator<TokenMapOp> {
   Index d_out() const { return map_.d_out(); }
   Mat apply(const Mat& dX) const { return map_.apply(dX); }
   Mat apply_transpose(const Mat& G) const { return map_.apply_transpose(G); }
+  const TokenMap& map() const { return map_; }
 
  private:
   const TokenMap& map_;
@@ -78,6 +80,16 @@ class OperatorDevice {
   virtual KrylovSpace krylov_space(const TokenMap& map) const {
     (void)map;
     return {};
+  }
+  /// `map` (one of this device's maps) restricted on its input to the LayerNorm complement:
+  /// LnComplementOp's K · blockdiag_i(C_i), n × (d − 2) -> n × d_out, with the C_i applied on this
+  /// device from their reflectors (LayerNormComplement::reflectors), so krylov_space of the result
+  /// keeps the skipless rows' basis here too. Holds references to `map` and nothing of `basis`.
+  /// Null (the default): block_reports wraps the device's host-vector products in LnComplementOp.
+  virtual std::unique_ptr<TokenMap> ln_complement(const TokenMap& map, const LayerNormComplement& basis) const {
+    (void)map;
+    (void)basis;
+    return nullptr;
   }
 };
 

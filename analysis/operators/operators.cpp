@@ -49,4 +49,19 @@ Mat LayerNormComplement::reduce(const Mat& Y) const {
   return out;
 }
 
+Mat LayerNormComplement::reflectors(Index k) const {
+  Mat V = Mat::Zero(n(), d_);
+  for (Index i = 0; i < n(); ++i) {
+    V(i, k) = 1.0;
+    V.row(i).tail(d_ - k - 1) = qr_[i].matrixQR().col(k).tail(d_ - k - 1).transpose();
+  }
+  return V;
+}
+
+Mat LayerNormComplement::taus() const {
+  Mat T(n(), 2);
+  for (Index i = 0; i < n(); ++i) T.row(i) = qr_[i].hCoeffs().transpose();
+  return T;
+}
+
 }  // namespace jacond

@@ -163,6 +163,11 @@ class LayerNormComplement {
   Mat expand(const Mat& Cc) const;
   /// Row i of the result is (C_iᵀ Y.row(i)ᵀ)ᵀ: n × d -> n × (d − 2).
   Mat reduce(const Mat& Y) const;
+  /// The factored form itself, for a device's twin of expand/reduce: [0 0 | C_i] = Q_i =
+  /// (I − τ_i0 v_i0 v_i0ᵀ)(I − τ_i1 v_i1 v_i1ᵀ) (Eigen's HouseholderQR of [1, x̂_i]; v_ik is zero
+  /// above entry k and 1 at k). Row i of reflectors(k) is v_ikᵀ (n × d); taus() is n × 2.
+  Mat reflectors(Index k) const;
+  Mat taus() const;
 
  private:
   Index d_ = 0;

@@ -178,6 +178,26 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
 constexpr std::pair<const char*, AttentionPart> kAttentionParts[] = {
     {"K_sa", AttentionPart::kFull}, {"B_sa", AttentionPart::kB}, {"E_sa", AttentionPart::kE}};
 
+// The ln-complement row of a sub-block: LnComplementOp over the host operator; on a device with
+// its own restriction (OperatorDevice::ln_complement), that map and its Krylov space, so the
+// skipless rows keep GKL's basis on the device too (else LnComplementOp over its products).
+template <typename Op, typename Dense>
+void ln_complement_row(const Op& op, const LayerNormComplement& basis, const std::string& name,
+                       const BlockReportOptions& opt, const Dense& restricted, std::vector<ConditionReport>& out) {
+  out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt, restricted));
+}
+template <typename Dense>
+void ln_complement_row(const DeviceOperator& op, const LayerNormComplement& basis, const std::string& name,
+                       const BlockReportOptions& opt, const Dense& restricted, std::vector<ConditionReport>& out) {
+  const std::unique_ptr<TokenMap> map = opt.operator_device->ln_complement(op.map(), basis);
+  if (!map) {
+    out.push_back(lanczos_report(LnComplementOp<DeviceOperator>(op, basis), name, "ln-complement", opt, restricted));
+    return;
+  }
+  out.push_back(lanczos_report(DeviceOperator(*map, opt.operator_device->krylov_space(*map)), name, "ln-complement",
+                               opt, restricted));
+}
+
 // A pre-norm sub-block (K_sab or K_ffn) through its operator: over the full space, and, without
 // its residual, restricted to the complement of its LayerNorm's structural nullspace. `dense`
 // assembles the full-space matrix for a certificate.
@@ -190,13 +210,13 @@ void lanczos_subblock(const Op& op, const std::string& name, const LayerNormCach
   const auto restricted = [&] {
     return right_multiply_tokenwise(dense(), ln.x_hat.rows(), layernorm_complement_bases(ln.x_hat));
   };
-  out.push_back(lanczos_report(LnComplementOp<Op>(op, basis), name, "ln-complement", opt, restricted));
+  ln_complement_row(op, basis, name, opt, restricted, out);
 }
 
 // Runs `solve` on the operator of `matrix`: the host's (`host()`, analysis/operators/operators.h)
 // or, with opt.operator_device, the device's twin with its Krylov space (lanczos_report then names
-// the device; the full-space brackets keep GKL's basis on the device, the ln-complement ones on
-// the host around the device's products).
+// the device; its brackets keep GKL's basis on the device, the ln-complement ones too where the
+// device restricts its maps itself: ln_complement_row).
 template <typename HostOp, typename Solve>
 void on_operator(const BlockReportOptions& opt, const BlockWeights& w, const BlockForward& f, const std::string& matrix,
                  const HostOp& host, const Solve& solve) {

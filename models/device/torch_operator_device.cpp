@@ -93,40 +93,23 @@ struct MlpOnDevice {
   at::Tensor vjp(const at::Tensor& G) const { return (G.mm(W2.t()) * gelu_prime).mm(W1.t()); }
 };
 
-// One of the six operators: an optional LayerNorm, then attention or the MLP, then the optional
-// residual (K_sa/B_sa/E_sa and K_mlp have neither).
-class TorchBlockMap final : public TokenMap {
+// A TokenMap whose products run on device tensors: [n, d_in] -> [n, d_out] (jvp) and back (vjp).
+// The host-vector products of TokenMap copy in, apply, copy out; GKL's basis (TorchKrylovBasis)
+// calls jvp/vjp on its own device tensors.
+class TorchMap : public TokenMap {
  public:
-  TorchBlockMap(torch::Device device, Index n, Index d) : device_(device), n_(n), d_(d) {}
-  std::optional<LayerNormOnDevice> ln;
-  std::optional<AttentionOnDevice> attention;
-  std::optional<MlpOnDevice> mlp;
-  bool residual = false;
-
-  Index n() const override { return n_; }
-  Index d_in() const override { return d_; }
-  Index d_out() const override { return d_; }
+  explicit TorchMap(torch::Device device) : device_(device) {}
   const torch::Device& device() const { return device_; }
-  // The products on device tensors [n, d] (no grad; the caller names errors).
-  at::Tensor jvp(const at::Tensor& x) const {
-    const at::Tensor y = ln ? ln->jvp(x) : x;
-    at::Tensor out = attention ? attention->jvp(y) : mlp->jvp(y);
-    if (residual) out += x;
-    return out;
-  }
-  at::Tensor vjp(const at::Tensor& g) const {
-    at::Tensor out = attention ? attention->vjp(g) : mlp->vjp(g);
-    if (ln) out = ln->vjp(out);
-    if (residual) out += g;
-    return out;
-  }
-  Mat apply(const Mat& dX) const override {
+  // The products on device tensors (no grad; the caller names errors).
+  virtual at::Tensor jvp(const at::Tensor& x) const = 0;
+  virtual at::Tensor vjp(const at::Tensor& g) const = 0;
+  Mat apply(const Mat& dX) const final {
     return on_device("matrix-free product (JVP)", device_, [&] {
       torch::NoGradGuard no_grad;
       return to_eigen(jvp(to_device(dX, device_)));
     });
   }
-  Mat apply_transpose(const Mat& G) const override {
+  Mat apply_transpose(const Mat& G) const final {
     return on_device("matrix-free product (VJP)", device_, [&] {
       torch::NoGradGuard no_grad;
       return to_eigen(vjp(to_device(G, device_)));
@@ -135,24 +118,84 @@ class TorchBlockMap final : public TokenMap {
 
  private:
   torch::Device device_;
+};
+
+// One of the six operators: an optional LayerNorm, then attention or the MLP, then the optional
+// residual (K_sa/B_sa/E_sa and K_mlp have neither).
+class TorchBlockMap final : public TorchMap {
+ public:
+  TorchBlockMap(torch::Device device, Index n, Index d) : TorchMap(device), n_(n), d_(d) {}
+  std::optional<LayerNormOnDevice> ln;
+  std::optional<AttentionOnDevice> attention;
+  std::optional<MlpOnDevice> mlp;
+  bool residual = false;
+
+  Index n() const override { return n_; }
+  Index d_in() const override { return d_; }
+  Index d_out() const override { return d_; }
+  at::Tensor jvp(const at::Tensor& x) const override {
+    const at::Tensor y = ln ? ln->jvp(x) : x;
+    at::Tensor out = attention ? attention->jvp(y) : mlp->jvp(y);
+    if (residual) out += x;
+    return out;
+  }
+  at::Tensor vjp(const at::Tensor& g) const override {
+    at::Tensor out = attention ? attention->vjp(g) : mlp->vjp(g);
+    if (ln) out = ln->vjp(out);
+    if (residual) out += g;
+    return out;
+  }
+
+ private:
   Index n_, d_;
 };
 
-// GKL's long vectors on the map's device (analysis/operators/krylov_basis.h): P [k+1, n·d] and
-// Q [k, n·d], one basis vector per row, each the row-major flattening of an n × d token matrix
+// K · blockdiag_i(C_i) on the device (LnComplementOp's map, analysis/operators/operators.h): the
+// input c_i ∈ R^{d−2} of token i is expanded to C_i c_i = Q_i [0; 0; c_i] and the output reduced by
+// C_iᵀ y = (Q_iᵀ y)[2:], with Q_i = H_i0 H_i1, H_ik = I − τ_ik v_ik v_ikᵀ (LayerNormComplement's
+// reflectors): two rank-one updates per token, batched over tokens, O(nd) per product.
+class TorchLnComplementMap final : public TorchMap {
+ public:
+  TorchLnComplementMap(const TorchMap& inner, const LayerNormComplement& basis)
+      : TorchMap(inner.device()), inner_(inner),
+        v0_(to_device(basis.reflectors(0), inner.device())), v1_(to_device(basis.reflectors(1), inner.device())),
+        tau_(to_device(basis.taus(), inner.device())) {}
+  Index n() const override { return inner_.n(); }
+  Index d_in() const override { return inner_.d_in() - 2; }
+  Index d_out() const override { return inner_.d_out(); }
+  at::Tensor jvp(const at::Tensor& c) const override {
+    const at::Tensor z = torch::cat({torch::zeros({c.size(0), 2}, c.options()), c}, 1);
+    return inner_.jvp(reflect(reflect(z, v1_, 1), v0_, 0));  // H_0 (H_1 [0; 0; c])
+  }
+  at::Tensor vjp(const at::Tensor& g) const override {
+    const at::Tensor y = reflect(reflect(inner_.vjp(g), v0_, 0), v1_, 1);  // H_1 (H_0 y)
+    return y.narrow(1, 2, d_in()).contiguous();
+  }
+
+ private:
+  // Row i of z ↦ (I − τ_ik v_ik v_ikᵀ) z_i.
+  at::Tensor reflect(const at::Tensor& z, const at::Tensor& v, int64_t k) const {
+    return z - tau_.narrow(1, k, 1) * v * (v * z).sum(1, /*keepdim=*/true);
+  }
+  const TorchMap& inner_;
+  at::Tensor v0_, v1_, tau_;  // [n, d], [n, d], [n, 2]
+};
+
+// GKL's long vectors on the map's device (analysis/operators/krylov_basis.h): P [k+1, n·d_in] and
+// Q [k, n·d_out], one basis vector per row, each the row-major flattening of an n × d token matrix
 // (the device's natural layout). The host's vectors are column-major vec(X): they are converted
 // only where vectors cross (set_column, set_work, combination, apply), so the host sees j
 // coefficients and a norm per step, and the Ritz vectors at the end.
 class TorchKrylovBasis final : public KrylovBasis {
  public:
-  TorchKrylovBasis(const TorchBlockMap& map, Index k)
-      : map_(map), dev_(map.device()), n_(map.n()), d_(map.d_in()) {
+  TorchKrylovBasis(const TorchMap& map, Index k)
+      : map_(map), dev_(map.device()), n_(map.n()), d_in_(map.d_in()), d_out_(map.d_out()) {
     const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(dev_);
     on_device("allocating the GKL basis", dev_, [&] {
-      P_ = torch::zeros({k + 1, n_ * d_}, opts);
-      Q_ = torch::zeros({k, n_ * d_}, opts);
-      work_P_ = torch::zeros({n_ * d_}, opts);
-      work_Q_ = torch::zeros({n_ * d_}, opts);
+      P_ = torch::zeros({k + 1, n_ * d_in_}, opts);
+      Q_ = torch::zeros({k, n_ * d_out_}, opts);
+      work_P_ = torch::zeros({n_ * d_in_}, opts);
+      work_Q_ = torch::zeros({n_ * d_out_}, opts);
     });
   }
 
@@ -160,7 +203,7 @@ class TorchKrylovBasis final : public KrylovBasis {
     return on_device(from == KrylovSide::kRight ? "GKL product (JVP)" : "GKL product (VJP)", dev_, [&] {
       torch::NoGradGuard no_grad;
       at::Tensor& out = from == KrylovSide::kRight ? work_Q_ : work_P_;
-      const at::Tensor in = basis(from)[j].view({n_, d_});
+      const at::Tensor in = basis(from)[j].view({n_, width(from)});
       out = (from == KrylovSide::kRight ? map_.jvp(in) : map_.vjp(in)).reshape({-1}).contiguous();
       return torch::isfinite(out).all().item<bool>();
     });
@@ -188,14 +231,14 @@ class TorchKrylovBasis final : public KrylovBasis {
     on_device("GKL store", dev_, [&] { basis(side)[j].copy_(work(side) / alpha); });
   }
   void set_column(KrylovSide side, Index j, const Vec& x) override {
-    on_device("GKL set", dev_, [&] { basis(side)[j].copy_(from_host(x)); });
+    on_device("GKL set", dev_, [&] { basis(side)[j].copy_(from_host(side, x)); });
   }
   void set_work(KrylovSide side, const Vec& x) override {
-    on_device("GKL set", dev_, [&] { work(side) = from_host(x); });
+    on_device("GKL set", dev_, [&] { work(side) = from_host(side, x); });
   }
   Vec combination(KrylovSide side, Index kk, const Vec& c) const override {
     return on_device("GKL Ritz vector", dev_, [&] {
-      return to_host(torch::mv(basis(side).narrow(0, 0, kk).t(), to_device(c, dev_)));
+      return to_host(side, torch::mv(basis(side).narrow(0, 0, kk).t(), to_device(c, dev_)));
     });
   }
   void restart(Index kk, const Mat& V_sel, const Mat& U_sel) override {
@@ -210,7 +253,7 @@ class TorchKrylovBasis final : public KrylovBasis {
     });
   }
   Vec apply(bool transpose, const Vec& x) const override {
-    const Mat X = Eigen::Map<const Mat>(x.data(), n_, d_);
+    const Mat X = Eigen::Map<const Mat>(x.data(), n_, transpose ? d_out_ : d_in_);
     const Mat Y = transpose ? map_.apply_transpose(X) : map_.apply(X);
     return Eigen::Map<const Vec>(Y.data(), Y.size());
   }
@@ -220,20 +263,31 @@ class TorchKrylovBasis final : public KrylovBasis {
   const at::Tensor& basis(KrylovSide side) const { return side == KrylovSide::kRight ? P_ : Q_; }
   at::Tensor& work(KrylovSide side) { return side == KrylovSide::kRight ? work_P_ : work_Q_; }
   const at::Tensor& work(KrylovSide side) const { return side == KrylovSide::kRight ? work_P_ : work_Q_; }
-  // Column-major vec(X) of an n × d host matrix <-> the row-major flattening on the device.
-  at::Tensor from_host(const Vec& x) const {
-    return to_device(Mat(Eigen::Map<const Mat>(x.data(), n_, d_)), dev_).reshape({-1});
+  // Token width of a side's vectors: the input space (P, right) or the output space (Q, left).
+  int64_t width(KrylovSide side) const { return side == KrylovSide::kRight ? d_in_ : d_out_; }
+  // Column-major vec(X) of an n × width host matrix <-> the row-major flattening on the device.
+  at::Tensor from_host(KrylovSide side, const Vec& x) const {
+    return to_device(Mat(Eigen::Map<const Mat>(x.data(), n_, width(side))), dev_).reshape({-1});
   }
-  Vec to_host(const at::Tensor& t) const {
-    const Mat X = to_eigen(t.view({n_, d_}));
+  Vec to_host(KrylovSide side, const at::Tensor& t) const {
+    const Mat X = to_eigen(t.view({n_, width(side)}));
     return Eigen::Map<const Vec>(X.data(), X.size());
   }
 
-  const TorchBlockMap& map_;
+  const TorchMap& map_;
   const torch::Device dev_;
-  const int64_t n_, d_;
+  const int64_t n_, d_in_, d_out_;
   at::Tensor P_, Q_, work_P_, work_Q_;
 };
+
+// `map` as one of `device`'s maps, or std::invalid_argument naming `what`.
+const TorchMap& own_map(const TokenMap& map, const torch::Device& device, const std::string& what) {
+  const auto* torch_map = dynamic_cast<const TorchMap*>(&map);
+  if (!torch_map || torch_map->device() != device)
+    throw std::invalid_argument("TorchOperatorDevice::" + what + ": the map was not made by this device (" +
+                                device.str() + ")");
+  return *torch_map;
+}
 
 }  // namespace
 
@@ -254,13 +308,22 @@ std::unique_ptr<TokenMap> TorchOperatorDevice::block_operator(const BlockWeights
 }
 
 KrylovSpace TorchOperatorDevice::krylov_space(const TokenMap& map) const {
-  const auto* torch_map = dynamic_cast<const TorchBlockMap*>(&map);
-  if (!torch_map || torch_map->device() != device_)
-    throw std::invalid_argument("TorchOperatorDevice::krylov_space: the map was not made by this device (" + device_.str() + ")");
+  const TorchMap* torch_map = &own_map(map, device_, "krylov_space");
   KrylovSpace space;
-  space.rows = space.cols = map.n() * map.d_in();  // the block operators are square (d_in = d_out)
+  space.rows = map.n() * map.d_out();
+  space.cols = map.n() * map.d_in();
   space.make_basis = [torch_map](Index k) { return std::make_unique<TorchKrylovBasis>(*torch_map, k); };
   return space;
+}
+
+std::unique_ptr<TokenMap> TorchOperatorDevice::ln_complement(const TokenMap& map, const LayerNormComplement& basis) const {
+  const TorchMap& inner = own_map(map, device_, "ln_complement");
+  if (basis.n() != map.n() || basis.d() != map.d_in())
+    throw std::invalid_argument("TorchOperatorDevice::ln_complement: the basis is " + std::to_string(basis.n()) + " x " +
+                                std::to_string(basis.d()) + ", the map's input " + std::to_string(map.n()) + " x " +
+                                std::to_string(map.d_in()));
+  return on_device("copying the LayerNorm complement's reflectors", device_,
+                   [&] { return std::make_unique<TorchLnComplementMap>(inner, basis); });
 }
 
 std::unique_ptr<TokenMap> TorchOperatorDevice::make_map(const BlockWeights& w, const BlockForward& f,

@@ -24,7 +24,9 @@
 //
 // A product through the TokenMap interface copies its n × d input to the device and the result
 // back; through krylov_space, GKL's basis lives on the device with the products (TorchKrylovBasis,
-// design §10) and nothing of length nd crosses per step. The tensors are fp64 throughout.
+// design §10) and nothing of length nd crosses per step. ln_complement restricts K_sab / K_ffn to
+// the LayerNorm complement there too (LnComplementOp's twin: C_i c = H_i0 H_i1 [0; 0; c], the
+// reflectors of LayerNormComplement). The tensors are fp64 throughout.
 #pragma once
 
 #include <memory>
@@ -47,9 +49,14 @@ class TorchOperatorDevice final : public OperatorDevice {
   std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,
                                            const std::string& matrix) const override;
   /// GKL's basis on this device beside the map's products (a map this device made; throws
-  /// std::invalid_argument for another): P and Q as [k, n·d] fp64 tensors, CGS2 as two GEMVs per
-  /// pass, the restart as one GEMM per side; the host receives j coefficients and a norm per step.
+  /// std::invalid_argument for another): P and Q as [k, n·d_in] and [k, n·d_out] fp64 tensors,
+  /// CGS2 as two GEMVs per pass, the restart as one GEMM per side; the host receives j
+  /// coefficients and a norm per step.
   KrylovSpace krylov_space(const TokenMap& map) const override;
+  /// The map (one this device made) restricted to the LayerNorm complement on this device: C_i
+  /// applied from its two Householder reflectors per token (O(nd) per product), so krylov_space
+  /// of the result keeps the skipless rows' basis here; P is then [k+1, n·(d−2)], Q [k, n·d].
+  std::unique_ptr<TokenMap> ln_complement(const TokenMap& map, const LayerNormComplement& basis) const override;
   const torch::Device& device() const { return device_; }
 
  private:

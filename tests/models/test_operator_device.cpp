@@ -7,6 +7,7 @@
 
 #include <random>
 #include <string>
+#include <type_traits>
 
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
@@ -96,10 +97,47 @@ TEST(TorchOperatorDevice, AFailingProductIsOneLineNamingItAndTheDevice) {
   }
 }
 
-// The lanczos route of block_reports with the device's products, and on the full space its GKL
-// basis there too (TorchKrylovBasis): the same rows and statuses as with the host's, method
-// gkl-<device>, and every bracket contains the dense exact κ. Skipless, so the ln-complement rows
-// (LnComplementOp over the device's operator, the basis on the host) are in it too.
+// The LayerNorm-complement restriction on the device (C_i from two reflectors per token) against
+// the host's LnComplementOp over the host kernels: K_sab and K_ffn, with and without their
+// residual, JVP and VJP to rounding, and the adjoint identity on the n × (d − 2) input.
+void expect_ln_complement_equals_the_host(const TorchOperatorDevice& device) {
+  const Index n = 7, d = 12;
+  const BlockWeights w = test::random_block(d, 3, 4 * d, 41, 0.7);
+  const Mat X = test::random_tokens(n, d, 43);
+  for (SkipMode skip : {SkipMode::kNone, SkipMode::kFull}) {
+    const BlockForward f = block_forward(w, X, skip);
+    for (const std::string matrix : {"K_sab", "K_ffn"}) {
+      const std::string knobs = matrix + " skip " + to_string(skip) + " on " + device.name();
+      const LayerNormComplement basis(matrix == "K_sab" ? f.ln1.x_hat : f.ln2.x_hat);
+      const auto map = device.block_operator(w, f, matrix);
+      const auto restricted = device.ln_complement(*map, basis);
+      ASSERT_TRUE(restricted) << knobs;
+      ASSERT_EQ(restricted->n(), n);
+      ASSERT_EQ(restricted->d_in(), d - 2);
+      ASSERT_EQ(restricted->d_out(), d);
+      const Mat c = test::random_tokens(n, d - 2, 45), y = test::random_tokens(n, d, 46);
+      const Mat Kc = restricted->apply(c), Kty = restricted->apply_transpose(y);
+      const auto host = [&](const auto& op) {
+        const LnComplementOp<std::decay_t<decltype(op)>> r(op, basis);
+        EXPECT_LE(test::rel_error(Kc, r.apply(c)), test::kSameMathRounding) << knobs;
+        EXPECT_LE(test::rel_error(Kty, r.apply_transpose(y)), test::kSameMathRounding) << knobs;
+      };
+      if (matrix == "K_sab") host(SabJacobianOp(w, f));
+      else host(FfnJacobianOp(w, f));
+      const double lhs = (Kc.array() * y.array()).sum(), rhs = (c.array() * Kty.array()).sum();
+      EXPECT_NEAR(lhs, rhs, test::kSameMathRounding * Kc.norm() * y.norm()) << knobs;
+    }
+  }
+}
+
+TEST(TorchOperatorDevice, CpuLnComplementEqualsTheHosts_n7_d12_h3) {
+  expect_ln_complement_equals_the_host(TorchOperatorDevice(torch::kCPU));
+}
+
+// The lanczos route of block_reports with the device's products, and its GKL basis there too
+// (TorchKrylovBasis): the same rows and statuses as with the host's, method gkl-<device>, and
+// every bracket contains the dense exact κ. Skipless, so the ln-complement rows (the device's
+// restriction, n·d × n·(d − 2), with its basis on the device) are in it too.
 void expect_lanczos_reports_bracket_the_exact_kappa(const std::shared_ptr<const OperatorDevice>& device) {
   const BlockWeights w = test::random_block(16, 2, 64, 23);
   const Mat X = test::random_tokens(8, 16, 29);
@@ -153,6 +191,27 @@ TEST(TorchOperatorDevice, CpuKrylovBasisMeetsTheContract_n6_d8_h2) {
   expect_device_basis_meets_the_contract(TorchOperatorDevice(torch::kCPU));
 }
 
+// The same on a rectangular space: the skipless K_ffn restricted to the LayerNorm complement on
+// the device (P of width n·(d − 2), Q of width n·d) against its closed form, the dense K_ffn times
+// blockdiag_i(C_i).
+void expect_ln_complement_basis_meets_the_contract(const TorchOperatorDevice& device) {
+  const BlockWeights w = test::random_block(8, 2, 32, 47);
+  const BlockForward f = block_forward(w, test::random_tokens(6, 8, 53), SkipMode::kNone);
+  const auto map = device.block_operator(w, f, "K_ffn");
+  const LayerNormComplement basis(f.ln2.x_hat);
+  const auto restricted = device.ln_complement(*map, basis);
+  const KrylovSpace space = device.krylov_space(*restricted);
+  ASSERT_TRUE(space.make_basis);
+  EXPECT_EQ(space.rows, 6 * 8);
+  EXPECT_EQ(space.cols, 6 * 6);
+  const Mat dense = right_multiply_tokenwise(ffn_jacobian(w, f).to_dense(), 6, layernorm_complement_bases(f.ln2.x_hat));
+  test::check_krylov_basis_contract(space, dense, 1e-12);
+}
+
+TEST(TorchOperatorDevice, CpuLnComplementKrylovBasisMeetsTheContract_n6_d8_h2) {
+  expect_ln_complement_basis_meets_the_contract(TorchOperatorDevice(torch::kCPU));
+}
+
 // A map the device did not make has no Krylov space there: refused by name, not misread.
 TEST(TorchOperatorDevice, KrylovSpaceRefusesAMapItDidNotMake) {
   struct HostMap final : TokenMap {
@@ -168,6 +227,26 @@ TEST(TorchOperatorDevice, KrylovSpaceRefusesAMapItDidNotMake) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("not made by this device"), std::string::npos) << e.what();
   }
+  try {
+    TorchOperatorDevice(torch::kCPU).ln_complement(HostMap(), LayerNormComplement(test::random_tokens(2, 3, 1)));
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not made by this device"), std::string::npos) << e.what();
+  }
+}
+
+// A basis of another shape than the map's input is refused by name.
+TEST(TorchOperatorDevice, LnComplementRefusesABasisOfAnotherShape) {
+  const BlockWeights w = test::random_block(8, 2, 32, 3);
+  const BlockForward f = block_forward(w, test::random_tokens(5, 8, 3), SkipMode::kNone);
+  const TorchOperatorDevice device(torch::kCPU);
+  const auto map = device.block_operator(w, f, "K_sab");
+  try {
+    device.ln_complement(*map, LayerNormComplement(test::random_tokens(4, 8, 5)));
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the basis is 4 x 8, the map's input 5 x 8"), std::string::npos) << e.what();
+  }
 }
 
 bool have_cuda() { return torch::cuda::is_available(); }
@@ -175,6 +254,12 @@ bool have_cuda() { return torch::cuda::is_available(); }
 TEST(OperatorDeviceCuda, KrylovBasisMeetsTheContract_n6_d8_h2) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
   expect_device_basis_meets_the_contract(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
+}
+
+TEST(OperatorDeviceCuda, LnComplementEqualsTheHosts_n7_d12_h3) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  expect_ln_complement_equals_the_host(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
+  expect_ln_complement_basis_meets_the_contract(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
 }
 
 TEST(OperatorDeviceCuda, ProductsEqualTheHostKernels_n9_d12_h3) {

@@ -13,6 +13,7 @@
 
 #include <Eigen/SVD>
 
+#include "analysis/operators/operator_device.h"
 #include "analysis/report/block_report.h"
 #include "analysis/report/report_csv.h"
 #include "support/random_block.h"
@@ -342,6 +343,94 @@ TEST(DenseDeviceRouting, InertiaCertificatesFactoriseOnTheDeviceN6D8) {
   opt.device = none;
   EXPECT_FALSE(wants_certificate(opt, 48, 48));
   EXPECT_EQ(none->fits_routes, std::vector<DenseRoute>{DenseRoute::kInertia});
+}
+
+// An OperatorDevice on the host for the routing of the lanczos route's maps: each block operator
+// is its dense closed form behind TokenMap, the ln-complement restriction (when `restricts`) the
+// dense K · blockdiag_i(C_i); it counts what block_reports asks of it. No Krylov space: GKL's basis
+// stays on the host (TokenMapOp's products).
+class RecordingOperatorDevice final : public OperatorDevice {
+ public:
+  explicit RecordingOperatorDevice(bool restricts) : restricts_(restricts) {}
+  struct DenseMap final : TokenMap {
+    DenseMap(Mat K, Index n, Index d_in, Index* counter = nullptr) : K(std::move(K)), n_(n), d_in_(d_in), counter(counter) {}
+    Index n() const override { return n_; }
+    Index d_in() const override { return d_in_; }
+    Index d_out() const override { return K.rows() / n_; }
+    Mat apply(const Mat& dX) const override {
+      if (counter) ++*counter;
+      return unvec(K * Eigen::Map<const Vec>(dX.data(), dX.size()), d_out());
+    }
+    Mat apply_transpose(const Mat& G) const override {
+      if (counter) ++*counter;
+      return unvec(K.transpose() * Eigen::Map<const Vec>(G.data(), G.size()), d_in());
+    }
+    Mat unvec(const Vec& v, Index d) const { return Eigen::Map<const Mat>(v.data(), n_, d); }
+    Mat K;
+    Index n_, d_in_;
+    Index* counter;  // products, when counted
+  };
+  std::string name() const override { return "recording"; }
+  std::string description() const override { return "dense closed forms on the host"; }
+  std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,
+                                           const std::string& matrix) const override {
+    const Index n = f.X.rows();
+    if (matrix == "K_sab") return std::make_unique<DenseMap>(sab_jacobian(w, f), n, w.d);
+    if (matrix == "K_ffn") return std::make_unique<DenseMap>(ffn_jacobian(w, f).to_dense(), n, w.d);
+    throw std::invalid_argument("RecordingOperatorDevice: only K_sab and K_ffn");
+  }
+  std::unique_ptr<TokenMap> ln_complement(const TokenMap& map, const LayerNormComplement& basis) const override {
+    ++ln_complement_calls;
+    if (!restricts_) return nullptr;
+    const Index n = basis.n(), c = basis.d() - 2;
+    Mat restricted(map.n() * map.d_out(), n * c);
+    Vec e = Vec::Zero(n * c);
+    for (Index j = 0; j < n * c; ++j) {  // column j: K · blockdiag(C_i) e_j
+      e(j) = 1;
+      const Mat Y = map.apply(basis.expand(Eigen::Map<const Mat>(e.data(), n, c)));
+      restricted.col(j) = Eigen::Map<const Vec>(Y.data(), Y.size());
+      e(j) = 0;
+    }
+    return std::make_unique<DenseMap>(std::move(restricted), n, c, &restricted_products);
+  }
+  mutable int ln_complement_calls = 0;
+  mutable Index restricted_products = 0;  // products of the restricted maps it made
+
+ private:
+  bool restricts_;
+};
+
+// Skipless K_sab and K_ffn through an operator device: each ln-complement row asks the device for
+// its restriction and, when it has one, runs on it (its products counted), else on LnComplementOp
+// over the device's products; the brackets contain the dense κ either way.
+TEST(OperatorDeviceRouting, LnComplementRowsTakeTheDevicesRestrictionN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 3);
+  const Mat X = test::random_tokens(6, 8, 4);
+  BlockReportOptions opt;
+  opt.matrices = {"K_sab", "K_ffn"};
+  const auto exact = block_reports(w, X, SkipMode::kNone, opt);
+  opt.route = KappaRoute::kLanczos;
+  for (const bool restricts : {true, false}) {
+    SCOPED_TRACE(restricts ? "the device restricts" : "LnComplementOp over the device");
+    auto device = std::make_shared<RecordingOperatorDevice>(restricts);
+    opt.operator_device = device;
+    const auto got = block_reports(w, X, SkipMode::kNone, opt);
+    EXPECT_EQ(device->ln_complement_calls, 2);
+    EXPECT_EQ(device->restricted_products > 0, restricts);
+    ASSERT_EQ(got.size(), exact.size());
+    int restricted_rows = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(got[i].matrix + "/" + got[i].space);
+      EXPECT_EQ(got[i].space, exact[i].space);
+      EXPECT_EQ(got[i].method, "gkl-recording");
+      if (got[i].space != "ln-complement") continue;
+      ++restricted_rows;
+      ASSERT_EQ(got[i].status, Status::kBracket) << got[i].note;
+      EXPECT_LE(got[i].kappa_lo, exact[i].kappa * (1 + 1e-10));
+      EXPECT_GE(got[i].kappa_hi, exact[i].kappa * (1 - 1e-10));
+    }
+    EXPECT_EQ(restricted_rows, 2);
+  }
 }
 
 // The output-embedding rows ("Always Skip Attention" §4): κ of each n × d token matrix against an

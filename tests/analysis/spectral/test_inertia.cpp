@@ -290,11 +290,16 @@ TEST(LdltLayout, BothPivotingsReproduceHsEigenvaluesInertiaAndSolves) {
       Index blocks = 0;
       for (Index i = 0; i + 1 < f->order(); ++i) blocks += f->is_2x2(i) ? 1 : 0;
       // −μI next to K forces 2 × 2 pivots: without them the test would not see e's conversion.
-      if (name.rfind("augmented", 0) == 0) EXPECT_GT(blocks, 0);
+      if (name.rfind("augmented", 0) == 0) {
+        EXPECT_GT(blocks, 0);
+      }
       const Vec from_factors = test::sorted_eigenvalues(test::ldlt_product(*f));
       EXPECT_LE((from_factors - lambda).cwiseAbs().maxCoeff(), 1e-11 * norm);
-      for (Index i = 0; i + 1 < f->order(); ++i)  // a 2 × 2 pivot has det < 0 (ldlt.h)
-        if (f->is_2x2(i)) EXPECT_LT(f->F(i, i) * f->F(i + 1, i + 1) - f->e(i) * f->e(i), 0.0) << i;
+      for (Index i = 0; i + 1 < f->order(); ++i) {  // a 2 × 2 pivot has det < 0 (ldlt.h)
+        if (f->is_2x2(i)) {
+          EXPECT_LT(f->F(i, i) * f->F(i + 1, i + 1) - f->e(i) * f->e(i), 0.0) << i;
+        }
+      }
       EXPECT_EQ(test::negative_pivots(*f), (lambda.array() < 0).count());
       const Vec x = test::gaussian(H.rows(), 1, 1.0, rng);
       Vec b = H * x;
