@@ -20,51 +20,70 @@
 #      `jacond block … --device cuda` at ViT-B timed end to end (lanczos-*/);
 #   7. inertia certificates (issue 11, item 2): `ours` K_sa at nd 6400 (H_μ of order 12 800)
 #      certified with its LDLᵀ on the GPU (cusolverDnDsytrf) and on the host's 16 threads
-#      (dsytrf_rk), each timed, same κ bracket expected (certify-*/).
+#      (dsytrf_rk), each timed, same κ bracket expected (certify-*/);
+#   8. the skipless rows at ViT-S: `ours` K_ffn without skips, full space and ln-complement (the
+#      device's own restriction, basis on the GPU), 15 s each, on the GPU and on the host's 16
+#      threads, timed end to end (skipless-*/).
 # At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz.
+# JACOND_GPU_ITEMS picks items (default "1 2 3 4 5 6 7 8"): the device budget (15 minutes a
+# session, build included) may not hold them all, so run the issue's four first (1-6) and the
+# rest in a second call on the warm machine, e.g. JACOND_GPU_ITEMS="7 8" (another $OUT: a call
+# returns only its own files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${JACOND_GPU_BUILD:-build-gpu}
 final=${OUT:-results/gpu}
+items=" ${JACOND_GPU_ITEMS:-1 2 3 4 5 6 7 8} "
 out=$(mktemp -d)
 mkdir -p "$final"
 # shellcheck disable=SC1090
 source "$build/env.sh"
 J=$build/experiments/jacond
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+want() { [[ "$items" == *" $1 "* ]]; }
+
+item1_tests() {
   (cd "$build" && ctest -R "DenseCuda|DeviceCuda|NcclRankGroup" --output-on-failure)
   if [ -d "$build/python/jacond" ]; then  # the Python module's device="cuda" against its CPU route
     PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda
   else
     echo "the Python module was not built here (no pybind11 or Python headers): device='cuda' from Python not run"
   fi
+}
+
+item2_bench_dense() {
   for t in 16 2; do
     echo "\$ jacond bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads $t --repeat 3"
     "$J" bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads "$t" --repeat 3 \
       --out "$out/bench-dense-t$t"
     rm -rf "$out/bench-dense-t$t/size-6400"  # the weights and tokens it wrote: inputs, not results
   done
-  for dev in cuda cpu; do
-    echo "\$ jacond block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device $dev --threads 16"
-    time "$J" block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device "$dev" \
-      --threads 16 --out "$out/certify-$dev"
-    cat "$out/certify-$dev/results.csv"
-  done
+}
+
+item3_vit_s_exact() {
   echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
   time "$J" block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \
     --out "$out/vit-s"
+}
+
+item4_bench_train() {
   echo "\$ jacond bench train --device cuda --threads 16 --batch 128 --track-every 0 --python $(command -v python3)"
   "$J" bench train --device cuda --threads 16 --batch 128 --steps 50 --warmup 5 --track-every 0 \
     --python "$(command -v python3)" --out "$out/bench-train"
+}
+
+item5_vit_b_mixed() {
+  local mem_mib
   mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-  if [ "${mem_mib:-0}" -ge 100000 ]; then
-    echo "\$ jacond block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda --threads 16"
-    time "$J" block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda \
-      --threads 16 --out "$out/vit-b"
-  else
+  if [ "${mem_mib:-0}" -lt 100000 ]; then
     echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
+    return
   fi
+  echo "\$ jacond block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda --threads 16"
+  time "$J" block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda \
+    --threads 16 --out "$out/vit-b"
+}
+
+item6_lanczos() {
   # The bench runs each route on the host's 16 threads and again on the GPU (products and basis),
   # in the same process, and splits each route's seconds into products and the rest (design §10).
   echo "\$ jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda --threads 16"
@@ -77,6 +96,38 @@ J=$build/experiments/jacond
   echo "\$ jacond block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 --device cuda --threads 16"
   time "$J" block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
     --device cuda --threads 16 --out "$out/lanczos-vit-b-timm-block"
+}
+
+item7_certify() {
+  for dev in cuda cpu; do
+    echo "\$ jacond block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device $dev --threads 16"
+    time "$J" block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device "$dev" \
+      --threads 16 --out "$out/certify-$dev"
+    cat "$out/certify-$dev/results.csv"
+  done
+}
+
+item8_skipless() {
+  for dev in cuda cpu; do
+    echo "\$ jacond block --init ours --skip none --n 197 --d 384 --heads 6 --matrices K_ffn --method lanczos --lanczos-seconds 15 --device $dev --threads 16"
+    time "$J" block --init ours --skip none --n 197 --d 384 --heads 6 --matrices K_ffn --method lanczos --lanczos-seconds 15 \
+      --device "$dev" --threads 16 --out "$out/skipless-$dev"
+    cat "$out/skipless-$dev/results.csv"
+  done
+}
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  echo "items:$items"
+  want 1 && item1_tests
+  want 2 && item2_bench_dense
+  want 3 && item3_vit_s_exact
+  want 4 && item4_bench_train
+  want 5 && item5_vit_b_mixed
+  want 6 && item6_lanczos
+  want 7 && item7_certify
+  want 8 && item8_skipless
+  true
 } 2>&1 | tee "$final/gpu_measure.log"
 tar czf "$final/results.tar.gz" -C "$out" .
 echo "gpu_measure: results in $final/results.tar.gz ($(tar tzf "$final/results.tar.gz" | grep -c '[^/]$') files)"

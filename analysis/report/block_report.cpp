@@ -85,6 +85,34 @@ bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
 
 namespace {
 
+std::string gigabytes(double bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  os << bytes / 1e9 << " GB";
+  return os.str();
+}
+
+// A report certified by inertia counts (analysis/spectral/inertia.h) on opt's device; `dense`
+// assembles K only when a count needs it (not for a singular report). A certificate the host
+// cannot hold (K and H_μ of order rows + cols: 8(rc + M²) bytes past physical memory, which an
+// explicit --certify inertia can ask for) leaves the report uncertified with a note naming the
+// memory, instead of failing the run on an allocation.
+template <typename Dense>
+ConditionReport with_certificate(ConditionReport r, const Dense& dense, double sigma_min_lo, double sigma_min_hi,
+                                 double sigma_max_lo, double sigma_max_hi, const BlockReportOptions& opt) {
+  const double rows = static_cast<double>(r.rows), cols = static_cast<double>(r.cols);
+  const double bytes = 8 * (rows * cols + (rows + cols) * (rows + cols)), memory = physical_memory_bytes();
+  if (r.status != Status::kSingular && bytes > memory) {
+    r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: the inertia counts need ") + gigabytes(bytes) +
+              " (K and the augmented matrix), more than this machine's " + gigabytes(memory);
+    return r;
+  }
+  const DenseDevice& device = device_or_host(opt.device);
+  if (r.status == Status::kSingular) return certify_report(r, Mat(), sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, device);
+  const Mat& K = dense();  // a reference to the caller's matrix, or the temporary kept alive
+  return certify_report(r, K, sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, device);
+}
+
 // kMixed's fallback: the fp64 LU route (`dense` assembles the matrix again) when the refinement
 // failed and the device holds the fp64 matrix; otherwise the not-converged report stands.
 template <typename Dense>
@@ -169,9 +197,7 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
   r.report.space = space;
   if (opt.operator_device) r.report.method += "-" + opt.operator_device->name();  // on_operator's device
   if (!wants_certificate(opt, op.rows(), op.cols())) return r.report;
-  // certify_report never reads K of a singular report: do not assemble it for nothing.
-  const Mat K = r.report.status == Status::kSingular ? Mat() : dense();
-  return certify_report(r.report, K, r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi, device_or_host(opt.device));
+  return with_certificate(r.report, dense, r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi, opt);
 }
 
 // K_sa and its Prop. 2 split B_sa + E_sa (paper Eq. 10/13), by name.
@@ -258,7 +284,7 @@ void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip
 ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route, opt.device);
   const ConditionReport r = condition_dense(K, name, route, opt.device);
-  return certify_report(r, K, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, device_or_host(opt.device));
+  return with_certificate(r, [&]() -> const Mat& { return K; }, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
 }
 
 // kMixed on one square matrix: `dense32` assembles its fp32 rounding, factorised on the device;
@@ -270,7 +296,7 @@ ConditionReport mixed_report(const Op& op, const std::string& name, const BlockR
   const DenseDevice& dev = device_or_host(opt.device);
   const ConditionReport r = unless_refinement_failed(dev.condition_mixed(dense32(), linear_map(op), name), dev, dense);
   if (r.status == Status::kNotConverged || !wants_certificate(opt, r.rows, r.cols)) return r;
-  return certify_report(r, dense(), r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, dev);
+  return with_certificate(r, dense, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
 }
 
 // The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast, kSvd or

@@ -16,6 +16,7 @@
 #include "analysis/operators/operator_device.h"
 #include "analysis/report/block_report.h"
 #include "analysis/report/report_csv.h"
+#include "analysis/spectral/dense_cost.h"
 #include "support/random_block.h"
 
 namespace jacond {
@@ -343,6 +344,26 @@ TEST(DenseDeviceRouting, InertiaCertificatesFactoriseOnTheDeviceN6D8) {
   opt.device = none;
   EXPECT_FALSE(wants_certificate(opt, 48, 48));
   EXPECT_EQ(none->fits_routes, std::vector<DenseRoute>{DenseRoute::kInertia});
+}
+
+// An explicit --certify inertia that this machine cannot hold (K and the augmented matrix of order
+// 2nd past physical memory) leaves the row uncertified with a note naming the memory, instead of
+// an allocation failure: the size is chosen from this machine's memory (8·(2nd)² ≈ 1.3× it).
+TEST(CertifiedReports, ACertificatePastThisMachinesMemoryIsANoteNotACrash) {
+  const Index d = 64;
+  const double nd = std::sqrt(1.3 * physical_memory_bytes() / 32);
+  const Index n = static_cast<Index>(std::ceil(nd / d));
+  const BlockWeights w = test::random_block(d, 2, 4 * d, 5);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kLanczos;
+  opt.matrices = {"K_sa"};
+  opt.certify = CertifyMode::kInertia;
+  opt.lanczos.max_seconds = 0.2;
+  const auto reports = block_reports(w, test::random_tokens(n, d, 6), SkipMode::kFull, opt);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].status, Status::kCertified);
+  EXPECT_NE(reports[0].note.find("not certified: the inertia counts need"), std::string::npos) << reports[0].note;
+  EXPECT_NE(reports[0].note.find("more than this machine's"), std::string::npos) << reports[0].note;
 }
 
 // An OperatorDevice on the host for the routing of the lanczos route's maps: each block operator
