@@ -243,12 +243,11 @@ class CudaLdltFactors final : public LdltFactors {
   mutable std::vector<char> solve_host_work_;
 };
 
-// Device bytes of an LDLᵀ of order M: H, its pivots (32- and 64-bit), a vector and
-// cusolverDnDsytrf's workspace (the solves' workspace is asked for after the factorisation).
-size_t sytrf_device_bytes(Handles& h, int64_t M) {
-  int lwork = 0;
-  JACOND_CUDA(cusolverDnDsytrf_bufferSize(h.solver, static_cast<int>(M), nullptr, static_cast<int>(M), &lwork));
-  return sizeof(double) * (static_cast<size_t>(M) * M + M + static_cast<size_t>(lwork)) + (sizeof(int) + sizeof(int64_t)) * M;
+// Device bytes of an LDLᵀ of order M, for fits(): H, its pivots (32- and 64-bit), a vector and a
+// workspace of 256·M doubles (LAPACK's sytrf asks for M·nb with a block size nb ≤ 256; the actual
+// query runs in CudaLdltFactors::factor on the allocated H, which says so if memory is short).
+size_t sytrf_device_bytes(int64_t M) {
+  return sizeof(double) * (static_cast<size_t>(M) * M + 257 * static_cast<size_t>(M)) + (sizeof(int) + sizeof(int64_t)) * M;
 }
 
 // Device bytes of cusolverDnXgesvd (values only) on a rows × cols matrix, rows ≥ cols: A, S and
@@ -368,11 +367,7 @@ Vec singular_values(Mat A) {
 }
 
 namespace {
-bool ldlt_fits_device(int64_t M) {
-  if (M > kMaxSytrfOrder) return false;
-  Handles h;
-  return sytrf_device_bytes(h, M) <= free_device_bytes();
-}
+bool ldlt_fits_device(int64_t M) { return M <= kMaxSytrfOrder && sytrf_device_bytes(M) <= free_device_bytes(); }
 }  // namespace
 
 std::unique_ptr<LdltFactors> CudaDenseDevice::ldlt(Mat lower) const {
