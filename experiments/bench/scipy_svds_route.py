@@ -132,8 +132,7 @@ class AutogradOperator:
                                               dtype=np.float64)
 
     def _tick(self):
-        with self.counter.get_lock():
-            self.counter.value += 1
+        self.counter.value += 1  # a lock-free shared counter: this process is its only writer (run_once)
 
     def matvec(self, v):
         self._tick()
@@ -253,13 +252,27 @@ def run(args):
 REPEAT_BELOW_S = 2.0  # the same rule as jacond bench lanczos (kRepeatBelowSeconds)
 
 
+def ready_event(events, child):
+    """The child's first event; an error event if it exits without one (a crash in setup)."""
+    while True:
+        try:
+            return events.get(timeout=1.0)
+        except queue.Empty:
+            if not child.is_alive():
+                return {"event": "error", "note": f"the solver process exited (code {child.exitcode}) before it was ready"}
+
+
 def run_once(args):
     """Runs the child under the budget and gathers its events into the result line."""
     ctx = multiprocessing.get_context("fork")
-    counter, events = ctx.Value("q", 0), ctx.Queue()
+    # The product counter has no lock: the child is its only writer, and the parent reads it once
+    # the child is gone. A locked Value deadlocked the parent when the budget's kill landed while
+    # the child held the lock (its semaphore is never released; seen on tiny blocks, where the
+    # child spends much of its time in the increment).
+    counter, events = ctx.RawValue("q", 0), ctx.Queue()
     child = ctx.Process(target=child_main, args=(args, counter, events), daemon=True)
     child.start()
-    ready = events.get()  # setup is not part of the budget
+    ready = ready_event(events, child)  # setup is not part of the budget
     if ready["event"] != "ready":
         child.join()
         raise RuntimeError(ready["note"])
