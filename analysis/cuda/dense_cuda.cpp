@@ -381,11 +381,10 @@ bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const Dense
   // A non-square A takes the CPU route (condition_fast above): the CPU's rule.
   if (!jacond::fits(DenseCost{8.0 * static_cast<double>(rows) * static_cast<double>(cols), 0}, budget)) return false;
   if (route == DenseRoute::kInertia) {
-    // The host holds K and H_μ (then H_μ's converted factors): 8(rc + M²) bytes. On the device:
-    // ldlt above, by memory alone; a count the device cannot hold runs on the host, by its rule.
-    const double M = static_cast<double>(rows + cols);
+    // The host holds K and H_μ (then H_μ's converted factors): inertia_count_cost's bytes. On the
+    // device: ldlt above, by memory alone; a count the device cannot hold runs on the host, by its rule.
     if (!ldlt_fits_device(rows + cols)) return CpuDenseDevice().fits(route, rows, cols, budget);
-    return jacond::fits(DenseCost{8.0 * (static_cast<double>(rows) * static_cast<double>(cols) + M * M), 0}, budget);
+    return jacond::fits(DenseCost{inertia_count_cost(rows, cols, 1).bytes, 0}, budget);
   }
   if (route == DenseRoute::kFast && rows != cols) return CpuDenseDevice().fits(route, rows, cols, budget);  // the CPU route
   Handles h;

@@ -94,14 +94,13 @@ std::string gigabytes(double bytes) {
 
 // A report certified by inertia counts (analysis/spectral/inertia.h) on opt's device; `dense`
 // assembles K only when a count needs it (not for a singular report). A certificate the host
-// cannot hold (K and H_μ of order rows + cols: 8(rc + M²) bytes past physical memory, which an
-// explicit --certify inertia can ask for) leaves the report uncertified with a note naming the
-// memory, instead of failing the run on an allocation.
+// cannot hold (K and H_μ: inertia_count_cost's bytes past physical memory, which an explicit
+// --certify inertia can ask for) leaves the report uncertified with a note naming the memory,
+// instead of failing the run on an allocation.
 template <typename Dense>
 ConditionReport with_certificate(ConditionReport r, const Dense& dense, double sigma_min_lo, double sigma_min_hi,
                                  double sigma_max_lo, double sigma_max_hi, const BlockReportOptions& opt) {
-  const double rows = static_cast<double>(r.rows), cols = static_cast<double>(r.cols);
-  const double bytes = 8 * (rows * cols + (rows + cols) * (rows + cols)), memory = physical_memory_bytes();
+  const double bytes = inertia_count_cost(r.rows, r.cols, 1).bytes, memory = physical_memory_bytes();
   if (r.status != Status::kSingular && bytes > memory) {
     r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: the inertia counts need ") + gigabytes(bytes) +
               " (K and the augmented matrix), more than this machine's " + gigabytes(memory);

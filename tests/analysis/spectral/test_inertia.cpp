@@ -164,21 +164,31 @@ TEST(CertifyExtremes, LooseClaimIsRefinedThenCertified) {
   expect_certified_contains(c, s, "not-converged claim");
 }
 
-TEST(CertifyExtremes, NeverWrongOverRandomSpectra) {
-  std::mt19937_64 rng(8);
+// certify_extremes through `device` on `trials` random spectra (2–8 decades, orders 40–60, every
+// fourth with a near-double bottom) from `rng_seed`, matrix seeds from `matrix_seed`; each
+// certificate contains the constructed σ, and says it ran on `where` when that is given.
+void expect_never_wrong_over_random_spectra(const DenseDevice& device, uint64_t rng_seed, int trials,
+                                            uint64_t matrix_seed, const std::string& where = "") {
+  std::mt19937_64 rng(rng_seed);
   std::uniform_real_distribution<double> U(0, 1);
-  for (int trial = 0; trial < 12; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     const Index n = 40 + 10 * (trial % 3);
     Vec s(n);
     const double decades = 2 + 6 * U(rng);
     for (Index i = 0; i < n; ++i) s(i) = std::pow(10.0, -decades * U(rng));
     if (trial % 4 == 0) s(n - 1) = s.minCoeff() * (1 + 1e-7);  // a near-double bottom
-    const Mat K = with_spectrum(s, n, 100 + trial);
+    const Mat K = with_spectrum(s, n, matrix_seed + trial);
     const Vec ref = singular_values(K);
-    const CertifiedExtremes c = certify_extremes(K, ref.minCoeff(), ref.minCoeff(), ref.maxCoeff(), ref.maxCoeff());
+    const CertifiedExtremes c =
+        certify_extremes(K, ref.minCoeff(), ref.minCoeff(), ref.maxCoeff(), ref.maxCoeff(), true, device);
+    if (!where.empty()) {
+      EXPECT_EQ(c.where, where);
+    }
     expect_certified_contains(c, s, "trial " + std::to_string(trial));
   }
 }
+
+TEST(CertifyExtremes, NeverWrongOverRandomSpectra) { expect_never_wrong_over_random_spectra(*cpu_dense_device(), 8, 12, 100); }
 
 // ---------------------------------------------------------------------------------------------
 // Real block Jacobians: counts against the dense SVD, and certified reports.
@@ -342,22 +352,7 @@ TEST(LdltLayout, BunchKaufmanFactorsCountAndCertifyBlocksLikeTheDenseSvd) {
 }
 
 TEST(LdltLayout, BunchKaufmanCertificatesAreNeverWrongOverRandomSpectra) {
-  const BunchKaufmanHost device;
-  std::mt19937_64 rng(23);
-  std::uniform_real_distribution<double> U(0, 1);
-  for (int trial = 0; trial < 8; ++trial) {
-    const Index n = 40 + 10 * (trial % 3);
-    Vec s(n);
-    const double decades = 2 + 6 * U(rng);
-    for (Index i = 0; i < n; ++i) s(i) = std::pow(10.0, -decades * U(rng));
-    if (trial % 4 == 0) s(n - 1) = s.minCoeff() * (1 + 1e-7);  // a near-double bottom
-    const Mat K = with_spectrum(s, n, 200 + trial);
-    const Vec ref = singular_values(K);
-    const CertifiedExtremes c =
-        certify_extremes(K, ref.minCoeff(), ref.minCoeff(), ref.maxCoeff(), ref.maxCoeff(), true, device);
-    EXPECT_EQ(c.where, "bk-host");
-    expect_certified_contains(c, s, "trial " + std::to_string(trial));
-  }
+  expect_never_wrong_over_random_spectra(BunchKaufmanHost(), 23, 8, 200, "bk-host");
 }
 
 }  // namespace
