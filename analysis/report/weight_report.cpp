@@ -25,9 +25,11 @@ std::vector<ConditionReport> weight_reports(const BlockWeights& w) {
   std::vector<ConditionReport> out;
   out.push_back(condition_svd(w.Wv * w.Wo, "W_VO"));
   for (Index h = 0; h < w.heads; ++h) {
-    const auto cols = Eigen::seqN(h * dh, dh);
-    out.push_back(range_report(w.Wv(Eigen::placeholders::all, cols) * w.Wo(cols, Eigen::placeholders::all), dh, "W_VO_h", static_cast<int>(h)));
-    out.push_back(range_report(w.Wq(Eigen::placeholders::all, cols) * w.Wk(Eigen::placeholders::all, cols).transpose(), dh, "W_QK_h", static_cast<int>(h)));
+    // Head h's columns of W_V, W_Q, W_K and rows of W_O (middleCols/middleRows: Eigen 3.4 deprecates
+    // placeholders::all, Eigen 5 the bare Eigen::all).
+    const Index h0 = h * dh;
+    out.push_back(range_report(w.Wv.middleCols(h0, dh) * w.Wo.middleRows(h0, dh), dh, "W_VO_h", static_cast<int>(h)));
+    out.push_back(range_report(w.Wq.middleCols(h0, dh) * w.Wk.middleCols(h0, dh).transpose(), dh, "W_QK_h", static_cast<int>(h)));
   }
   const std::pair<const Mat*, const char*> weights[] = {{&w.Wq, "W_Q"}, {&w.Wk, "W_K"}, {&w.Wv, "W_V"},
                                                         {&w.Wo, "W_O"}, {&w.W1, "W_1"}, {&w.W2, "W_2"}};
