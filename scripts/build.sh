@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
-if command -v ccache >/dev/null; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# ccache caches sources compiled against a precompiled header only with this sloppiness (its manual).
+if command -v ccache >/dev/null; then
+  args+=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache")
+fi
 cmake -S . -B build "${args[@]}" "$@" >/dev/null
 cmake --build build -j"$(nproc)"

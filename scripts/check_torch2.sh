@@ -5,7 +5,9 @@
 # (nothing is installed). Headers only: the libraries are empty stand-ins, so nothing is linked
 # or run. Run it before a GPU session: the GPU machine's LibTorch is a pip wheel (2.x), and
 # everything there is built from the same sources (scripts/gpu_build.sh), so an API that moved
-# between LibTorch 1.13 (Debian bookworm, CI) and 2.x fails here instead of on the device.
+# between LibTorch 1.13 (Debian bookworm, CI) and 2.x fails here instead of on the device. Without
+# precompiled headers (JACOND_PRECOMPILE_HEADERS=OFF), as gpu_build.sh builds: each source on its
+# own includes, so one that uses LibTorch without including it fails here too.
 # Usage: bash scripts/check_torch2.sh [scratch dir, default /tmp/jacond-torch2]   (~15 min on 2 cores)
 # A newer LibTorch: JACOND_TORCH2_SUITE=sid JACOND_TORCH2_PACKAGES="libtorch-dev libgloo-dev"
 # (sid's CPU LibTorch, 2.14 on 2026-11-25: the C++20-only headers of LibTorch >= 2.13, newer than
@@ -41,7 +43,7 @@ done
 
 build=$scratch/build
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJACOND_CUDA=ON -DJACOND_PYTHON=OFF \
-  -DJACOND_BUILD_BENCHMARKS=OFF -DTorch_DIR="$lib/cmake/Torch" -DCMAKE_PREFIX_PATH="$root/usr" \
+  -DJACOND_BUILD_BENCHMARKS=OFF -DJACOND_PRECOMPILE_HEADERS=OFF -DTorch_DIR="$lib/cmake/Torch" -DCMAKE_PREFIX_PATH="$root/usr" \
   >"$build.configure.log" 2>&1 || { tail -30 "$build.configure.log"; echo "check_torch2: configure failed" >&2; exit 1; }
 grep "jacond: data parallel" "$build.configure.log" || true
 # Every object of models/, experiments/ and tests/ (the analysis core has no LibTorch).

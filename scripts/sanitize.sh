@@ -19,7 +19,10 @@ build=build-asan
 # JACOND_CUDA=OFF: the CUDA runtime maps its own memory and does not run under AddressSanitizer's
 # defaults, and without a GPU its tests skip anyway.
 args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DJACOND_SANITIZE=address,undefined -DJACOND_CUDA=OFF)
-if command -v ccache >/dev/null; then args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+# ccache caches sources compiled against a precompiled header only with this sloppiness (its manual).
+if command -v ccache >/dev/null; then
+  args+=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache")
+fi
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0}"
