@@ -11,6 +11,8 @@
 # later commands: source it before running build-gpu/experiments/jacond. JACOND_GPU_TARGETS builds a
 # subset; for the measurements (scripts/gpu_measure.sh) it is
 #   "jacond jacond_cuda_module jacond_python test_dense_cuda test_operator_device test_dist test_cli test_train_cli"
+# JACOND_GPU_BUILD_ONLY=1 builds and stops (gpu_measure.sh's item 1 runs the GPU tests). The
+# session's commands, in order: docs/design.md §11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 prefix=${JACOND_GPU_PREFIX:-/tmp/jacond-prefix}
@@ -42,7 +44,10 @@ echo "gpu_build: prefix $prefix, LibTorch from $torch_prefix, $(nvcc --version |
 python_args=(-DPython_EXECUTABLE="$(command -v python3)")
 pybind11_dir=$(python3 -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null) &&
   python_args+=(-Dpybind11_DIR="$pybind11_dir")
+# No precompiled headers: with 16 cores every LibTorch source would wait for the one precompile,
+# and the build stays the one check_torch2.sh compiles here (each source on its own includes).
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJACOND_CUDA=ON -DJACOND_BUILD_BENCHMARKS=OFF \
+  -DJACOND_PRECOMPILE_HEADERS=OFF \
   -DBLA_VENDOR=OpenBLAS -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_LIBRARY_PATH="$lib" \
   -DCMAKE_INCLUDE_PATH="$prefix/usr/include" "${python_args[@]}" >"$build/configure.log" 2>&1 || {
   tail -40 "$build/configure.log"
@@ -62,6 +67,11 @@ cmake --build "$build" -j"$(nproc)" "${target_args[@]}" -- -k 0 >"$build/build.l
 if [ "$built" = 0 ]; then
   grep -E "^FAILED|error:" "$build/build.log" | head -40
   echo "gpu_build: some targets failed to build ($build/build.log); testing what built" >&2
+fi
+if [ "${JACOND_GPU_BUILD_ONLY:-0}" = 1 ]; then  # gpu_measure.sh's item 1 runs the GPU tests itself
+  echo "gpu_build: built (${#target_args[@]} target args); tests not run (JACOND_GPU_BUILD_ONLY=1)"
+  [ "$built" = 1 ] || exit 1
+  exit 0
 fi
 cd "$build"
 ctest_args=(--output-on-failure -j"$(nproc)")

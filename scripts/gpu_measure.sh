@@ -14,26 +14,30 @@
 #      nd 151 296) by the mixed route: its fp32 LU (92 GB) on the device, GMRES-IR against the
 #      matrix-free fp64 operator on the host (analysis/spectral/mixed_lu.h), timed (vit-b/);
 #   6. matrix-free: `jacond bench lanczos --device cuda` at ViT-B (`timm` K_sab with its skip, to
-#      1 %) and ViT-S (`ours` K_sa, 30 s): the lanczos route with its products and GKL basis on the
-#      GPU (models/device/torch_operator_device.h) against the host's 16 threads in the same run,
+#      1 %): the lanczos route with its products and GKL basis on the GPU
+#      (models/device/torch_operator_device.h) against the host's 16 threads in the same run,
 #      each route's seconds split into products and the rest (design §10); and
-#      `jacond block … --device cuda` at ViT-B timed end to end (lanczos-*/);
+#      `jacond block … --device cuda` at ViT-B timed end to end (lanczos-vit-b-*/);
 #   7. inertia certificates (issue 11, item 2): `ours` K_sa at nd 6400 (H_μ of order 12 800)
 #      certified with its LDLᵀ on the GPU (cusolverDnDsytrf) and on the host's 16 threads
 #      (dsytrf_rk), each timed, same κ bracket expected (certify-*/);
 #   8. the skipless rows at ViT-S: `ours` K_ffn without skips, full space and ln-complement (the
 #      device's own restriction, basis on the GPU), 15 s each, on the GPU and on the host's 16
-#      threads, timed end to end (skipless-*/).
-# At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz.
-# JACOND_GPU_ITEMS picks items (default "1 2 3 4 5 6 7 8"): the device budget (15 minutes a
-# session, build included) may not hold them all, so run the issue's four first (1-6) and the
-# rest in a second call on the warm machine, e.g. JACOND_GPU_ITEMS="7 8" (another $OUT: a call
-# returns only its own files).
+#      threads, timed end to end (skipless-*/);
+#   9. the hard matrix-free case: `ours` K_sa at ViT-S, 30 s a route, GPU against the host's 16
+#      threads (lanczos-vit-s-ours/): how far each gets in the same time.
+# At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz,
+# packed again after each item (a call past its limit returns the items it finished; the log
+# says each item's seconds, for planning the next session's calls).
+# JACOND_GPU_ITEMS picks items (default "1 2 3 4 5 6 7 8 9"): the device budget (15 minutes a
+# session, build included) may not hold them all, nor one call's 10 minutes. Items finished are
+# remembered on the machine (below), so the same command in the next call on the warm machine
+# goes on where the last one stopped (another $OUT: a call returns only its own files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${JACOND_GPU_BUILD:-build-gpu}
 final=${OUT:-results/gpu}
-items=" ${JACOND_GPU_ITEMS:-1 2 3 4 5 6 7 8} "
+items=" ${JACOND_GPU_ITEMS:-1 2 3 4 5 6 7 8 9} "
 out=$(mktemp -d)
 mkdir -p "$final"
 # shellcheck disable=SC1090
@@ -89,13 +93,16 @@ item6_lanczos() {
   echo "\$ jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda --threads 16"
   "$J" bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --seconds 60 --peers none --device cuda \
     --threads 16 --out "$out/lanczos-vit-b-timm"
-  echo "\$ jacond bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16"
-  "$J" bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16 \
-    --out "$out/lanczos-vit-s-ours"
   # The user's command end to end (process start, weights, forward pass, report), for the < 5 s target.
   echo "\$ jacond block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 --device cuda --threads 16"
   time "$J" block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
     --device cuda --threads 16 --out "$out/lanczos-vit-b-timm-block"
+}
+
+item9_lanczos_hard() {
+  echo "\$ jacond bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16"
+  "$J" bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16 \
+    --out "$out/lanczos-vit-s-ours"
 }
 
 item7_certify() {
@@ -116,18 +123,42 @@ item8_skipless() {
   done
 }
 
+# One item, timed; the results so far are packed after each, so a call that runs past its limit
+# still returns the finished items (the log is written as it goes).
+# A finished item is marked in $build/gpu-measure-done/ (the warm machine keeps build-gpu/), so
+# the same command run again, after a call stopped at its limit, goes on with the items left;
+# JACOND_GPU_REDO=1 runs them all again.
+done_dir=$build/gpu-measure-done
+[ "${JACOND_GPU_REDO:-0}" = 1 ] && rm -rf "$done_dir"
+mkdir -p "$done_dir"
+run_item() {
+  local n=$1 fn=$2 t0
+  want "$n" || return 0
+  if [ -e "$done_dir/$n" ]; then
+    echo "=== item $n ($fn): done by an earlier call, whose files came back then (JACOND_GPU_REDO=1 reruns)"
+    return 0
+  fi
+  t0=$(date +%s)
+  echo "=== item $n ($fn)"
+  "$fn"
+  echo "=== item $n took $(($(date +%s) - t0)) s"
+  tar czf "$final/results.tar.gz.tmp" -C "$out" . && mv "$final/results.tar.gz.tmp" "$final/results.tar.gz"
+  touch "$done_dir/$n"
+}
+
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   echo "items:$items"
-  want 1 && item1_tests
-  want 2 && item2_bench_dense
-  want 3 && item3_vit_s_exact
-  want 4 && item4_bench_train
-  want 5 && item5_vit_b_mixed
-  want 6 && item6_lanczos
-  want 7 && item7_certify
-  want 8 && item8_skipless
+  run_item 1 item1_tests
+  run_item 2 item2_bench_dense
+  run_item 3 item3_vit_s_exact
+  run_item 4 item4_bench_train
+  run_item 5 item5_vit_b_mixed
+  run_item 6 item6_lanczos
+  run_item 7 item7_certify
+  run_item 8 item8_skipless
+  run_item 9 item9_lanczos_hard
   true
 } 2>&1 | tee "$final/gpu_measure.log"
-tar czf "$final/results.tar.gz" -C "$out" .
+[ -f "$final/results.tar.gz" ] || tar czf "$final/results.tar.gz" -C "$out" .
 echo "gpu_measure: results in $final/results.tar.gz ($(tar tzf "$final/results.tar.gz" | grep -c '[^/]$') files)"
