@@ -69,7 +69,7 @@ if [ "$built" = 0 ]; then
   echo "gpu_build: some targets failed to build ($build/build.log); testing what built" >&2
 fi
 if [ "${JACOND_GPU_BUILD_ONLY:-0}" = 1 ]; then  # gpu_measure.sh's item 1 runs the GPU tests itself
-  echo "gpu_build: built (${#target_args[@]} target args); tests not run (JACOND_GPU_BUILD_ONLY=1)"
+  echo "gpu_build: built; tests not run here (JACOND_GPU_BUILD_ONLY=1)"
   [ "$built" = 1 ] || exit 1
   exit 0
 fi
