@@ -30,13 +30,16 @@ CERT_BLOCK_QUICK = ["--init", "ours", "--n", 8, "--d", 16, "--heads", 2, "--skip
 ROUTES = (("exact", ["--method", "dense"]),
           ("certified", ["--method", "dense", "--certify", "inertia", "--lanczos-seconds", 600]),
           ("matrix-free", ["--method", "lanczos", "--lanczos-seconds", 60]))
-# What issue 11 measures on a GPU (scripts/gpu_measure.sh); none of it has been run yet.
+# What issue 11 measures on a GPU (scripts/gpu_measure.sh, its items 2-6); none of it has been run yet.
 GPU_PENDING = [
-    ("exact κ(K_sa) at nd 6 400 … 75 648 (ViT-S), GPU vs this CPU", "jacond bench dense --device cuda --skip-full"),
-    ("κ of `ours` K_sa at ViT-S, certified on the GPU", "jacond block --init ours --n 197 --d 384 --heads 6 --matrices K_sa "
-     "--method dense --certify inertia --device cuda"),
+    ("exact κ(K_sa) at nd 6 400, GPU vs this project's CPU route on 16 and 2 threads",
+     "jacond bench dense --sizes 6400 --device cuda --skip-python --skip-full"),
+    ("exact fp64 κ of a ViT-S K_sa (nd 75 648, 46 GB) on one GPU", "jacond block --init timm --n 197 --d 384 --heads 6 "
+     "--matrices K_sa --method dense --device cuda"),
     ("first exact κ of a ViT-B K_sa (fp32 LU + fp64 GMRES-IR, 92 GB)", "jacond block --init ours --n 197 --d 768 --heads 12 "
      "--matrices K_sa --method dense --kappa mixed --device cuda"),
+    ("`timm` K_sab at ViT-B to 1 %, matrix-free with its products and basis on the GPU, against the host",
+     "jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda"),
     ("training images/s on CUDA vs Python PyTorch on the same GPU", "jacond bench train --device cuda"),
 ]
 
@@ -185,7 +188,8 @@ def gpu_section(report):
     report.section("5. On a GPU (issue 11): not measured yet")
     report.text("The CUDA back end (cuBLAS/cuSOLVER, `--device cuda`) compiles in CI and its logic is tested on the "
                 "CPU, but no session has yet had a GPU to run it on, so this report holds **no GPU number**. "
-                "`bash scripts/gpu_measure.sh` on a GPU machine runs all of these and writes `reports/gpu/`:\n\n" +
+                "`bash scripts/gpu_measure.sh` on a GPU machine runs all of these (design §11); their numbers go to "
+                "`reports/gpu/`:\n\n" +
                 "\n".join(f"- {what}: `{cmd}`" for what, cmd in GPU_PENDING))
 
 
