@@ -108,17 +108,50 @@ FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, 
   return read_info(info, "cusolverDnXgetrf") > 0 ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
 }
 
+// Where a device route's seconds go, for the report's note: each phase timed on the host around
+// calls that end in a synchronising copy (cudaMemcpy to the host), so a phase's seconds include
+// its device work. What the GPU measurements split (design §10: is the copy worth a device-side
+// assembly?).
+struct PhaseSeconds {
+  double copy = 0, gram = 0, factor = 0, inverse_gram = 0;
+  Index gram_calls = 0, inverse_calls = 0;
+};
+
+// Adds the seconds since t0 to `total` on scope exit.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~PhaseTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+std::string describe(const PhaseSeconds& s) {
+  std::ostringstream os;
+  os.precision(3);
+  os << "GPU seconds: copy " << s.copy << ", sigma_max sweep " << s.gram << " (" << s.gram_calls << " products), LU "
+     << s.factor << ", sigma_min sweep " << s.inverse_gram << " (" << s.inverse_calls << " solves)";
+  return os.str();
+}
+
 // lu_lanczos_extremes' backend on the device: A (n × n, column-major) copied once; gram() by two
 // dgemv, factor() by Xgetrf in place, inverse_gram() by Xgetrs with Aᵀ then A.
 class CudaLuBackend {
  public:
   explicit CudaLuBackend(const Mat& A)
       : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_), info_(1) {
+    PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
   }
   Index order() const { return n_; }
+  const PhaseSeconds& seconds() const { return seconds_; }
 
   void gram(const double* x, double* y) {
+    PhaseTimer timer(seconds_.gram);
+    ++seconds_.gram_calls;
     const double one = 1.0, zero = 0.0;
     upload(x);
     JACOND_CUDA(cublasDgemv_64(h_.blas, CUBLAS_OP_N, n_, n_, &one, a_.get(), n_, x_.get(), 1, &zero, t_.get(), 1));
@@ -126,10 +159,15 @@ class CudaLuBackend {
     download(y);
   }
 
-  FactorOutcome factor(double /*sigma_max*/) { return getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_); }
+  FactorOutcome factor(double /*sigma_max*/) {
+    PhaseTimer timer(seconds_.factor);
+    return getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_);
+  }
 
   void inverse_gram(const double* x, double* y) {
     if (!Eigen::Map<const Vec>(x, n_).allFinite()) throw NonFiniteSolve();
+    PhaseTimer timer(seconds_.inverse_gram);
+    ++seconds_.inverse_calls;
     upload(x);
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_T, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
                                  CUDA_R_64F, x_.get(), n_, info_.get()));
@@ -146,6 +184,7 @@ class CudaLuBackend {
   void download(double* y) { JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * n_, cudaMemcpyDeviceToHost)); }
 
   const int64_t n_;
+  PhaseSeconds seconds_;  // first: the constructor's copy is timed into it
   Handles h_;
   DeviceBuffer<double> a_, x_, t_;
   DeviceBuffer<int64_t> ipiv_;
@@ -158,13 +197,21 @@ class CudaLuBackend {
 class CudaLu32 {
  public:
   explicit CudaLu32(const MatF& A) : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), v_(n_), ipiv_(n_), info_(1) {
+    PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(float) * a_.count(), cudaMemcpyHostToDevice));
   }
   Index order() const { return n_; }
+  // The fp32 solves are counted under inverse_gram (GMRES-IR calls them inside each refined solve).
+  const PhaseSeconds& seconds() const { return seconds_; }
 
-  FactorOutcome factor() { return getrf_in_place(h_, n_, CUDA_R_32F, a_.get(), ipiv_.get(), info_); }
+  FactorOutcome factor() {
+    PhaseTimer timer(seconds_.factor);
+    return getrf_in_place(h_, n_, CUDA_R_32F, a_.get(), ipiv_.get(), info_);
+  }
 
   void solve(float* v, bool transposed) {
+    PhaseTimer timer(seconds_.inverse_gram);
+    ++seconds_.inverse_calls;
     JACOND_CUDA(cudaMemcpy(v_.get(), v, sizeof(float) * n_, cudaMemcpyHostToDevice));
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, n_, 1, CUDA_R_32F,
                                  a_.get(), n_, ipiv_.get(), CUDA_R_32F, v_.get(), n_, info_.get()));
@@ -174,6 +221,7 @@ class CudaLu32 {
 
  private:
   const int64_t n_;
+  PhaseSeconds seconds_;  // first: the constructor's copy is timed into it
   Handles h_;
   DeviceBuffer<float> a_, v_;
   DeviceBuffer<int64_t> ipiv_;
@@ -303,9 +351,11 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   const Index n = A.rows();
   require_free_memory(sizeof(double) * (static_cast<size_t>(n) * n + 2 * n) + sizeof(int64_t) * n, matrix + " on the GPU");
   LuLanczosExtremes e;
+  std::string seconds_note;
   {
     CudaLuBackend backend(A);
     e = lu_lanczos_extremes(backend);
+    seconds_note = describe(backend.seconds());
   }
   if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
     // The full spectrum on the device too (the LU's memory is free again): at ViT scale the CPU's
@@ -325,6 +375,7 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   r.sigma_min = e.sigma_min;
   r.products = e.products;
   finish_extremes_report(r);
+  r.note += std::string(r.note.empty() ? "" : "; ") + seconds_note;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -335,7 +386,14 @@ ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string&
   require_free_memory(sizeof(float) * (static_cast<size_t>(n) * n + n) + sizeof(int64_t) * n, matrix + " in fp32 on the GPU");
   CudaLu32 lu(A32);
   A32.resize(0, 0);  // the host copy is no longer needed (4n² bytes: 92 GB at ViT-B)
-  return condition_mixed_with(lu, A, matrix, "dense-lu32-refined-lanczos-cuda");
+  ConditionReport r = condition_mixed_with(lu, A, matrix, "dense-lu32-refined-lanczos-cuda");
+  const PhaseSeconds& s = lu.seconds();
+  std::ostringstream os;
+  os.precision(3);
+  os << "GPU seconds: copy " << s.copy << ", fp32 LU " << s.factor << ", fp32 solves " << s.inverse_gram << " ("
+     << s.inverse_calls << ")";
+  r.note += std::string(r.note.empty() ? "" : "; ") + os.str();
+  return r;
 }
 
 Vec singular_values(Mat A) {

@@ -45,6 +45,7 @@ void expect_same_report(const ConditionReport& cpu, const ConditionReport& gpu) 
   const double tol = std::max(1e-12, static_cast<double>(cpu.rows) * kEps * cpu.kappa);
   EXPECT_NEAR(gpu.sigma_min / cpu.sigma_min, 1.0, tol);
   EXPECT_EQ(gpu.rank, cpu.rank);
+  EXPECT_NE(gpu.note.find("GPU seconds: copy "), std::string::npos);  // where the device's time went
 }
 
 TEST(DenseCuda, AgreesWithTheCpuRouteOnConstructedSpectra) {
@@ -162,6 +163,7 @@ TEST(DenseCuda, MixedRouteAgreesWithTheCpuMixedRoute) {
     ASSERT_EQ(cpu.status, Status::kExact) << cpu.note;
     EXPECT_EQ(gpu.status, Status::kExact) << gpu.note;
     EXPECT_EQ(gpu.method, "dense-lu32-refined-lanczos-cuda");
+    EXPECT_NE(gpu.note.find(", fp32 LU "), std::string::npos) << gpu.note;  // where the device's time went
     EXPECT_NEAR(gpu.sigma_max / cpu.sigma_max, 1.0, 1e-12);
     EXPECT_NEAR(gpu.sigma_min, cpu.sigma_min, 2 * std::sqrt(static_cast<double>(A.rows())) * kEps * cpu.sigma_max + 1e-12 * cpu.sigma_min);
     std::cout << label << ": cpu " << cpu.note << " | gpu " << gpu.note << "\n";
