@@ -281,10 +281,12 @@ class TorchKrylovBasis final : public KrylovBasis {
 };
 
 // `map` as one of `device`'s maps, or std::invalid_argument naming `what`.
-const TorchMap& own_map(const TokenMap& map, const torch::Device& device, const std::string& what) {
+// `what` is a C string, not a std::string: a temporary argument would make GCC 14 warn that the
+// returned reference may dangle (-Wdangling-reference), though it refers to `map`.
+const TorchMap& own_map(const TokenMap& map, const torch::Device& device, const char* what) {
   const auto* torch_map = dynamic_cast<const TorchMap*>(&map);
   if (!torch_map || torch_map->device() != device)
-    throw std::invalid_argument("TorchOperatorDevice::" + what + ": the map was not made by this device (" +
+    throw std::invalid_argument(std::string("TorchOperatorDevice::") + what + ": the map was not made by this device (" +
                                 device.str() + ")");
   return *torch_map;
 }
