@@ -137,6 +137,15 @@ std::string describe(const PhaseSeconds& s) {
   return os.str();
 }
 
+// The mixed route's phases: its fp32 solves are counted under inverse_gram (CudaLu32::seconds).
+std::string describe_mixed(const PhaseSeconds& s) {
+  std::ostringstream os;
+  os.precision(3);
+  os << "GPU seconds: copy " << s.copy << ", fp32 LU " << s.factor << ", fp32 solves " << s.inverse_gram << " ("
+     << s.inverse_calls << ")";
+  return os.str();
+}
+
 // lu_lanczos_extremes' backend on the device: A (n × n, column-major) copied once; gram() by two
 // dgemv, factor() by Xgetrf in place, inverse_gram() by Xgetrs with Aᵀ then A.
 class CudaLuBackend {
@@ -387,12 +396,7 @@ ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string&
   CudaLu32 lu(A32);
   A32.resize(0, 0);  // the host copy is no longer needed (4n² bytes: 92 GB at ViT-B)
   ConditionReport r = condition_mixed_with(lu, A, matrix, "dense-lu32-refined-lanczos-cuda");
-  const PhaseSeconds& s = lu.seconds();
-  std::ostringstream os;
-  os.precision(3);
-  os << "GPU seconds: copy " << s.copy << ", fp32 LU " << s.factor << ", fp32 solves " << s.inverse_gram << " ("
-     << s.inverse_calls << ")";
-  r.note += std::string(r.note.empty() ? "" : "; ") + os.str();
+  r.note += std::string(r.note.empty() ? "" : "; ") + describe_mixed(lu.seconds());
   return r;
 }
 
