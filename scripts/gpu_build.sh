@@ -9,8 +9,8 @@
 # overrides). Builds with -k 0, so a target that does not compile against that LibTorch is reported
 # and every other target still builds and is tested. Writes $build/env.sh (LD_LIBRARY_PATH) for
 # later commands: source it before running build-gpu/experiments/jacond. JACOND_GPU_TARGETS builds a
-# subset; for the measurements (scripts/gpu_measure.sh) it is
-#   "jacond jacond_cuda_module jacond_python test_dense_cuda test_operator_device test_dist test_cli test_train_cli"
+# subset; JACOND_GPU_TARGETS=gpu is the one scripts/gpu_measure.sh needs: the command, the two
+# Python modules and every test executable that holds GPU tests (the list below).
 # JACOND_GPU_BUILD_ONLY=1 builds and stops (gpu_measure.sh's item 1 runs the GPU tests). The
 # session's commands, in order: docs/design.md §11.
 set -euo pipefail
@@ -58,8 +58,11 @@ echo "export LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >"$build/env.sh"
 built=0
 # JACOND_GPU_TARGETS: build only these targets (the device budget is short; tests are registered
 # per built executable, so ctest then runs only theirs). Default: everything.
+targets=${JACOND_GPU_TARGETS:-}
+[ "$targets" = gpu ] && targets="jacond jacond_cuda_module jacond_python test_dense_cuda test_operator_device test_dist
+  test_adamw test_cli test_train_cli"
 target_args=()
-for t in ${JACOND_GPU_TARGETS:-}; do  # a target this configuration lacks (no pybind11: no jacond_python) is skipped
+for t in $targets; do  # a target this configuration lacks (no pybind11: no jacond_python) is skipped
   if ninja -C "$build" -t query "$t" >/dev/null 2>&1; then target_args+=("$t"); else echo "gpu_build: no target $t here, skipped"; fi
 done
 [ ${#target_args[@]} -gt 0 ] && target_args=(--target "${target_args[@]}")

@@ -2,8 +2,9 @@
 # Run THERE (the GPU machine), after scripts/gpu_build.sh in the same `run` call: the GPU
 # measurements of issue 11, into ${OUT:-results/gpu} (the device tool returns $OUT; at most 8
 # files come back, so everything printed goes to one log, gpu_measure.log):
-#   1. the GPU tests (test_dense_cuda, the CLI's --device cuda test, issue 14's NCCL group on one
-#      rank: NcclRankGroup.*; the Python module's device="cuda" test where the module was built);
+#   1. the GPU tests (test_dense_cuda, the CLI's --device cuda test, the trainer's multi-tensor
+#      AdamW: AdamWCuda.*, issue 14's NCCL group on one rank: NcclRankGroup.*; the Python module's
+#      device="cuda" test where the module was built);
 #   2. bench dense at nd 6400: the GPU's exact and mixed routes against the CPU's exact route on 16
 #      and 2 threads (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
 #   3. ViT-S: exact kappa of the bare attention Jacobian K_sa (n 197, d 384, 6 heads; nd 75 648,
@@ -46,7 +47,7 @@ J=$build/experiments/jacond
 want() { [[ "$items" == *" $1 "* ]]; }
 
 item1_tests() {
-  (cd "$build" && ctest -R "DenseCuda|DeviceCuda|NcclRankGroup" --output-on-failure)
+  (cd "$build" && ctest -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure)
   if [ -d "$build/python/jacond" ]; then  # the Python module's device="cuda" against its CPU route
     PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda
   else

@@ -18,6 +18,7 @@
 #include "models/data/fashion_mnist.h"
 #include "models/data/token_graying.h"
 #include "models/dist/data_parallel.h"
+#include "models/optim/adamw.h"
 #include "models/optim/soap.h"
 
 namespace fs = std::filesystem;
@@ -53,9 +54,9 @@ class AdamWOptimizer : public TrainOptimizer {
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(with, opts(c.weight_decay));
     groups.emplace_back(without, opts(0.0));
-    opt_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.lr));
+    opt_ = std::make_unique<MultiTensorAdamW>(groups, torch::optim::AdamWOptions(c.lr));
   }
-  void zero_grad() override { opt_->zero_grad(); }
+  void zero_grad() override { opt_->clear_grads(); }
   void step() override { opt_->step(); }
   void set_lr(double lr) override {
     for (auto& g : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
@@ -64,7 +65,7 @@ class AdamWOptimizer : public TrainOptimizer {
   void load(torch::serialize::InputArchive& a) override { opt_->load(a); }
 
  private:
-  std::unique_ptr<torch::optim::AdamW> opt_;
+  std::unique_ptr<MultiTensorAdamW> opt_;  // torch::optim::AdamW's state and checkpoints, multi-tensor steps
 };
 
 class SoapOptimizer : public TrainOptimizer {
