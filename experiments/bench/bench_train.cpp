@@ -29,6 +29,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -143,27 +144,32 @@ std::vector<std::string> token_graying_modes(const std::string& spec) {
   return out;
 }
 
-}  // namespace
-
-int run_bench_train(int argc, char** argv) {
-  models::TrainConfig cfg;
+// The flags of `jacond bench train`, parsed and checked.
+struct BenchTrainArgs {
+  models::TrainConfig cfg;  // model, batch, threads, device, tracking and Token Graying settings
   int64_t warmup = 3, steps = 20;
   std::string out_dir = "results/bench-train", python = "/usr/bin/python3",
               script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/torch_train_route.py";
   bool skip_python = false;
   std::string skip = "full", init = "timm", tg_modes = "svd,dct", nproc_list;
-  std::vector<std::string> tg_list;
+  std::vector<std::string> tg_list;  // tg_modes parsed
+};
+
+// The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
+std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
+  BenchTrainArgs a;
+  models::TrainConfig& cfg = a.cfg;
   po::options_description desc("jacond bench train: ViT training throughput vs Python PyTorch, SOAP/AdamW, tracking overhead");
   desc.add_options()("help,h", "this help")
       ("dim", po::value(&cfg.model.dim)->default_value(192), "embedding dimension")
       ("depth", po::value(&cfg.model.depth)->default_value(6), "blocks")
       ("heads", po::value(&cfg.model.heads)->default_value(3), "heads")
       ("patch", po::value(&cfg.model.patch)->default_value(4), "patch size")
-      ("skip", po::value(&skip)->default_value(skip), "full | none | no-ffn-skip | no-sab-skip | rezero (rezero: with --skip-python)")
-      ("init", po::value(&init)->default_value(init), "timm | ours | mimetic: the weights tracking is timed on")
+      ("skip", po::value(&a.skip)->default_value(a.skip), "full | none | no-ffn-skip | no-sab-skip | rezero (rezero: with --skip-python)")
+      ("init", po::value(&a.init)->default_value(a.init), "timm | ours | mimetic: the weights tracking is timed on")
       ("batch", po::value(&cfg.batch)->default_value(128), "batch size")
-      ("steps", po::value(&steps)->default_value(steps), "timed steps per route")
-      ("warmup", po::value(&warmup)->default_value(warmup), "untimed steps first (SOAP's statistics-only step is one)")
+      ("steps", po::value(&a.steps)->default_value(a.steps), "timed steps per route")
+      ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed steps first (SOAP's statistics-only step is one)")
       ("threads", po::value(&cfg.threads)->default_value(1), "torch + BLAS threads, both routes")
       ("device", po::value(&cfg.device)->default_value(cfg.device),
        "cpu | cuda: where both routes train (tracking is timed on the host, as in jacond train)")
@@ -171,128 +177,152 @@ int run_bench_train(int argc, char** argv) {
       ("track-matrices", po::value(&cfg.track_matrices)->default_value(cfg.track_matrices),
        "the set timed against all matrices (comma list; the trainer's default)")
       ("track-method", po::value(&cfg.track_method)->default_value(cfg.track_method), "auto | dense | svd | lanczos")
-      ("tg", po::value(&tg_modes)->default_value(tg_modes), "Token Graying modes whose AdamW step overhead is timed (comma list of svd, dct; none: skip)")
+      ("tg", po::value(&a.tg_modes)->default_value(a.tg_modes), "Token Graying modes whose AdamW step overhead is timed (comma list of svd, dct; none: skip)")
       ("tg-eps", po::value(&cfg.tg_eps)->default_value(0.95, "0.95"), "Token Graying exponent for the overhead")
-      ("out", po::value(&out_dir)->default_value(out_dir), "writes DIR/bench_train.csv and run.json")
-      ("python", po::value(&python)->default_value(python), "Python with torch")
-      ("script", po::value(&script)->default_value(script), "the PyTorch route script")
-      ("skip-python", po::bool_switch(&skip_python), "time jacond only")
-      ("nproc", po::value(&nproc_list),
+      ("out", po::value(&a.out_dir)->default_value(a.out_dir), "writes DIR/bench_train.csv and run.json")
+      ("python", po::value(&a.python)->default_value(a.python), "Python with torch")
+      ("script", po::value(&a.script)->default_value(a.script), "the PyTorch route script")
+      ("skip-python", po::bool_switch(&a.skip_python), "time jacond only")
+      ("nproc", po::value(&a.nproc_list),
        "comma list of rank counts (e.g. 1,2): time data-parallel `jacond train --nproc N` against PyTorch DDP "
        "instead (N x --threads, and 1 x N*threads)");
-  if (!parse_options(argc, argv, desc)) return 0;
+  if (!parse_options(argc, argv, desc)) return std::nullopt;
   check_usage([&] {
-    if (steps < 1 || warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
+    if (a.steps < 1 || a.warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
     if (cfg.track_every < 0) throw std::invalid_argument("--track-every must be >= 0 (0: skip the tracking measurement)");
     if (cfg.threads < 1) throw std::invalid_argument("--threads must be >= 1");
     if (cfg.device != "cpu" && cfg.device != "cuda")
       throw std::invalid_argument("--device must be cpu or cuda, got '" + cfg.device + "'");
     parse_flag("--track-matrices", [&] { return models::parse_matrix_list(cfg.track_matrices); });
     parse_flag("--track-method", [&] { return parse_kappa_route(cfg.track_method); });
-    tg_list = token_graying_modes(tg_modes);
+    a.tg_list = token_graying_modes(a.tg_modes);
     if (!(cfg.tg_eps > 0 && cfg.tg_eps <= 1)) throw std::invalid_argument("--tg-eps must be in (0, 1]");
-    cfg.model.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
-    cfg.model.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(init); }), 0);
-    if (cfg.model.skip == models::SkipKind::kRezero && !skip_python)
+    cfg.model.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(a.skip); });
+    cfg.model.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(a.init); }), 0);
+    if (cfg.model.skip == models::SkipKind::kRezero && !a.skip_python)
       throw UsageError("--skip rezero: the PyTorch route has no ReZero; add --skip-python");
     cfg.model.validate();
   });
-  if (!nproc_list.empty()) {
-    DataParallelBench dp;
-    check_usage([&] {
-      std::stringstream ss(nproc_list);
-      for (std::string n; std::getline(ss, n, ',');) {
-        dp.nproc.push_back(parse_flag("--nproc", [&] { return std::stoi(n); }));
-        if (dp.nproc.back() < 1 || cfg.batch % dp.nproc.back() != 0)
-          throw UsageError("--nproc: " + n + " ranks must be >= 1 and divide --batch " + std::to_string(cfg.batch));
-      }
-      if (std::find(dp.nproc.begin(), dp.nproc.end(), 1) == dp.nproc.end()) dp.nproc.insert(dp.nproc.begin(), 1);
-    });
-    dp.model = cfg.model;
-    dp.skip = skip;
-    dp.batch = cfg.batch, dp.steps = steps, dp.warmup = warmup;
-    dp.threads = static_cast<int>(cfg.threads);
-    dp.out_dir = out_dir, dp.python = python, dp.script = script, dp.skip_python = skip_python;
-    ensure_directory(out_dir);
-    return bench_data_parallel(dp, argc, argv);
-  }
-  const torch::Device device = models::select_device(cfg);  // threads too; exit 1 without CUDA
-  ensure_directory(out_dir);
+  return a;
+}
 
-  std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
-            << " skip=" << skip << " init=" << init
-            << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens() << ") batch=" << cfg.batch
-            << " threads=" << cfg.threads << " device=" << cfg.device << ", " << steps << " timed steps after " << warmup
-            << "\n";
-  models::TrainConfig adamw = cfg, soap = cfg;
+// --nproc: data-parallel scaling against PyTorch DDP instead (bench_train_dp.cpp).
+int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
+  DataParallelBench dp;
+  check_usage([&] {
+    std::stringstream ss(a.nproc_list);
+    for (std::string n; std::getline(ss, n, ',');) {
+      dp.nproc.push_back(parse_flag("--nproc", [&] { return std::stoi(n); }));
+      if (dp.nproc.back() < 1 || a.cfg.batch % dp.nproc.back() != 0)
+        throw UsageError("--nproc: " + n + " ranks must be >= 1 and divide --batch " + std::to_string(a.cfg.batch));
+    }
+    if (std::find(dp.nproc.begin(), dp.nproc.end(), 1) == dp.nproc.end()) dp.nproc.insert(dp.nproc.begin(), 1);
+  });
+  dp.model = a.cfg.model;
+  dp.skip = a.skip;
+  dp.batch = a.cfg.batch, dp.steps = a.steps, dp.warmup = a.warmup;
+  dp.threads = static_cast<int>(a.cfg.threads);
+  dp.out_dir = a.out_dir, dp.python = a.python, dp.script = a.script, dp.skip_python = a.skip_python;
+  ensure_directory(a.out_dir);
+  return bench_data_parallel(dp, argc, argv);
+}
+
+// What one run measured: jacond's routes, the tracking calls, Token Graying alone, PyTorch.
+struct BenchTrainResults {
+  StepTiming adamw, soap;
+  std::vector<std::pair<std::string, StepTiming>> grayed;  // AdamW with each Token Graying mode
+  TrackTiming track_all, track_set;                        // every matrix; --track-matrices
+  std::map<std::string, std::pair<double, double>> graying_per_image;  // mode → (1×28×28, 3×224×224) s
+  double python_images_per_s = NAN, python_step_s = NAN;
+  std::string torch_version = "not run", python_device = "not run";
+};
+
+// jacond's routes on `device`: AdamW, SOAP, AdamW with each Token Graying mode; then the tracking
+// calls on the host.
+void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, BenchTrainResults& r) {
+  models::TrainConfig adamw = a.cfg, soap = a.cfg;
   adamw.optimizer = "adamw";
   soap.optimizer = "soap";
   adamw.finalize();
   soap.finalize();
-  const StepTiming ta = time_training(adamw, device, warmup, steps);
-  std::cout << "jacond AdamW: " << std::fixed << std::setprecision(1) << ta.images_per_s(cfg.batch) << " img/s\n";
-  const StepTiming ts = time_training(soap, device, warmup, steps);
-  std::cout << "jacond SOAP:  " << ts.images_per_s(cfg.batch) << " img/s\n";
-  std::vector<std::pair<std::string, StepTiming>> grayed;  // AdamW with each Token Graying mode
-  for (const std::string& m : tg_list) {
+  r.adamw = time_training(adamw, device, a.warmup, a.steps);
+  std::cout << "jacond AdamW: " << std::fixed << std::setprecision(1) << r.adamw.images_per_s(a.cfg.batch) << " img/s\n";
+  r.soap = time_training(soap, device, a.warmup, a.steps);
+  std::cout << "jacond SOAP:  " << r.soap.images_per_s(a.cfg.batch) << " img/s\n";
+  for (const std::string& m : a.tg_list) {
     models::TrainConfig tg = adamw;
     tg.token_graying = m;
-    grayed.emplace_back(m, time_training(tg, device, warmup, steps));
-    std::cout << "jacond AdamW + " << m << "-TG: " << grayed.back().second.images_per_s(cfg.batch) << " img/s\n";
+    r.grayed.emplace_back(m, time_training(tg, device, a.warmup, a.steps));
+    std::cout << "jacond AdamW + " << m << "-TG: " << r.grayed.back().second.images_per_s(a.cfg.batch) << " img/s\n";
   }
-
+  std::cout << std::defaultfloat;
   // Tracking: one call on one probe image, every matrix and then the chosen set.
-  const TrackTiming track_all = time_tracking(cfg, "all");
-  const TrackTiming track_set = time_tracking(cfg, cfg.track_matrices);
+  r.track_all = time_tracking(a.cfg, "all");
+  r.track_set = time_tracking(a.cfg, a.cfg.track_matrices);
+  // The paper's sizes: ImageNet images, 3 × 224 × 224 (ViT-B/16: 196 × 768 patches), where the SVD's cost shows.
+  for (const std::string& m : a.tg_list)
+    r.graying_per_image[m] = {graying_seconds_per_image(m, a.cfg.batch, 1, 28, 28, a.cfg.model.patch, a.cfg.tg_eps, 9),
+                              graying_seconds_per_image(m, 8, 3, 224, 224, 16, a.cfg.tg_eps, 3)};
+}
 
-  double py_ips = NAN, py_step = NAN;
-  std::string torch_version = "not run", py_device = "not run";
-  if (!skip_python) {
-    nlohmann::json j = run_python_json(
-        {python, script, "--dim", std::to_string(cfg.model.dim), "--depth", std::to_string(cfg.model.depth), "--heads",
-         std::to_string(cfg.model.heads), "--patch", std::to_string(cfg.model.patch), "--batch", std::to_string(cfg.batch),
-         "--steps", std::to_string(steps), "--warmup", std::to_string(warmup), "--threads", std::to_string(cfg.threads), "--skip", skip,
-         "--device", cfg.device},
-        static_cast<int>(cfg.threads), out_dir, "torch train route (" + python + " " + script + ")",
-        {"images_per_s", "step_s", "torch_version", "device"});
-    py_ips = j["images_per_s"].get<double>();
-    py_step = j["step_s"].get<double>();
-    torch_version = j["torch_version"].get<std::string>();
-    py_device = j["device"].get<std::string>();
-    std::cout << "PyTorch AdamW: " << py_ips << " img/s (torch " << torch_version << ")\n";
-  }
+// The same model in Python PyTorch (torch_train_route.py), same threads, batch, steps and device.
+void time_python_route(const BenchTrainArgs& a, BenchTrainResults& r) {
+  const models::TrainConfig& cfg = a.cfg;
+  nlohmann::json j = run_python_json(
+      {a.python, a.script, "--dim", std::to_string(cfg.model.dim), "--depth", std::to_string(cfg.model.depth), "--heads",
+       std::to_string(cfg.model.heads), "--patch", std::to_string(cfg.model.patch), "--batch", std::to_string(cfg.batch),
+       "--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup), "--threads", std::to_string(cfg.threads),
+       "--skip", a.skip, "--device", cfg.device},
+      static_cast<int>(cfg.threads), a.out_dir, "torch train route (" + a.python + " " + a.script + ")",
+      {"images_per_s", "step_s", "torch_version", "device"});
+  r.python_images_per_s = j["images_per_s"].get<double>();
+  r.python_step_s = j["step_s"].get<double>();
+  r.torch_version = j["torch_version"].get<std::string>();
+  r.python_device = j["device"].get<std::string>();
+  std::cout << "PyTorch AdamW: " << std::fixed << std::setprecision(1) << r.python_images_per_s << " img/s (torch "
+            << r.torch_version << ")\n" << std::defaultfloat;
+}
 
+// The ratios, on stdout. The jacond/PyTorch images/s target: 1.2 on the CPU, 1.0 on a GPU (issue 11).
+void print_ratios(const BenchTrainArgs& a, BenchTrainResults& r) {
+  const models::TrainConfig& cfg = a.cfg;
+  const StepTiming& ta = r.adamw;
   std::cout << std::setprecision(3) << "\n"
             << "jacond AdamW / PyTorch AdamW images/s: "
-            << (skip_python ? std::string("n/a (--skip-python)") : std::to_string(ta.images_per_s(cfg.batch) / py_ips) + "x")
-            << "  (target >= 1.2)\n"
-            << "SOAP / AdamW full-step time:          " << ts.step_s / ta.step_s << "   (target <= 1.5)\n"
-            << "SOAP / AdamW optimizer.step() time:   " << ts.optimizer_s / ta.optimizer_s << "\n"
-            << std::defaultfloat;
-  for (const TrackTiming* t : {&track_all, &track_set})
+            << (a.skip_python ? std::string("n/a (--skip-python)")
+                              : std::to_string(ta.images_per_s(cfg.batch) / r.python_images_per_s) + "x")
+            << (cfg.device == "cuda" ? "  (target >= 1.0 on a GPU)\n" : "  (target >= 1.2)\n")
+            << "SOAP / AdamW full-step time:          " << r.soap.step_s / ta.step_s << "   (target <= 1.5)\n"
+            << "SOAP / AdamW optimizer.step() time:   " << r.soap.optimizer_s / ta.optimizer_s << "\n";
+  for (const TrackTiming* t : {&r.track_all, &r.track_set})
     if (t->ran)
-      std::cout << std::setprecision(3) << "tracking (" << t->matrices << "): " << t->reports << " reports in "
-                << t->seconds << " s per call = " << 100 * t->seconds / (cfg.track_every * ta.step_s) << "% of "
-                << cfg.track_every << " AdamW steps\n" << std::defaultfloat;
-  // The paper's sizes: ImageNet images, 3 × 224 × 224, where the SVD's cost shows.
-  std::map<std::string, std::pair<double, double>> per_image;  // mode → (28 × 28, 3 × 224 × 224) seconds
-  for (const std::string& m : tg_list) {
-    per_image[m] = {graying_seconds_per_image(m, cfg.batch, 1, 28, 28, cfg.model.patch, cfg.tg_eps, 9),
-                    graying_seconds_per_image(m, 8, 3, 224, 224, 16, cfg.tg_eps, 3)};  // ViT-B/16: 196 × 768 patches
-    std::cout << std::setprecision(3) << m << "-TG alone per image: " << 1e6 * per_image[m].first << " us at 1x28x28 (patch "
-              << cfg.model.patch << "), " << 1e3 * per_image[m].second << " ms at 3x224x224 (patch 16)\n" << std::defaultfloat;
+      std::cout << "tracking (" << t->matrices << "): " << t->reports << " reports in " << t->seconds
+                << " s per call = " << 100 * t->seconds / (cfg.track_every * ta.step_s) << "% of " << cfg.track_every
+                << " AdamW steps\n";
+  for (const std::string& m : a.tg_list) {
+    const auto& s = r.graying_per_image.at(m);
+    std::cout << m << "-TG alone per image: " << 1e6 * s.first << " us at 1x28x28 (patch " << cfg.model.patch << "), "
+              << 1e3 * s.second << " ms at 3x224x224 (patch 16)\n";
   }
-  if (per_image.count("svd") && per_image.count("dct"))
-    std::cout << std::setprecision(3) << "svd-TG / dct-TG time per image: " << per_image["svd"].first / per_image["dct"].first
-              << " at 1x28x28, " << per_image["svd"].second / per_image["dct"].second << " at 3x224x224\n" << std::defaultfloat;
-  for (const auto& [m, t] : grayed)
-    std::cout << std::setprecision(3) << m << "-TG (eps " << cfg.tg_eps << ") / no TG full-step time: " << t.step_s / ta.step_s
+  if (r.graying_per_image.count("svd") && r.graying_per_image.count("dct")) {
+    const auto &svd = r.graying_per_image["svd"], &dct = r.graying_per_image["dct"];
+    std::cout << "svd-TG / dct-TG time per image: " << svd.first / dct.first << " at 1x28x28, "
+              << svd.second / dct.second << " at 3x224x224\n";
+  }
+  for (const auto& [m, t] : r.grayed)
+    std::cout << m << "-TG (eps " << cfg.tg_eps << ") / no TG full-step time: " << t.step_s / ta.step_s
               << "   (paper, ViT-B/ImageNet: " << (m == "svd" ? "6.3" : "1.012") << "); the graying alone: "
-              << 1e3 * t.graying_s << " ms per batch = " << 100 * t.graying_s / ta.step_s << "% of a step\n" << std::defaultfloat;
-  if (track_all.ran)
-    std::cout << std::setprecision(3) << "tracking " << track_set.matrices << " / all matrices: "
-              << track_set.seconds / track_all.seconds << "x the time\n" << std::defaultfloat;
+              << 1e3 * t.graying_s << " ms per batch = " << 100 * t.graying_s / ta.step_s << "% of a step\n";
+  if (r.track_all.ran)
+    std::cout << "tracking " << r.track_set.matrices << " / all matrices: " << r.track_set.seconds / r.track_all.seconds
+              << "x the time\n";
+  std::cout << std::defaultfloat;
+}
 
+// DIR/bench_train.csv (one row per route) and DIR/run.json (the command, the model, the ratios).
+void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc, char** argv) {
+  const models::TrainConfig& cfg = a.cfg;
+  const StepTiming& ta = r.adamw;
   std::ostringstream csv;
   csv << "route,optimizer,device,threads,batch,images_per_s,step_s,optimizer_step_s\n";
   auto row = [&](const std::string& route, const std::string& opt, double ips, double step, double opt_s) {
@@ -300,31 +330,54 @@ int run_bench_train(int argc, char** argv) {
         << "," << format_number(step) << "," << format_number(opt_s) << "\n";
   };
   row("jacond", "adamw", ta.images_per_s(cfg.batch), ta.step_s, ta.optimizer_s);
-  row("jacond", "soap", ts.images_per_s(cfg.batch), ts.step_s, ts.optimizer_s);
-  for (const auto& [m, t] : grayed) row("jacond+" + m + "-tg", "adamw", t.images_per_s(cfg.batch), t.step_s, t.optimizer_s);
-  if (!skip_python) row("pytorch", "adamw", py_ips, py_step, NAN);
-  write_file_atomic(out_dir + "/bench_train.csv", csv.str());
+  row("jacond", "soap", r.soap.images_per_s(cfg.batch), r.soap.step_s, r.soap.optimizer_s);
+  for (const auto& [m, t] : r.grayed) row("jacond+" + m + "-tg", "adamw", t.images_per_s(cfg.batch), t.step_s, t.optimizer_s);
+  if (!a.skip_python) row("pytorch", "adamw", r.python_images_per_s, r.python_step_s, NAN);
+  write_file_atomic(a.out_dir + "/bench_train.csv", csv.str());
+
   nlohmann::json meta = run_metadata(argc, argv, "bench");
   meta["model"] = cfg.model.to_json();
-  meta["ratios"] = {{"jacond_over_pytorch_images_per_s", ta.images_per_s(cfg.batch) / py_ips},
-                    {"soap_over_adamw_step", ts.step_s / ta.step_s},
-                    {"soap_over_adamw_optimizer", ts.optimizer_s / ta.optimizer_s},
-                    {"tracking_overhead_all", track_all.seconds / (cfg.track_every * ta.step_s)},
-                    {"tracking_overhead", track_set.seconds / (cfg.track_every * ta.step_s)}};
-  for (const auto& [m, t] : grayed) {
+  meta["ratios"] = {{"jacond_over_pytorch_images_per_s", ta.images_per_s(cfg.batch) / r.python_images_per_s},
+                    {"soap_over_adamw_step", r.soap.step_s / ta.step_s},
+                    {"soap_over_adamw_optimizer", r.soap.optimizer_s / ta.optimizer_s},
+                    {"tracking_overhead_all", r.track_all.seconds / (cfg.track_every * ta.step_s)},
+                    {"tracking_overhead", r.track_set.seconds / (cfg.track_every * ta.step_s)}};
+  for (const auto& [m, t] : r.grayed) {
     meta["ratios"][m + "_tg_over_none_step"] = t.step_s / ta.step_s;
     meta["ratios"][m + "_tg_alone_over_step"] = t.graying_s / ta.step_s;
-    meta["token_graying_seconds_per_image"][m] = {{"1x28x28", per_image[m].first}, {"3x224x224", per_image[m].second}};
+    const auto& per_image = r.graying_per_image.at(m);
+    meta["token_graying_seconds_per_image"][m] = {{"1x28x28", per_image.first}, {"3x224x224", per_image.second}};
   }
   meta["tg_eps"] = cfg.tg_eps;
   meta["tracking"] = {{"track_every", cfg.track_every},
-                      {"all", {{"seconds", track_all.seconds}, {"reports", track_all.reports}}},
-                      {"chosen", {{"matrices", track_set.matrices}, {"seconds", track_set.seconds},
-                                  {"reports", track_set.reports}}}};
-  meta["torch_version"] = torch_version;
-  meta["device"] = {{"name", cfg.device}, {"pytorch_device", py_device}};
-  write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-  std::cout << "wrote " << out_dir << "/bench_train.csv and run.json\n";
+                      {"all", {{"seconds", r.track_all.seconds}, {"reports", r.track_all.reports}}},
+                      {"chosen", {{"matrices", r.track_set.matrices}, {"seconds", r.track_set.seconds},
+                                  {"reports", r.track_set.reports}}}};
+  meta["torch_version"] = r.torch_version;
+  meta["device"] = {{"name", cfg.device}, {"pytorch_device", r.python_device}};
+  write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
+  std::cout << "wrote " << a.out_dir << "/bench_train.csv and run.json\n";
+}
+
+}  // namespace
+
+int run_bench_train(int argc, char** argv) {
+  const std::optional<BenchTrainArgs> parsed = parse_bench_train(argc, argv);
+  if (!parsed) return 0;
+  const BenchTrainArgs& a = *parsed;
+  if (!a.nproc_list.empty()) return run_data_parallel_bench(a, argc, argv);
+  const torch::Device device = models::select_device(a.cfg);  // threads too; exit 1 without CUDA
+  ensure_directory(a.out_dir);
+  const models::TrainConfig& cfg = a.cfg;
+  std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
+            << " skip=" << a.skip << " init=" << a.init << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens()
+            << ") batch=" << cfg.batch << " threads=" << cfg.threads << " device=" << cfg.device << ", " << a.steps
+            << " timed steps after " << a.warmup << "\n";
+  BenchTrainResults r;
+  time_jacond_routes(a, device, r);
+  if (!a.skip_python) time_python_route(a, r);
+  print_ratios(a, r);
+  write_results(a, r, argc, argv);
   return 0;
 }
 

@@ -14,8 +14,10 @@ MLP's, as `jacond train --skip`. fp32, trained with torch.optim.AdamW(lr 1e-3, b
 wd 0.05) and cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
 does not depend on pixel values), so the timing is forward + backward + optimizer step only.
 
---device cuda puts the model, the optimizer state and the batch on the GPU; loss.item() ends every
-step, so a step is timed to its end on the device.
+--device cuda puts the model and the optimizer state on the GPU; the batch is copied there from the
+host inside every timed step, as a training loop's data loader hands it over and as `jacond bench
+train` times its own route; loss.item() ends every step, so a step is timed to its end on the
+device.
 
 --nproc N (CPU) trains the same global batch data-parallel, the way a PyTorch user would:
 torch.multiprocessing.spawn starts N processes, each joins a Gloo process group over loopback,
@@ -94,12 +96,12 @@ def train(rank, a, port=None, result=None):
         dist.init_process_group("gloo", rank=rank, world_size=a.nproc)
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
-    x = torch.randn(local_batch, 1, 28, 28).to(dev)
+    x = torch.randn(local_batch, 1, 28, 28)  # on the host: copied to the device in every step
     y = torch.randint(0, 10, (local_batch,)).to(dev)
 
     def step():
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x.to(dev)), y)
         loss.backward()
         opt.step()
         return loss.item()
