@@ -606,135 +606,153 @@ std::shared_ptr<const OperatorDevice> bench_operator_device(const std::string& d
   return cuda;
 }
 
-}  // namespace
-
-int run_bench_lanczos(int argc, char** argv) {
+// The flags of `jacond bench lanczos`, parsed and checked.
+struct BenchLanczosArgs {
   std::string sizes_spec = "vit-s,vit-b", inits_spec = "ours,timm", matrices_spec = "K_sab,K_ffn,K_sa",
-              out_dir = "results/bench-lanczos", peers_spec = "arpack";
-  int threads = 2;
+              out_dir = "results/bench-lanczos", peers_spec = "arpack", methods_spec, device = "cpu";
+  int threads = 2, repeats = 5;
   GklOptions gkl;
-  gkl.max_seconds = 120;
   bool check_dense = false;
   PeerSetup peer;
-  std::string methods_spec;
   double basis_memory_gb = 8;
-  int repeats = 5;
-  std::string device = "cpu";
+  std::vector<Size> sizes;  // the specs parsed
+  std::vector<std::string> inits, matrices;
+  std::vector<Method> methods;
+};
+
+// The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
+std::optional<BenchLanczosArgs> parse_bench_lanczos(int argc, char** argv) {
+  BenchLanczosArgs a;
+  GklOptions& gkl = a.gkl;
+  gkl.max_seconds = 120;
   po::options_description desc("jacond bench lanczos: matrix-free kappa brackets at ViT sizes, against scipy svds");
   desc.add_options()("help,h", "this help")
-      ("sizes", po::value(&sizes_spec)->default_value(sizes_spec),
+      ("sizes", po::value(&a.sizes_spec)->default_value(a.sizes_spec),
        "comma list of vit-s | vit-b | dense6400 | dense12480 | nNdDhH (e.g. n65d192h3)")
-      ("inits", po::value(&inits_spec)->default_value(inits_spec), "comma list of ours | timm | mimetic")
-      ("matrices", po::value(&matrices_spec)->default_value(matrices_spec), "comma list of K_sab | K_ffn | K_sa")
+      ("inits", po::value(&a.inits_spec)->default_value(a.inits_spec), "comma list of ours | timm | mimetic")
+      ("matrices", po::value(&a.matrices_spec)->default_value(a.matrices_spec), "comma list of K_sab | K_ffn | K_sa")
       ("seconds", number_value(&gkl.max_seconds), "budget per matrix and route")
       ("tol", number_value(&gkl.tolerance), "target kappa_hi/kappa_lo - 1")
       ("basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "Krylov basis before a restart")
       ("start-seed", po::value(&gkl.seed)->default_value(gkl.seed), "seed of the Gaussian start vectors (jacond and peers)")
-      ("check-dense", po::bool_switch(&check_dense), "also run the dense route (only for nd <= 12500)")
-      ("peers", po::value(&peers_spec)->default_value(peers_spec),
+      ("check-dense", po::bool_switch(&a.check_dense), "also run the dense route (only for nd <= 12500)")
+      ("peers", po::value(&a.peers_spec)->default_value(a.peers_spec),
        "comma list of scipy svds solvers run on the same block: arpack | propack | lobpcg, or none")
-      ("compare-methods", po::value(&methods_spec),
+      ("compare-methods", po::value(&a.methods_spec),
        "comma list of restart-K | unrestarted: run each solver configuration on each matrix (no peers), "
        "write bench_lanczos_methods.csv and bench_lanczos_trace.csv")
-      ("basis-memory-gb", number_value(&basis_memory_gb), "memory for the unrestarted method's basis")
-      ("python", po::value(&peer.python)->default_value(peer.python), "Python with torch, numpy and scipy")
-      ("peer-script", po::value(&peer.script)->default_value(peer.script), "the SciPy route script")
-      ("threads", po::value(&threads)->default_value(threads), "BLAS threads (jacond and the peers)")
-      ("device", po::value(&device)->default_value(device),
+      ("basis-memory-gb", number_value(&a.basis_memory_gb), "memory for the unrestarted method's basis")
+      ("python", po::value(&a.peer.python)->default_value(a.peer.python), "Python with torch, numpy and scipy")
+      ("peer-script", po::value(&a.peer.script)->default_value(a.peer.script), "the SciPy route script")
+      ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS threads (jacond and the peers)")
+      ("device", po::value(&a.device)->default_value(a.device),
        "cpu | cuda | torch-cpu: besides the host route, run jacond's route again with its products on this "
        "device (cuda: the GPU; torch-cpu: the same ATen code on the CPU), and report both and their ratio")
-      ("repeats", po::value(&repeats)->default_value(repeats),
+      ("repeats", po::value(&a.repeats)->default_value(a.repeats),
        "runs of a route that brackets in under 2 s, jacond's and each peer's; the median seconds is reported")
-      ("out", po::value(&out_dir)->default_value(out_dir), "output directory");
+      ("out", po::value(&a.out_dir)->default_value(a.out_dir), "output directory");
   po::variables_map vm;
-  if (!parse_options(argc, argv, desc, nullptr, &vm)) return 0;  // argv[0] = "lanczos"
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return std::nullopt;  // argv[0] = "lanczos"
   gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
-  std::vector<Size> sizes;
-  std::vector<std::string> inits, matrices;
-  std::vector<Method> methods;
   check_usage([&] {
-    for (const auto& m : split_commas(methods_spec)) methods.push_back(parse_method(m));
-    if (!methods.empty()) {
-      if (!vm["peers"].defaulted() && peers_spec != "none")
+    for (const auto& m : split_commas(a.methods_spec)) a.methods.push_back(parse_method(m));
+    if (!a.methods.empty()) {
+      if (!vm["peers"].defaulted() && a.peers_spec != "none")
         throw std::invalid_argument("--compare-methods runs jacond's solvers only: drop --peers (or --peers none)");
-      peers_spec = "none";
+      a.peers_spec = "none";
     }
-    if (!(basis_memory_gb > 0)) throw std::invalid_argument("--basis-memory-gb must be > 0");
-    sizes = parse_sizes(sizes_spec);
-    inits = split_commas(inits_spec);
-    matrices = split_commas(matrices_spec);
-    for (const auto& m : matrices)
+    if (!(a.basis_memory_gb > 0)) throw std::invalid_argument("--basis-memory-gb must be > 0");
+    a.sizes = parse_sizes(a.sizes_spec);
+    a.inits = split_commas(a.inits_spec);
+    a.matrices = split_commas(a.matrices_spec);
+    for (const auto& m : a.matrices)
       if (m != "K_sab" && m != "K_ffn" && m != "K_sa")
         throw std::invalid_argument("--matrices: unknown matrix '" + m + "' (K_sab | K_ffn | K_sa)");
-    for (const auto& init : inits) parse_flag("--inits", [&] { return models::parse_init_scheme(init); });
+    for (const auto& init : a.inits) parse_flag("--inits", [&] { return models::parse_init_scheme(init); });
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
       throw std::invalid_argument("--seconds and --tol must be > 0 and --basis >= 2");
-    if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
-    if (repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
-    if (device != "cpu" && device != "cuda" && device != "torch-cpu")
-      throw std::invalid_argument("--device must be cpu, cuda or torch-cpu, got '" + device + "'");
-    if (device != "cpu" && !methods.empty())
+    if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    if (a.repeats < 1) throw std::invalid_argument("--repeats must be >= 1");
+    if (a.device != "cpu" && a.device != "cuda" && a.device != "torch-cpu")
+      throw std::invalid_argument("--device must be cpu, cuda or torch-cpu, got '" + a.device + "'");
+    if (a.device != "cpu" && !a.methods.empty())
       throw std::invalid_argument("--device compares the default route's two devices: drop --compare-methods");
-    if (peers_spec != "none") peer.solvers = split_commas(peers_spec);
-    for (const auto& s : peer.solvers)
+    if (a.peers_spec != "none") a.peer.solvers = split_commas(a.peers_spec);
+    for (const auto& s : a.peer.solvers)
       if (s != "arpack" && s != "propack" && s != "lobpcg")
         throw std::invalid_argument("--peers: unknown solver '" + s + "' (arpack | propack | lobpcg | none)");
-    if (!peer.solvers.empty()) {
-      if (!std::filesystem::exists(peer.script))
-        throw std::invalid_argument("--peer-script: " + peer.script + " does not exist");
-      if (::access(peer.python.c_str(), X_OK) != 0)
-        throw std::invalid_argument("--python: " + peer.python + " is not executable");
+    if (!a.peer.solvers.empty()) {
+      if (!std::filesystem::exists(a.peer.script))
+        throw std::invalid_argument("--peer-script: " + a.peer.script + " does not exist");
+      if (::access(a.peer.python.c_str(), X_OK) != 0)
+        throw std::invalid_argument("--python: " + a.peer.python + " is not executable");
     }
   });
-  set_threads(threads);
-  const std::shared_ptr<const OperatorDevice> products_device = bench_operator_device(device, threads);
-  ensure_directory(out_dir);
+  return a;
+}
 
+// Every size × init × matrix: each --compare-methods solver, or jacond's default route (again
+// with its products on `products_device` where one is given) and each SciPy peer; a row each,
+// printed as it comes.
+std::vector<Row> measure_all(const BenchLanczosArgs& a, const OperatorDevice* products_device) {
+  const GklOptions& gkl = a.gkl;
   std::vector<Row> rows;
   std::printf("%-10s %-7s %-6s %-20s %-13s %9s %9s %13s %13s %9s %8s %8s\n", "size", "init", "matrix", "route",
               "status", "t_smax_s", "t_total_s", "kappa_lo", "kappa_hi", "products", "rss_MB", "dense");
-  for (const Size& sz : sizes)
-    for (const auto& init : inits) {
+  for (const Size& sz : a.sizes)
+    for (const auto& init : a.inits) {
       const models::TensorMap tensors = init_tensors(init, 2.0, 0.6, 3.0, "default", 0, sz.d, sz.heads, 4 * sz.d);
       const BlockWeights w = models::block_from_timm(tensors, 0, sz.heads);
       const Mat X = gaussian_tokens(sz.n, sz.d, 0);
       const BlockForward f = block_forward(w, X, SkipMode::kFull);  // K_sab, K_ffn with residuals
-      const std::string dir = peer.solvers.empty() ? "" : write_peer_inputs(out_dir, sz, init, tensors, X);
-      for (const auto& m : matrices) {
-        const DenseTruth truth = check_dense ? dense_truth(sz, m, w, f) : DenseTruth{};
-        for (const Method& method : methods) {
-          rows.push_back(measure(sz, init, m, w, f, gkl, method, method_basis(method, sz.n * sz.d, basis_memory_gb), truth, 1));
+      const std::string dir = a.peer.solvers.empty() ? "" : write_peer_inputs(a.out_dir, sz, init, tensors, X);
+      for (const auto& m : a.matrices) {
+        const DenseTruth truth = a.check_dense ? dense_truth(sz, m, w, f) : DenseTruth{};
+        for (const Method& method : a.methods) {
+          const Index basis = method_basis(method, sz.n * sz.d, a.basis_memory_gb);
+          rows.push_back(measure(sz, init, m, w, f, gkl, method, basis, truth, 1));
           print_row(rows.back(), gkl.max_seconds);
         }
-        if (!methods.empty()) continue;
-        rows.push_back(measure(sz, init, m, w, f, gkl, {"jacond-gkl", gkl.max_basis, gkl.keep}, gkl.max_basis, truth, repeats));
-        if (products_device) measure_on_device(rows.back(), *products_device, w, f, gkl, repeats);
-        for (const auto& solver : peer.solvers)
+        if (!a.methods.empty()) continue;
+        rows.push_back(measure(sz, init, m, w, f, gkl, {"jacond-gkl", gkl.max_basis, gkl.keep}, gkl.max_basis, truth, a.repeats));
+        if (products_device) measure_on_device(rows.back(), *products_device, w, f, gkl, a.repeats);
+        for (const auto& solver : a.peer.solvers)
           rows.back().peers.push_back(
-              run_peer(peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, threads, repeats));
+              run_peer(a.peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, a.threads, a.repeats));
         print_row(rows.back(), gkl.max_seconds);
       }
     }
-  write_file_atomic(out_dir + "/bench_lanczos.csv", rows_csv(rows, threads, gkl));
-  if (!peer.solvers.empty()) write_file_atomic(out_dir + "/bench_lanczos_peers.csv", peers_csv(rows, threads, gkl));
-  if (!methods.empty()) {
-    write_file_atomic(out_dir + "/bench_lanczos_methods.csv", methods_csv(rows, threads, gkl));
-    write_file_atomic(out_dir + "/bench_lanczos_trace.csv", trace_csv(rows));
+  return rows;
+}
+
+// DIR/bench_lanczos.csv, the peers' and the methods' tables where they ran, and run.json.
+void write_results(const BenchLanczosArgs& a, const std::vector<Row>& rows, const OperatorDevice* products_device,
+                   int argc, char** argv) {
+  const bool peers = !a.peer.solvers.empty(), methods = !a.methods.empty();
+  write_file_atomic(a.out_dir + "/bench_lanczos.csv", rows_csv(rows, a.threads, a.gkl));
+  if (peers) write_file_atomic(a.out_dir + "/bench_lanczos_peers.csv", peers_csv(rows, a.threads, a.gkl));
+  if (methods) {
+    write_file_atomic(a.out_dir + "/bench_lanczos_methods.csv", methods_csv(rows, a.threads, a.gkl));
+    write_file_atomic(a.out_dir + "/bench_lanczos_trace.csv", trace_csv(rows));
   }
   nlohmann::json meta = run_metadata(argc, argv, "bench");
   meta["benchmark"] = "lanczos";
   meta["rows"] = rows.size();
-  meta["peers"] = peer.solvers;
-  meta["compare_methods"] = methods_spec;
-  meta["basis_memory_gb"] = basis_memory_gb;
-  meta["peer_script"] = peer.solvers.empty() ? "" : peer.script;
-  meta["device"] = {{"name", device},
+  meta["peers"] = a.peer.solvers;
+  meta["compare_methods"] = a.methods_spec;
+  meta["basis_memory_gb"] = a.basis_memory_gb;
+  meta["peer_script"] = peers ? a.peer.script : "";
+  meta["device"] = {{"name", a.device},
                     {"matrix_free", products_device ? products_device->description() : "host kernels only"}};
   meta["note"] = "peak_rss_mb is cumulative for the process (getrusage ru_maxrss); a peer's is its own process's";
-  write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-  std::printf("wrote %s/bench_lanczos.csv%s%s and run.json\n", out_dir.c_str(),
-              peer.solvers.empty() ? "" : ", bench_lanczos_peers.csv",
-              methods.empty() ? "" : ", bench_lanczos_methods.csv, bench_lanczos_trace.csv");
+  write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
+  std::printf("wrote %s/bench_lanczos.csv%s%s and run.json\n", a.out_dir.c_str(), peers ? ", bench_lanczos_peers.csv" : "",
+              methods ? ", bench_lanczos_methods.csv, bench_lanczos_trace.csv" : "");
+}
+
+// The checks that make the run fail (exit 1) after its results are written: a dense κ outside a
+// bracket, or the host's and the device's brackets of one matrix disjoint.
+void check_brackets(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     if (r.dense_checked && !r.dense_inside) throw std::runtime_error("dense kappa outside the lanczos bracket for " + r.matrix);
     if (!r.device) continue;
@@ -744,6 +762,20 @@ int run_bench_lanczos(int argc, char** argv) {
       throw std::runtime_error("the host and " + r.device->route + " brackets of " + r.matrix + " (" + r.size + ", " +
                                r.init + ") do not intersect");
   }
+}
+
+}  // namespace
+
+int run_bench_lanczos(int argc, char** argv) {
+  const std::optional<BenchLanczosArgs> parsed = parse_bench_lanczos(argc, argv);
+  if (!parsed) return 0;
+  const BenchLanczosArgs& a = *parsed;
+  set_threads(a.threads);
+  const std::shared_ptr<const OperatorDevice> products_device = bench_operator_device(a.device, a.threads);
+  ensure_directory(a.out_dir);
+  const std::vector<Row> rows = measure_all(a, products_device.get());
+  write_results(a, rows, products_device.get(), argc, argv);
+  check_brackets(rows);
   return 0;
 }
 
