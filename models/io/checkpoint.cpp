@@ -216,12 +216,12 @@ Checkpoint read_checkpoint(const std::string& dir) {
   return c;
 }
 
-void read_optimizer_state(const std::string& dir,
+void read_optimizer_state(const std::string& dir, const torch::Device& device,
                           const std::function<void(torch::serialize::InputArchive&)>& load_optimizer) {
   const std::string path = dir + "/optimizer.pt";
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(path, device);  // else each tensor returns to the device it was saved from
     load_optimizer(archive);
   } catch (const c10::Error& e) {
     throw std::runtime_error(path + ": unreadable optimizer state: " + torch_error_text(e));

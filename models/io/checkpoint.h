@@ -60,8 +60,10 @@ struct Checkpoint {
 /// file and the problem.
 Checkpoint read_checkpoint(const std::string& dir);
 
-/// Loads `dir`/optimizer.pt into `load_optimizer`; torch's errors become one line naming the file.
-void read_optimizer_state(const std::string& dir,
+/// Loads `dir`/optimizer.pt into `load_optimizer`, its tensors onto `device` (the resuming run's:
+/// a run trained on a GPU resumes on the CPU and the other way round); torch's errors become one
+/// line naming the file.
+void read_optimizer_state(const std::string& dir, const torch::Device& device,
                           const std::function<void(torch::serialize::InputArchive&)>& load_optimizer);
 
 /// The checkpoint to resume from: `path` itself when it is a checkpoint directory, otherwise the

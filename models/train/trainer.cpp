@@ -411,7 +411,7 @@ void TrainingRun::restore_or_start(const Checkpoint* resume) {
     return;
   }
   model_->load_state(resume->model);
-  read_optimizer_state(resume->dir, [&](torch::serialize::InputArchive& a) { optimizer_->load(a); });
+  read_optimizer_state(resume->dir, device_, [&](torch::serialize::InputArchive& a) { optimizer_->load(a); });
   restore_generator(aug_gen_, resume->meta.at("rng").at("augment").get<std::string>());
   if (!main_) return;  // rank 0 cuts the logs back
   auto cut_back = [&](const char* file, bool header, const auto& step_of) {

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -367,7 +368,9 @@ TEST_F(TrainCli, ADistBackendThatDoesNotFitTheDeviceIsAUsageError) {
 
 // Training on CUDA where this LibTorch has none (Debian's is CPU-only): exit 1 naming the flag,
 // before any run directory or output is written; on a CUDA LibTorch with a GPU (the device
-// tool's machine) the bench's tiny run goes through instead and writes its device.
+// tool's machine) the bench's tiny run goes through instead and writes its device, and a run moves
+// between the devices when resumed (its optimizer state, SOAP's and AdamW's, is loaded onto the
+// resuming run's device).
 TEST_F(TrainCli, DeviceCudaTrainsThereOrSaysWhyNot) {
   const std::vector<std::string> train = {"train", "--device", "cuda", "--steps", "2", "--dim", "16", "--depth", "1",
                                           "--heads", "2", "--batch", "8", "--track-every", "0", "--out", path("cuda-run")};
@@ -385,6 +388,16 @@ TEST_F(TrainCli, DeviceCudaTrainsThereOrSaysWhyNot) {
   const RunResult b = run(bench);
   ASSERT_TRUE(b.exited && b.code == 0) << b.describe();
   EXPECT_NE(slurp(path("cuda-bench") + "/bench_train.csv").find(",cuda,"), std::string::npos);
+  for (const auto& [from, to, optimizer] : std::vector<std::array<std::string, 3>>{{"cuda", "cpu", "soap"},
+                                                                                   {"cpu", "cuda", "adamw"}}) {
+    const std::string dir = path(from + "-to-" + to);
+    RunResult r = run(tiny_run(dir, {"--device", from, "--optimizer", optimizer, "--stop-at", "6"}));
+    ASSERT_EQ(r.code, 0) << r.describe();
+    r = run({"train", "--resume", dir, "--device", to});
+    ASSERT_EQ(r.code, 0) << r.describe();
+    EXPECT_EQ(jacond::models::list_checkpoints(dir).back().step, kSteps) << from << " to " << to;
+    EXPECT_EQ(json::parse(slurp(dir + "/config.json")).at("device"), to);
+  }
 }
 
 }  // namespace

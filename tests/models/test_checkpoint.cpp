@@ -40,7 +40,7 @@ TEST_F(Checkpoints, RoundTrip) {
   EXPECT_EQ(c.meta["note"], "x");
   EXPECT_TRUE(torch::equal(c.model.at("w"), torch::full({2, 3}, 120.0f)));
   torch::Tensor moment;
-  models::read_optimizer_state(dir, [&](torch::serialize::InputArchive& a) { a.read("moment", moment); });
+  models::read_optimizer_state(dir, torch::kCPU, [&](torch::serialize::InputArchive& a) { a.read("moment", moment); });
   EXPECT_TRUE(torch::equal(moment, torch::full({4}, 60.0)));
 }
 
@@ -77,7 +77,7 @@ TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {
 
   const std::string dir3 = write(7);
   { std::ofstream(dir3 + "/optimizer.pt") << "not a zip archive"; }
-  msg = jacond::test::error_message([&] { models::read_optimizer_state(dir3, [](torch::serialize::InputArchive&) {}); });
+  msg = jacond::test::error_message([&] { models::read_optimizer_state(dir3, torch::kCPU, [](torch::serialize::InputArchive&) {}); });
   EXPECT_EQ(msg.rfind(dir3 + "/optimizer.pt: unreadable optimizer state", 0), 0u) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos);
 
