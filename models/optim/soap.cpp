@@ -46,11 +46,7 @@ Soap::Soap(std::vector<torch::Tensor> params, SoapOptions options, std::vector<b
 }
 
 void Soap::zero_grad() {
-  for (auto& p : params_)
-    if (p.grad().defined()) {
-      p.grad().detach_();
-      p.grad().zero_();
-    }
+  for (auto& p : params_) p.mutable_grad().reset();
 }
 
 void Soap::step() {

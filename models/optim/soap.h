@@ -49,6 +49,8 @@ class Soap {
 
   /// One step from the parameters' .grad(); parameters without a gradient are skipped.
   void step();
+  /// Drops the gradients (set to none, as torch.optim's zero_grad): the next backward writes them
+  /// afresh instead of adding to zeros.
   void zero_grad();
   void set_lr(double lr) { opt_.lr = lr; }
   double lr() const { return opt_.lr; }

@@ -52,7 +52,7 @@ double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_
 /// AdamW (torch::optim::AdamW's arithmetic and checkpoints, stepped multi-tensor:
 /// models/optim/adamw.h) or SOAP behind one interface, with timm's weight-decay rule (matrices
 /// only; not biases, LayerNorms, pos_embed, cls_token, ReZero α). zero_grad() drops the gradients
-/// for AdamW (set to none, as torch.optim) and zeroes them for SOAP.
+/// (set to none, as torch.optim's default).
 class TrainOptimizer {
  public:
   virtual ~TrainOptimizer() = default;
