@@ -85,123 +85,149 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
   return t;
 }
 
+// The flags of `jacond audit`, parsed and checked.
+struct AuditArgs {
+  std::vector<std::string> paths;
+  bool data_free = false;
+  int64_t probe_size = 0, threads = 2, heads = 0;
+  double lanczos_seconds = 30;
+  std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full",
+              norm = "pre", certify = "none", device = "cpu", shard_spec;
+  models::ViTConfig flags_cfg;  // --skip, --norm (and --heads) for .safetensors files without jacond config
+  models::TrackOptions opts;    // route, certificate, matrices
+  Shard shard;
+};
+
+// The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
+std::optional<AuditArgs> parse_audit(int argc, char** argv) {
+  AuditArgs a;
+  po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
+  desc.add_options()("help,h", "this help")
+      ("ckpt", po::value(&a.paths)->composing(), "checkpoint dirs, run dirs or .safetensors files (positional)")
+      ("data-free", po::bool_switch(&a.data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
+      ("probe-size", po::value(&a.probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
+      ("data-dir", po::value(&a.data_dir)->default_value(a.data_dir), "Fashion-MNIST files for the probe batch")
+      ("method", po::value(&a.method)->default_value(a.method), "κ route: auto | dense | svd | mixed (fp32 LU refined to fp64) | lanczos")
+      ("lanczos-seconds", number_value(&a.lanczos_seconds), "lanczos: seconds per matrix")
+      ("certify", po::value(&a.certify)->default_value(a.certify), kCertifyHelp)
+      ("matrices", po::value(&a.matrices)->default_value(a.matrices), "comma list of matrix names or all")
+      ("heads", po::value(&a.heads)->default_value(0), "heads, for .safetensors files without jacond config")
+      ("skip", po::value(&a.skip)->default_value(a.skip), "skip mode, for .safetensors files without jacond config")
+      ("norm", po::value(&a.norm)->default_value(a.norm), "pre | post, for .safetensors files without jacond config")
+      ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/torch threads")
+      ("shard", po::value(&a.shard_spec), "I/N: audit only block I of N of the checkpoints (join with jacond merge)")
+      ("out", po::value(&a.out_dir), "write DIR/audit.csv and DIR/run.json");
+  add_device_option(desc, &a.device);
+  po::positional_options_description pos;
+  pos.add("ckpt", -1);
+  if (!parse_options(argc, argv, desc, &pos)) return std::nullopt;
+  check_usage([&] {
+    if (a.paths.empty()) throw std::invalid_argument("give at least one checkpoint (jacond audit CKPT...)");
+    if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    if (a.probe_size < 0) throw std::invalid_argument("--probe-size must be >= 0");
+    if (a.heads < 0) throw std::invalid_argument("--heads must be >= 0 (0: from the checkpoint)");
+    if (!(a.lanczos_seconds > 0)) throw std::invalid_argument("--lanczos-seconds must be positive");
+    a.flags_cfg.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(a.skip); });
+    a.flags_cfg.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(a.norm); });
+    if (a.heads > 0) a.flags_cfg.heads = a.heads;
+    a.opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(a.method); });
+    a.opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
+    a.opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(a.matrices); });
+    validate_device_name(a.device);
+    a.shard = parse_flag("--shard", [&] { return parse_shard(a.shard_spec); });
+  });
+  a.opts.block.lanczos.max_seconds = a.lanczos_seconds;
+  return a;
+}
+
+// One checkpoint's per-layer reports: data-free from its weights, or on its probe batch of the
+// Fashion-MNIST test split (loaded once into `test`), Token Graying as the run trained.
+std::vector<models::LayerReport> audit_one(const AuditArgs& a, const std::string& path, const AuditTarget& t,
+                                           std::optional<models::FashionMnistSplit>& test) {
+  if (a.data_free) return models::data_free_conditioning(t.state, t.cfg);
+  if (t.cfg.in_chans != 1 || t.cfg.image_size != 28)
+    throw std::runtime_error(path + ": model takes [" + std::to_string(t.cfg.in_chans) + ", " +
+                             std::to_string(t.cfg.image_size) + ", " + std::to_string(t.cfg.image_size) +
+                             "] images, the Fashion-MNIST probe is [1, 28, 28]: use --data-free");
+  if (!test) test = models::load_fashion_mnist(a.data_dir, "test");
+  const int64_t m = a.probe_size > 0 ? a.probe_size : t.probe_size;
+  const torch::Tensor probe = models::token_graying(models::normalize_images(test->images.narrow(0, 0, m)),
+                                                    models::parse_token_graying(t.token_graying), t.tg_eps, t.cfg.patch);
+  return models::state_conditioning(t.state, t.cfg, probe, a.opts);
+}
+
+// The checkpoint's reports on stdout, one table per layer (the probe's mean rows).
+void print_audit(const AuditArgs& a, const std::string& path, const AuditTarget& t,
+                 const std::vector<models::LayerReport>& reports) {
+  std::cout << "== " << path << " (step " << t.step << ", d=" << t.cfg.dim << " depth=" << t.cfg.depth
+            << " heads=" << t.cfg.heads << " skip=" << models::to_string(t.cfg.skip)
+            << " init=" << models::to_string(t.cfg.init.scheme) << (a.data_free ? ", data-free" : "") << ")\n";
+  for (int64_t l = 0; l < t.cfg.depth; ++l) {
+    std::vector<ConditionReport> layer;
+    for (const auto& r : reports)
+      if (r.layer == l && r.probe <= 0) layer.push_back(r.report);
+    std::cout << "-- layer " << l << "\n";
+    print_reports(layer);
+  }
+}
+
+// DIR/audit.csv and DIR/run.json, whose grid says what determines the table (shard.h: merge
+// refuses shards whose grids differ).
+void write_audit(const AuditArgs& a, const std::string& csv, size_t rows, const std::vector<std::string>& listed,
+                 const std::vector<std::string>& audited, const ShardRecord& record, int argc, char** argv) {
+  ensure_directory(a.out_dir);
+  write_file_atomic(a.out_dir + "/audit.csv", csv);
+  nlohmann::json meta = run_metadata(argc, argv);
+  meta["rows"] = rows;
+  meta["checkpoints"] = audited;
+  meta["grid"] = {{"command", "audit"}, {"checkpoints", listed}, {"data_free", a.data_free},
+                  {"probe_size", a.probe_size}, {"data_dir", a.data_dir}, {"method", a.method},
+                  {"lanczos_seconds", a.lanczos_seconds}, {"certify", a.certify}, {"matrices", a.matrices},
+                  {"heads", a.heads}, {"skip", a.skip}, {"norm", a.norm}, {"device", a.device}};
+  if (a.shard.active()) meta["shard"] = record.to_json();
+  meta["device"] = device_json(a.opts.block);
+  write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
+  std::cout << "wrote " << a.out_dir << "/audit.csv (" << rows << " rows) and run.json\n";
+}
+
 }  // namespace
 
 int run_audit(int argc, char** argv) {
-  std::vector<std::string> paths;
-  bool data_free = false;
-  int64_t probe_size = 0, threads = 2;
-  double lanczos_seconds = 30;
-  std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full", norm = "pre",
-              certify = "none", device = "cpu", shard_spec;
-  int64_t heads = 0;
-  po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
-  desc.add_options()("help,h", "this help")
-      ("ckpt", po::value(&paths)->composing(), "checkpoint dirs, run dirs or .safetensors files (positional)")
-      ("data-free", po::bool_switch(&data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
-      ("probe-size", po::value(&probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
-      ("data-dir", po::value(&data_dir)->default_value(data_dir), "Fashion-MNIST files for the probe batch")
-      ("method", po::value(&method)->default_value(method), "κ route: auto | dense | svd | mixed (fp32 LU refined to fp64) | lanczos")
-      ("lanczos-seconds", number_value(&lanczos_seconds), "lanczos: seconds per matrix")
-      ("certify", po::value(&certify)->default_value(certify), kCertifyHelp)
-      ("matrices", po::value(&matrices)->default_value(matrices), "comma list of matrix names or all")
-      ("heads", po::value(&heads)->default_value(0), "heads, for .safetensors files without jacond config")
-      ("skip", po::value(&skip)->default_value(skip), "skip mode, for .safetensors files without jacond config")
-      ("norm", po::value(&norm)->default_value(norm), "pre | post, for .safetensors files without jacond config")
-      ("threads", po::value(&threads)->default_value(threads), "BLAS/torch threads")
-      ("shard", po::value(&shard_spec), "I/N: audit only block I of N of the checkpoints (join with jacond merge)")
-      ("out", po::value(&out_dir), "write DIR/audit.csv and DIR/run.json");
-  add_device_option(desc, &device);
-  po::positional_options_description pos;
-  pos.add("ckpt", -1);
-  if (!parse_options(argc, argv, desc, &pos)) return 0;
-  models::ViTConfig flags_cfg;
-  models::TrackOptions opts;
-  Shard shard;
-  check_usage([&] {
-    if (paths.empty()) throw std::invalid_argument("give at least one checkpoint (jacond audit CKPT...)");
-    if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
-    if (probe_size < 0) throw std::invalid_argument("--probe-size must be >= 0");
-    if (heads < 0) throw std::invalid_argument("--heads must be >= 0 (0: from the checkpoint)");
-    if (!(lanczos_seconds > 0)) throw std::invalid_argument("--lanczos-seconds must be positive");
-    flags_cfg.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
-    flags_cfg.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
-    opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(method); });
-    opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
-    opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(matrices); });
-    validate_device_name(device);
-    shard = parse_flag("--shard", [&] { return parse_shard(shard_spec); });
-  });
-  torch::set_num_threads(static_cast<int>(threads));
-  set_threads(static_cast<int>(threads));
-  opts.block.lanczos.max_seconds = lanczos_seconds;
-  select_devices(device, opts.block);
+  std::optional<AuditArgs> parsed = parse_audit(argc, argv);
+  if (!parsed) return 0;
+  AuditArgs& a = *parsed;
+  torch::set_num_threads(static_cast<int>(a.threads));
+  set_threads(static_cast<int>(a.threads));
+  select_devices(a.device, a.opts.block);
   std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
-  opts.warm = &warm;
+  a.opts.warm = &warm;
 
   std::vector<std::string> listed;  // every checkpoint named, in order: the unsharded items
-  for (const auto& p : paths)
+  for (const auto& p : a.paths)
     for (auto& e : expand(p)) listed.push_back(e);
-  const auto [first, last] = shard.range(listed.size());
-  const std::vector<std::string> all(listed.begin() + static_cast<std::ptrdiff_t>(first),
-                                     listed.begin() + static_cast<std::ptrdiff_t>(last));
-  ShardRecord record(shard, listed.size());
+  const auto [first, last] = a.shard.range(listed.size());
+  const std::vector<std::string> audited(listed.begin() + static_cast<std::ptrdiff_t>(first),
+                                         listed.begin() + static_cast<std::ptrdiff_t>(last));
+  ShardRecord record(a.shard, listed.size());
 
   std::optional<models::FashionMnistSplit> test;
   std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
   size_t rows = 0;
   // One progress line per checkpoint (plain lines: the per-layer tables share the terminal).
-  Progress progress("audit", all.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
+  Progress progress("audit", audited.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (size_t item = first; item < last; ++item) {
     const std::string& path = listed[item];
-    const size_t rows_before = rows;
-    if (heads > 0) flags_cfg.heads = heads;
-    AuditTarget t = load_target(path, flags_cfg);
-    if (heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
+    const AuditTarget t = load_target(path, a.flags_cfg);
+    if (a.heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
       std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
-    std::vector<models::LayerReport> reports;
-    if (data_free) {
-      reports = models::data_free_conditioning(t.state, t.cfg);
-    } else {
-      if (t.cfg.in_chans != 1 || t.cfg.image_size != 28)
-        throw std::runtime_error(path + ": model takes [" + std::to_string(t.cfg.in_chans) + ", " +
-                                 std::to_string(t.cfg.image_size) + ", " + std::to_string(t.cfg.image_size) +
-                                 "] images, the Fashion-MNIST probe is [1, 28, 28]: use --data-free");
-      if (!test) test = models::load_fashion_mnist(data_dir, "test");
-      const int64_t m = probe_size > 0 ? probe_size : t.probe_size;
-      const torch::Tensor probe = models::token_graying(models::normalize_images(test->images.narrow(0, 0, m)),
-                                                        models::parse_token_graying(t.token_graying), t.tg_eps, t.cfg.patch);
-      reports = models::state_conditioning(t.state, t.cfg, probe, opts);
-    }
-    std::cout << "== " << path << " (step " << t.step << ", d=" << t.cfg.dim << " depth=" << t.cfg.depth
-              << " heads=" << t.cfg.heads << " skip=" << models::to_string(t.cfg.skip)
-              << " init=" << models::to_string(t.cfg.init.scheme) << (data_free ? ", data-free" : "") << ")\n";
-    for (int64_t l = 0; l < t.cfg.depth; ++l) {
-      std::vector<ConditionReport> layer;
-      for (const auto& r : reports)
-        if (r.layer == l && r.probe <= 0) layer.push_back(r.report);
-      std::cout << "-- layer " << l << "\n";
-      print_reports(layer);
-    }
-    for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n", ++rows;
-    record.item(item, rows - rows_before);
-    if (all.size() > 1) progress.advance(fs::path(path).filename().string());
+    const std::vector<models::LayerReport> reports = audit_one(a, path, t, test);
+    print_audit(a, path, t, reports);
+    for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n";
+    rows += reports.size();
+    record.item(item, reports.size());
+    if (audited.size() > 1) progress.advance(fs::path(path).filename().string());
   }
-  if (!out_dir.empty()) {
-    ensure_directory(out_dir);
-    write_file_atomic(out_dir + "/audit.csv", csv);
-    nlohmann::json meta = run_metadata(argc, argv);
-    meta["rows"] = rows;
-    meta["checkpoints"] = all;
-    // What determines the table (shard.h): merge refuses shards whose grids differ.
-    meta["grid"] = {{"command", "audit"}, {"checkpoints", listed}, {"data_free", data_free}, {"probe_size", probe_size},
-                    {"data_dir", data_dir}, {"method", method}, {"lanczos_seconds", lanczos_seconds}, {"certify", certify},
-                    {"matrices", matrices}, {"heads", heads}, {"skip", skip}, {"norm", norm}, {"device", device}};
-    if (shard.active()) meta["shard"] = record.to_json();
-    meta["device"] = device_json(opts.block);
-    write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-    std::cout << "wrote " << out_dir << "/audit.csv (" << rows << " rows) and run.json\n";
-  }
+  if (!a.out_dir.empty()) write_audit(a, csv, rows, listed, audited, record, argc, argv);
   return 0;
 }
 
