@@ -6,6 +6,9 @@
 #include <iostream>
 #include <memory>
 #include <map>
+#include <optional>
+#include <set>
+#include <string>
 #include <type_traits>
 
 #include "experiments/cli/cli_common.h"
@@ -29,13 +32,23 @@ po::typed_value<T>* field_value(const models::TrainField& f, T& field) {
   else return po::value(&field)->default_value(field);
 }
 
-}  // namespace
-
-int run_train(int argc, char** argv) {
-  models::TrainConfig c;
-  models::ViTConfig& m = c.model;
-  std::string skip = "full", norm = "pre", init = "timm", mlp_init = "default", resume;
+// The flags of `jacond train`, parsed and checked.
+struct TrainArgs {
+  models::TrainConfig config;  // as typed (finalize() is the trainer's)
+  std::string resume;
   int nproc = 1;
+  models::dist::LaunchEnv launch;  // torchrun's or srun's variables, or none
+  bool launched_here = false;      // a rank that `--nproc` started on this machine
+  std::set<std::string> typed;     // the flags given on the command line (not defaulted)
+};
+
+// The flags; std::nullopt after --help. Values are checked here, before any file is read or
+// written: a bad one exits 2 (check_usage).
+std::optional<TrainArgs> parse_train(int argc, char** argv) {
+  TrainArgs a;
+  models::TrainConfig& c = a.config;
+  models::ViTConfig& m = c.model;
+  std::string skip = "full", norm = "pre", init = "timm", mlp_init = "default";
   double alpha = 2.0, beta = 0.6, cc = 3.0;
   // The model's flags (ViTConfig, with the init scheme's knobs): fixed by the checkpoint when resuming.
   po::options_description model("model");
@@ -60,28 +73,27 @@ int run_train(int argc, char** argv) {
   models::for_each_train_field(c, [&](const models::TrainField& f, auto& field) {
     (std::string(f.group) == "model" ? model : groups.at(f.group)).add_options()(f.flag, field_value(f, field), f.help);
   });
-  groups.at("run").add_options()("resume", po::value(&resume), "continue from a checkpoint dir or the newest in a run dir")(
-      "nproc", po::value(&nproc)->default_value(nproc),
+  groups.at("run").add_options()("resume", po::value(&a.resume), "continue from a checkpoint dir or the newest in a run dir")(
+      "nproc", po::value(&a.nproc)->default_value(a.nproc),
       "data parallel: start N ranks on this machine (--threads each; Gloo on cpu, NCCL on cuda with one GPU per rank); under torchrun or srun leave it out");
   po::options_description desc("jacond train: a ViT (or the ConvMixer control) on Fashion-MNIST, checkpoints and conditioning.csv");
   desc.add_options()("help,h", "this help");
   desc.add(model);
   for (const char* g : {"optimizer", "data", "run", "tracking"}) desc.add(groups.at(g));
   po::variables_map vm;
-  if (!parse_options(argc, argv, desc, nullptr, &vm)) return 0;
-  auto typed = [&](const std::string& flag) { return vm.count(flag) && !vm[flag].defaulted(); };
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return std::nullopt;
+  for (const auto& [flag, value] : vm)
+    if (!value.defaulted()) a.typed.insert(flag);
 
-  // Flag values are checked here, before any file is read or written: a bad one exits 2.
-  const bool launched_here = std::getenv(kLocalLaunchVariable) != nullptr;
-  models::dist::LaunchEnv launch;
+  a.launched_here = std::getenv(kLocalLaunchVariable) != nullptr;
   check_usage([&] {
-    launch = models::dist::read_launch_env();
-    if (nproc < 1) throw UsageError("--nproc must be >= 1");
-    if (nproc > 1 && launch.launcher != "none" && !launched_here)
-      throw UsageError("--nproc starts local ranks; under " + launch.launcher +
+    a.launch = models::dist::read_launch_env();
+    if (a.nproc < 1) throw UsageError("--nproc must be >= 1");
+    if (a.nproc > 1 && a.launch.launcher != "none" && !a.launched_here)
+      throw UsageError("--nproc starts local ranks; under " + a.launch.launcher +
                        " (RANK or SLURM_PROCID is set) the launcher starts them: leave --nproc out");
-    const int world = std::max(nproc, launch.world_size);  // a launched rank has both equal
-    if (resume.empty() && c.batch % world != 0)
+    const int world = std::max(a.nproc, a.launch.world_size);  // a launched rank has both equal
+    if (a.resume.empty() && c.batch % world != 0)
       throw UsageError("--batch " + std::to_string(c.batch) + " does not split evenly over " + std::to_string(world) + " ranks");
     m.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
     m.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
@@ -90,50 +102,67 @@ int run_train(int argc, char** argv) {
     m.init.beta = beta;
     m.init.c = cc;
     if (mlp_init != "default") m.init.mlp = parse_flag("--mlp-init", [&] { return models::parse_mlp_init(mlp_init); });
-    if (!resume.empty()) {
+    if (!a.resume.empty()) {
       for (const auto& o : model.options())
-        if (typed(o->long_name()))
+        if (a.typed.count(o->long_name()))
           throw UsageError("--" + o->long_name() + " cannot change when resuming (the checkpoint fixes the model)");
-      if (typed("seed")) throw UsageError("--seed cannot change when resuming (the checkpoint fixes the seed)");
+      if (a.typed.count("seed")) throw UsageError("--seed cannot change when resuming (the checkpoint fixes the seed)");
     }
-    if (resume.empty()) {
+    if (a.resume.empty()) {
       models::TrainConfig checked = c;  // finalize() fills in the optimizer's defaults; c stays as typed
       checked.finalize();
     }
   });
+  return a;
+}
 
-  if (nproc > 1 && !launched_here) return launch_local_ranks(nproc, argc, argv);
+// The resumed run's config: the checkpoint's own (data: a bad one exits 1), with the flags typed
+// beside --resume overriding it (a bad value exits 2).
+models::TrainConfig resumed_config(const TrainArgs& a, const models::Checkpoint& checkpoint) {
+  models::TrainConfig c = a.config;
+  models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
+  const nlohmann::json typed_values = c.to_json();
+  nlohmann::json overrides = nlohmann::json::object();
+  models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
+    if (f.saved && a.typed.count(f.flag)) overrides[f.key] = typed_values.at(f.key);
+  });
+  models::TrainConfig resumed;
+  check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
+  return resumed;
+}
 
-  // A rank of a data-parallel run joins its group once the run's --dist-timeout is known.
-  std::unique_ptr<models::dist::RankGroup> ranks;
-  auto join = [&](const models::TrainConfig& cfg) {
-    if (!launch.distributed()) return;
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist_timeout * 1000));
-    ranks = std::make_unique<models::dist::RankGroup>(launch, timeout, std::nullopt,
-                                                      models::dist::parse_dist_backend(cfg.resolved_dist_backend()));
-  };
+// A rank of a data-parallel run joins its group once the run's --dist-timeout is known; a plain
+// run has none.
+std::unique_ptr<models::dist::RankGroup> join_ranks(const models::dist::LaunchEnv& launch,
+                                                    const models::TrainConfig& cfg) {
+  if (!launch.distributed()) return nullptr;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.dist_timeout * 1000));
+  return std::make_unique<models::dist::RankGroup>(launch, timeout, std::nullopt,
+                                                   models::dist::parse_dist_backend(cfg.resolved_dist_backend()));
+}
+
+}  // namespace
+
+int run_train(int argc, char** argv) {
+  const std::optional<TrainArgs> parsed = parse_train(argc, argv);
+  if (!parsed) return 0;
+  const TrainArgs& a = *parsed;
+  if (a.nproc > 1 && !a.launched_here) return launch_local_ranks(a.nproc, argc, argv);
+
   models::TrainResult r;
-  std::string run_dir = c.out_dir;
-  if (resume.empty()) {
-    join(c);
-    r = models::train(c, nullptr, std::cout, ranks.get());
+  std::string run_dir = a.config.out_dir;
+  std::unique_ptr<models::dist::RankGroup> ranks;
+  if (a.resume.empty()) {
+    ranks = join_ranks(a.launch, a.config);
+    r = models::train(a.config, nullptr, std::cout, ranks.get());
   } else {
-    // The checkpoint's own config is data (a bad one exits 1); the flags typed with --resume
-    // override it (a bad value exits 2).
-    const models::Checkpoint checkpoint = models::read_checkpoint(models::resolve_resume_checkpoint(resume));
-    models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
-    const nlohmann::json typed_values = c.to_json();
-    nlohmann::json overrides = nlohmann::json::object();
-    models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
-      if (f.saved && typed(f.flag)) overrides[f.key] = typed_values.at(f.key);
-    });
-    models::TrainConfig resumed;
-    check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
+    const models::Checkpoint checkpoint = models::read_checkpoint(models::resolve_resume_checkpoint(a.resume));
+    const models::TrainConfig resumed = resumed_config(a, checkpoint);
     run_dir = resumed.out_dir;
-    join(resumed);
+    ranks = join_ranks(a.launch, resumed);
     r = models::train(resumed, &checkpoint, std::cout, ranks.get());
   }
-  if (launch.rank != 0) return 0;
+  if (a.launch.rank != 0) return 0;
   // The command that (last) wrote the run, for the captions of `jacond plot RUN`.
   write_file_atomic(run_dir + "/run.json", run_metadata(argc, argv).dump(2) + "\n");
   std::cout << "done: " << r.steps << " steps, last loss " << r.last_loss << ", test acc " << r.test_acc
