@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "analysis/report/block_report.h"
 #include "analysis/core/threads.h"
@@ -15,65 +16,65 @@ namespace jacond::cli {
 
 namespace po = boost::program_options;
 
-int run_block(int argc, char** argv) {
-  BlockSource src;
+namespace {
+
+// The flags of `jacond block`, parsed and checked.
+struct BlockArgs {
+  BlockSource src;  // weights and tokens: an init, or files
   std::string skip = "none", kappa = "fast", method = "auto", matrices = "all", certify = "none", device = "cpu", out_dir;
   int threads = 2;
   GklOptions gkl;
+  BlockReportOptions opt;  // route (before auto is resolved), certificate, matrices
+  SkipMode mode{};
+};
+
+// The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
+std::optional<BlockArgs> parse_block(int argc, char** argv) {
+  BlockArgs a;
+  GklOptions& gkl = a.gkl;
   po::options_description desc("jacond block: condition numbers of one ViT block's Jacobians");
   desc.add_options()("help,h", "this help");
-  src.add_options(desc);
+  a.src.add_options(desc);
   desc.add_options()
-      ("skip", po::value(&skip)->default_value(skip), "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only)")
-      ("matrices", po::value(&matrices)->default_value(matrices),
+      ("skip", po::value(&a.skip)->default_value(a.skip), "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only)")
+      ("matrices", po::value(&a.matrices)->default_value(a.matrices),
        "comma list of K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention; only these are computed")
-      ("method", po::value(&method)->default_value(method),
+      ("method", po::value(&a.method)->default_value(a.method),
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else lanczos) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
         "converge)")
-      ("kappa", po::value(&kappa)->default_value(kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h)")
-      ("certify", po::value(&certify)->default_value(certify),
+      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h)")
+      ("certify", po::value(&a.certify)->default_value(a.certify),
        "inertia-count certificates of K_sa/B_sa/E_sa/K_sab (analysis/spectral/inertia.h): none | inertia | auto "
        "(when three LDL^T factorisations of the (2nd)^2 augmented matrix fit half of RAM and 3x --lanczos-seconds)")
       ("lanczos-seconds", number_value(&gkl.max_seconds), "seconds per matrix: lanczos budget, and auto's dense time budget")
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
       ("lanczos-basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "lanczos: Krylov basis before a restart")
-      ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
-      ("out", po::value(&out_dir), "write DIR/results.csv and DIR/run.json");
-  add_device_option(desc, &device);
-  if (!parse_options(argc, argv, desc)) return 0;
-  BlockReportOptions opt;
-  SkipMode mode{};
+      ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/Eigen threads")
+      ("out", po::value(&a.out_dir), "write DIR/results.csv and DIR/run.json");
+  add_device_option(desc, &a.device);
+  if (!parse_options(argc, argv, desc)) return std::nullopt;
   check_usage([&] {
-    src.validate();
-    with_dense_flavour(KappaRoute::kFast, kappa);  // checks the value
-    if (method != "auto" && method != "dense" && method != "lanczos")
-      throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + method + "'");
+    a.src.validate();
+    with_dense_flavour(KappaRoute::kFast, a.kappa);  // checks the value
+    if (a.method != "auto" && a.method != "dense" && a.method != "lanczos")
+      throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + a.method + "'");
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
       throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0 and --lanczos-basis >= 2");
-    if (threads < 1) throw std::invalid_argument("--threads must be >= 1, got " + std::to_string(threads));
-    mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
-    opt.route = parse_kappa_route(method);
-    opt.certify = parse_flag("--certify", [&] { return parse_certify_mode(certify); });
-    opt.matrices = parse_flag("--matrices", [&] { return parse_matrix_names(matrices, block_matrix_names()); });
-    validate_device_name(device);
+    if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1, got " + std::to_string(a.threads));
+    a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
+    a.opt.route = parse_kappa_route(a.method);
+    a.opt.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
+    a.opt.matrices = parse_flag("--matrices", [&] { return parse_matrix_names(a.matrices, block_matrix_names()); });
+    validate_device_name(a.device);
   });
   gkl.keep = std::max<Index>(1, gkl.max_basis / 3);
-  set_threads(threads);
-  select_devices(device, opt);
-  const LoadedBlock blk = load_block(src);
+  return a;
+}
 
-  opt.lanczos = gkl;
-  opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
-  opt.route = with_dense_flavour(opt.route, kappa);
-  const std::vector<ConditionReport> reports = block_reports(blk.weights, blk.tokens, mode, opt);
-
-  std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads
-            << " skip=" << skip << " logit_scale=" << blk.weights.effective_logit_scale()
-            << (src.from_files() ? " weights=" + src.weights + " layer=" + std::to_string(src.layer)
-                                 : " init=" + src.init + " seed=" + std::to_string(src.seed))
-            << " device=" << device_description(opt) << "\n";
-  print_reports(reports);
+// One line per bracketed row (lanczos, or certified) under the table; false when one of them
+// did not converge.
+bool print_brackets(const std::vector<ConditionReport>& reports) {
   bool all_converged = true;
   for (const auto& r : reports) {
     if (r.method.rfind("gkl", 0) != 0 && r.status != Status::kCertified) continue;
@@ -82,24 +83,53 @@ int run_block(int argc, char** argv) {
                 r.space == "full" ? "" : (" on " + r.space).c_str(), r.kappa_lo, r.kappa_hi, to_string(r.status).c_str(),
                 static_cast<long long>(r.products), r.seconds, r.note.c_str());
   }
+  return all_converged;
+}
 
-  if (!out_dir.empty()) {
-    ensure_directory(out_dir);
-    ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "skip", "n", "d", "heads", "logit_scale",
-                        "route"});
-    const std::vector<std::string> knobs = {src.from_files() ? src.weights : "init", src.from_files() ? "" : src.init,
-                                            fmt(src.alpha), fmt(src.beta), fmt(src.c), std::to_string(src.seed),
-                                            std::to_string(src.layer), skip, std::to_string(blk.tokens.rows()),
-                                            std::to_string(blk.weights.d), std::to_string(blk.weights.heads),
-                                            fmt(blk.weights.effective_logit_scale()), to_string(opt.route)};
-    for (const auto& r : reports) table.add(knobs, r);
-    write_file_atomic(out_dir + "/results.csv", table.to_csv());
-    nlohmann::json meta = run_metadata(argc, argv);
-    meta["rows"] = table.size();
-    meta["device"] = device_json(opt);
-    write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-    std::cout << "wrote " << out_dir << "/results.csv (" << table.size() << " rows) and run.json\n";
-  }
+// DIR/results.csv (the reports, each with the block's knobs) and DIR/run.json.
+void write_block_results(const BlockArgs& a, const LoadedBlock& blk, const BlockReportOptions& opt,
+                         const std::vector<ConditionReport>& reports, int argc, char** argv) {
+  const BlockSource& src = a.src;
+  ensure_directory(a.out_dir);
+  ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "skip", "n", "d", "heads", "logit_scale",
+                      "route"});
+  const std::vector<std::string> knobs = {src.from_files() ? src.weights : "init", src.from_files() ? "" : src.init,
+                                          fmt(src.alpha), fmt(src.beta), fmt(src.c), std::to_string(src.seed),
+                                          std::to_string(src.layer), a.skip, std::to_string(blk.tokens.rows()),
+                                          std::to_string(blk.weights.d), std::to_string(blk.weights.heads),
+                                          fmt(blk.weights.effective_logit_scale()), to_string(opt.route)};
+  for (const auto& r : reports) table.add(knobs, r);
+  write_file_atomic(a.out_dir + "/results.csv", table.to_csv());
+  nlohmann::json meta = run_metadata(argc, argv);
+  meta["rows"] = table.size();
+  meta["device"] = device_json(opt);
+  write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
+  std::cout << "wrote " << a.out_dir << "/results.csv (" << table.size() << " rows) and run.json\n";
+}
+
+}  // namespace
+
+int run_block(int argc, char** argv) {
+  const std::optional<BlockArgs> parsed = parse_block(argc, argv);
+  if (!parsed) return 0;
+  const BlockArgs& a = *parsed;
+  set_threads(a.threads);
+  BlockReportOptions opt = a.opt;
+  select_devices(a.device, opt);
+  const LoadedBlock blk = load_block(a.src);
+  opt.lanczos = a.gkl;
+  opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
+  opt.route = with_dense_flavour(opt.route, a.kappa);
+  const std::vector<ConditionReport> reports = block_reports(blk.weights, blk.tokens, a.mode, opt);
+
+  std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads
+            << " skip=" << a.skip << " logit_scale=" << blk.weights.effective_logit_scale()
+            << (a.src.from_files() ? " weights=" + a.src.weights + " layer=" + std::to_string(a.src.layer)
+                                   : " init=" + a.src.init + " seed=" + std::to_string(a.src.seed))
+            << " device=" << device_description(opt) << "\n";
+  print_reports(reports);
+  const bool all_converged = print_brackets(reports);
+  if (!a.out_dir.empty()) write_block_results(a, blk, opt, reports, argc, argv);
   if (!all_converged) {
     std::cerr << "jacond block: some lanczos brackets did not converge (status not-converged; best brackets reported)\n";
     return 3;
