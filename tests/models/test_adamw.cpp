@@ -2,10 +2,12 @@
 // CPU (the `_foreach_` operations run the same per-tensor kernels there), sharing the base class's
 // state and checkpoints; on a GPU (AdamWCuda.*, skipped without one) within fp32 rounding of
 // torch::optim::AdamW on the same device and of the CPU's steps.
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -159,6 +161,56 @@ TEST(AdamW, CheckpointsAreInterchangeableWithLibTorchs) {
     run(second, resumed, 4, 2);
     expect_equal(ps, resumed);
   }
+}
+
+// Top-level ATen operations (those not called from inside another), counted through
+// RecordFunction on this thread: on a GPU each is a kernel launch or a few (a `_foreach_` one
+// launches one per chunk of tensors), so their number is what makes a small model's step
+// launch-bound.
+thread_local int op_depth = 0;
+thread_local int64_t top_level_ops = 0;
+std::unique_ptr<at::ObserverContext> enter_op(const at::RecordFunction&) {
+  if (op_depth++ == 0) ++top_level_ops;
+  return nullptr;
+}
+void leave_op(const at::RecordFunction&, at::ObserverContext*) { --op_depth; }
+
+int64_t ops_of_one_step(torch::optim::Optimizer& opt, std::vector<torch::Tensor>& ps) {
+  set_grads(ps, 1);
+  opt.step();  // the first step creates the state (zeros_like per parameter)
+  set_grads(ps, 3);
+  top_level_ops = 0;
+  const at::CallbackHandle handle =
+      at::addThreadLocalCallback(at::RecordFunctionCallback(enter_op, leave_op).scopes({at::RecordScope::FUNCTION}));
+  opt.step();
+  at::removeCallback(handle);
+  return top_level_ops;
+}
+
+TEST(AdamW, TheGpusOrderIssuesTheSameOperationsForAnyNumberOfParameters) {
+  // 4 parameters and 40 (the same four shapes ten times): torch::optim::AdamW issues its
+  // operations per parameter, the multi-tensor order once per group and step count.
+  std::vector<int64_t> reference_ops, multi_ops;
+  for (int copies : {1, 10}) {
+    std::vector<torch::Tensor> ps, qs;
+    for (int k = 0; k < copies; ++k)
+      for (auto& p : make_params(torch::kCPU)) ps.push_back(p), qs.push_back(p.detach().clone().requires_grad_(true));
+    std::vector<torch::optim::OptimizerParamGroup> groups_p, groups_q;
+    groups_p.emplace_back(ps), groups_q.emplace_back(qs);
+    torch::optim::AdamW reference(std::move(groups_p), AdamWOptions(1e-2).weight_decay(kWeightDecay));
+    MultiTensorAdamW multi(std::move(groups_q), AdamWOptions(1e-2).weight_decay(kWeightDecay),
+                           /*multi_tensor_on_cpu=*/true);
+    reference_ops.push_back(ops_of_one_step(reference, ps));
+    multi_ops.push_back(ops_of_one_step(multi, qs));
+    std::cout << 4 * copies << " parameters: torch::optim::AdamW " << reference_ops.back() << " operations a step, "
+              << "MultiTensorAdamW " << multi_ops.back() << "\n";
+  }
+  // Step 3 reaches every parameter: one bucket, nine operations (decay, two per moment, sqrt,
+  // the bias-correction division, + ε, the update).
+  EXPECT_EQ(multi_ops[0], 9);
+  EXPECT_EQ(multi_ops[1], multi_ops[0]);
+  EXPECT_GE(reference_ops[0], 8 * 4);
+  EXPECT_GE(reference_ops[1], 8 * 40);
 }
 
 TEST(AdamW, ClearGradsDropsThemAndAStepSkipsWhatHasNone) {
