@@ -96,7 +96,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
         continue;
       }
       // The CPU: each tensor through all the operations while it is in cache; one operation over
-      // the whole model at a time would stream it through memory eight times (30 % slower at d 192).
+      // the whole model at a time would stream it through memory nine times (8.2 against 11.3 ms at d 192).
       for (size_t i = 0; i < bucket.params.size(); ++i) {
         Bucket one{{bucket.params[i]}, {bucket.grads[i]}, {bucket.exp_avg[i]}, {bucket.exp_avg_sq[i]}};
         step_bucket(one, options, t);

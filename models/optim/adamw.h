@@ -1,7 +1,7 @@
-// AdamW (Loshchilov & Hutter, ICLR 2019) with LibTorch's own arithmetic, stepped as multi-tensor
-// (`_foreach_*`) operations: one call per operation for all parameters of a group, not one per
-// parameter. For each parameter p with gradient g at its step t (torch.optim.AdamW's formula,
-// and torch::optim::AdamW's operation order):
+// AdamW (Loshchilov & Hutter, ICLR 2019) with LibTorch's own arithmetic, stepped on a GPU as
+// multi-tensor (`_foreach_*`) operations: one call per operation for all parameters of a group,
+// not one per parameter. For each parameter p with gradient g at its step t (torch.optim.AdamW's
+// formula, and torch::optim::AdamW's operation order):
 //
 //   p ← p · (1 − lr·wd)                                     decoupled weight decay, first
 //   m ← β₁ m + (1−β₁) g          v ← β₂ v + (1−β₂) g∘g       the moments
@@ -12,9 +12,10 @@
 // launches, not arithmetic: at d 192, depth 6 (80 parameters in two groups) one step is 666
 // top-level ATen operations, against 17 in the multi-tensor order (counted through RecordFunction
 // on the CPU; a `_foreach_` operation launches one kernel per chunk of tensors). Python's
-// torch.optim.AdamW runs multi-tensor by default on CUDA; this class does the same from C++. On the CPU, where a call costs nothing but cache is what matters, it steps one tensor at a
-// time through all the operations, as torch::optim::AdamW (one operation over the whole model at a
-// time streams it through memory eight times: 8.2 against 11.3 ms a step at d 192, 1 thread).
+// torch.optim.AdamW runs multi-tensor by default on CUDA; this class does the same from C++.
+// On the CPU, where a call costs little but cache is what matters, it steps one tensor at a time
+// through all the operations, as torch::optim::AdamW (one operation over the whole model at a time
+// streams it through memory nine times: 8.2 against 11.3 ms a step at d 192, 1 thread).
 // Either order gives the same numbers: on the CPU a `_foreach_` operation runs the per-tensor
 // kernels one tensor after another, so the result is bitwise torch::optim::AdamW's.
 //
