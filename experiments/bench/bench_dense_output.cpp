@@ -76,6 +76,36 @@ nlohmann::json agreement_json(const Agreement& g) {
   return j;
 }
 
+// One size's entry of run.json: its shape, each route and how the routes agree.
+nlohmann::json size_json(const SizeResult& s) {
+  nlohmann::json j;
+  j["N"] = s.shape.N();
+  j["n"] = s.shape.n;
+  j["d"] = s.shape.d;
+  j["heads"] = s.shape.heads;
+  j["logit_scale"] = s.logit_scale;
+  j["dir"] = s.dir;
+  j["jacond_exact"] = route_json(s.exact);
+  if (s.full.ran) j["jacond_full"] = route_json(s.full);
+  j["exact_vs_full"] = agreement_json(s.exact_vs_full);
+  nlohmann::json versus = nlohmann::json::array();
+  for (const auto& v : s.versus_exact) {
+    nlohmann::json jv = route_json(v.route);
+    jv["vs_cpu_exact"] = agreement_json(v.agreement);
+    versus.push_back(jv);
+  }
+  j["versus_cpu_exact"] = versus;
+  if (s.torch) {
+    j["torch"] = route_json(s.torch->route);
+    j["torch"]["wall_s"] = s.torch->wall_s;
+    j["torch"]["script_output"] = s.torch->raw;
+    j["exact_vs_torch"] = agreement_json(s.exact_vs_torch);
+    j["full_vs_torch"] = agreement_json(s.full_vs_torch);
+  }
+  j["pass"] = s.pass();
+  return j;
+}
+
 }  // namespace
 
 void print_tables(const std::vector<SizeResult>& results) {
@@ -144,34 +174,11 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
     if (s.full.ran) csv += csv_row(s, init, seed, threads, lscale, repeat, s.full, s.full_vs_torch, torch_total);
     for (const auto& v : s.versus_exact)
       csv += csv_row(s, init, seed, threads, lscale, repeat, v.route, Agreement{}, torch_total, &v.agreement);
-    nlohmann::json j;
-    j["N"] = s.shape.N();
-    j["n"] = s.shape.n;
-    j["d"] = s.shape.d;
-    j["heads"] = s.shape.heads;
-    j["logit_scale"] = lscale;
-    j["dir"] = s.dir;
-    j["jacond_exact"] = route_json(s.exact);
-    if (s.full.ran) j["jacond_full"] = route_json(s.full);
-    j["exact_vs_full"] = agreement_json(s.exact_vs_full);
-    nlohmann::json versus = nlohmann::json::array();
-    for (const auto& v : s.versus_exact) {
-      nlohmann::json jv = route_json(v.route);
-      jv["vs_cpu_exact"] = agreement_json(v.agreement);
-      versus.push_back(jv);
-    }
-    j["versus_cpu_exact"] = versus;
     if (s.torch) {
       csv += csv_row(s, init, seed, threads, lscale, repeat, s.torch->route, Agreement{}, torch_total);
-      j["torch"] = route_json(s.torch->route);
-      j["torch"]["wall_s"] = s.torch->wall_s;
-      j["torch"]["script_output"] = s.torch->raw;
-      j["exact_vs_torch"] = agreement_json(s.exact_vs_torch);
-      j["full_vs_torch"] = agreement_json(s.full_vs_torch);
       torch_version = s.torch->torch_version;
     }
-    j["pass"] = s.pass();
-    sizes.push_back(j);
+    sizes.push_back(size_json(s));
   }
   write_file_atomic(out_dir + "/bench_dense.csv", csv);
 
