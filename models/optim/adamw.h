@@ -39,6 +39,23 @@
 
 namespace jacond::models {
 
+/// Tensors that take one AdamW step together: the parameters, their gradients and moments (the
+/// moments and parameters are updated in place; handles share storage with the caller's tensors).
+struct AdamWTensors {
+  std::vector<torch::Tensor> params, grads, exp_avg, exp_avg_sq;
+};
+
+/// AdamW's hyper-parameters for one step.
+struct AdamWHyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+
+/// One AdamW step (the formula above) of every tensor in `b`, all at step t: multi-tensor
+/// operations on a device, and on the CPU each tensor through all of them in turn (unless
+/// multi_tensor_on_cpu, for tests). The one implementation of AdamW's update in jacond:
+/// MultiTensorAdamW and SOAP's 1-D parameters call it.
+void adamw_step(AdamWTensors& b, const AdamWHyper& h, int64_t t, bool multi_tensor_on_cpu = false);
+
 class MultiTensorAdamW : public torch::optim::AdamW {
  public:
   /// multi_tensor_on_cpu: tests only, the GPU's order (one call per operation) on the CPU too.

@@ -1,6 +1,10 @@
 #include "models/optim/soap.h"
 
+#include "models/optim/adamw.h"
+
 #include <cmath>
+#include <map>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -51,33 +55,33 @@ void Soap::zero_grad() {
 
 void Soap::step() {
   torch::NoGradGuard no_grad;
+  // The 1-D parameters take plain AdamW (adamw.h's adamw_step: multi-tensor on a device), together
+  // where they share a step count and a decay.
+  std::map<std::pair<int64_t, bool>, AdamWTensors> adam;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     if (!p.grad().defined()) continue;
     const torch::Tensor grad = p.grad().detach();
-    if (as_matrix(p).dim() >= 2)
-      step_matrix(p, grad, state_[i], decay_[i]);
-    else {
-      State& s = state_[i];
-      if (s.step++ == 0) {
-        s.exp_avg = torch::zeros_like(p);
-        s.exp_avg_sq = torch::zeros_like(p);
-        if (!opt_.identity_basis) continue;  // the reference's statistics-only first step
-      }
-      step_adam(p, grad, s, decay_[i], opt_.identity_basis ? s.step : s.step - 1);
+    State& s = state_[i];
+    if (as_matrix(p).dim() >= 2) {
+      step_matrix(p, grad, s, decay_[i]);
+      continue;
     }
+    if (s.step++ == 0) {
+      s.exp_avg = torch::zeros_like(p);
+      s.exp_avg_sq = torch::zeros_like(p);
+      if (!opt_.identity_basis) continue;  // the reference's statistics-only first step
+    }
+    AdamWTensors& b = adam[{opt_.identity_basis ? s.step : s.step - 1, decay_[i]}];
+    b.params.push_back(p);
+    b.grads.push_back(grad);
+    b.exp_avg.push_back(s.exp_avg);
+    b.exp_avg_sq.push_back(s.exp_avg_sq);
   }
-}
-
-// Plain AdamW (torch.optim.AdamW's formula) for 1-D parameters.
-void Soap::step_adam(torch::Tensor& p, const torch::Tensor& grad, State& s, bool decay, int64_t t) {
-  s.exp_avg.mul_(opt_.beta1).add_(grad, 1 - opt_.beta1);
-  s.exp_avg_sq.mul_(opt_.beta2).addcmul_(grad, grad, 1 - opt_.beta2);
-  const double bc1 = 1 - std::pow(opt_.beta1, static_cast<double>(t));
-  const double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(t));
-  auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opt_.eps);
-  if (decay) p.mul_(1 - opt_.lr * opt_.weight_decay);
-  p.addcdiv_(s.exp_avg, denom, -opt_.lr / bc1);
+  for (auto& [key, tensors] : adam) {
+    const auto [t, decay] = key;
+    adamw_step(tensors, {opt_.lr, opt_.beta1, opt_.beta2, opt_.eps, decay ? opt_.weight_decay : 0.0}, t);
+  }
 }
 
 torch::Tensor Soap::project(const torch::Tensor& g2, const State& s) const {

@@ -3,7 +3,7 @@
 //
 // For a parameter W with gradient G, viewed as a matrix [m, k] (2-D as is; leading size-1 dims
 // dropped, so pos_embed [1, n, d] is [n, d]; a conv weight [o, i, p, p] as [o, i·p·p]); what is
-// 1-D after that (biases, LayerNorm, cls_token [1, 1, d]) gets plain Adam:
+// 1-D after that (biases, LayerNorm, cls_token [1, 1, d]) gets plain AdamW (adamw.h's adamw_step):
 //
 //   L ← β_s L + (1−β_s) G Gᵀ    (m×m)        R ← β_s R + (1−β_s) Gᵀ G    (k×k)
 //   Q_L, Q_R  eigenbases of L, R: eigh at the first step (that step only collects statistics
@@ -74,7 +74,6 @@ class Soap {
     torch::Tensor Q[2];                  // Q_L, Q_R
   };
   void step_matrix(torch::Tensor& p, const torch::Tensor& grad, State& s, bool decay);
-  void step_adam(torch::Tensor& p, const torch::Tensor& grad, State& s, bool decay, int64_t t);
   void refresh_eigenbasis(State& s);
   torch::Tensor project(const torch::Tensor& g2, const State& s) const;       // Q_Lᵀ G Q_R
   torch::Tensor project_back(const torch::Tensor& g2, const State& s) const;  // Q_L G Q_Rᵀ
