@@ -284,7 +284,7 @@ void time_python_route(const BenchTrainArgs& a, BenchTrainResults& r) {
 }
 
 // The ratios, on stdout. The jacond/PyTorch images/s target: 1.2 on the CPU, 1.0 on a GPU (issue 11).
-void print_ratios(const BenchTrainArgs& a, BenchTrainResults& r) {
+void print_ratios(const BenchTrainArgs& a, const BenchTrainResults& r) {
   const models::TrainConfig& cfg = a.cfg;
   const StepTiming& ta = r.adamw;
   std::cout << std::setprecision(3) << "\n"
@@ -305,7 +305,7 @@ void print_ratios(const BenchTrainArgs& a, BenchTrainResults& r) {
               << 1e3 * s.second << " ms at 3x224x224 (patch 16)\n";
   }
   if (r.graying_per_image.count("svd") && r.graying_per_image.count("dct")) {
-    const auto &svd = r.graying_per_image["svd"], &dct = r.graying_per_image["dct"];
+    const auto &svd = r.graying_per_image.at("svd"), &dct = r.graying_per_image.at("dct");
     std::cout << "svd-TG / dct-TG time per image: " << svd.first / dct.first << " at 1x28x28, "
               << svd.second / dct.second << " at 3x224x224\n";
   }

@@ -118,7 +118,7 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
 
 // The resumed run's config: the checkpoint's own (data: a bad one exits 1), with the flags typed
 // beside --resume overriding it (a bad value exits 2).
-models::TrainConfig resumed_config(const TrainArgs& a, const models::Checkpoint& checkpoint) {
+models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoint& checkpoint) {
   models::TrainConfig c = a.config;
   models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
   const nlohmann::json typed_values = c.to_json();
@@ -157,7 +157,7 @@ int run_train(int argc, char** argv) {
     r = models::train(a.config, nullptr, std::cout, ranks.get());
   } else {
     const models::Checkpoint checkpoint = models::read_checkpoint(models::resolve_resume_checkpoint(a.resume));
-    const models::TrainConfig resumed = resumed_config(a, checkpoint);
+    const models::TrainConfig resumed = config_for_resume(a, checkpoint);
     run_dir = resumed.out_dir;
     ranks = join_ranks(a.launch, resumed);
     r = models::train(resumed, &checkpoint, std::cout, ranks.get());

@@ -82,7 +82,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
   }
   using Key = typename std::decay_t<decltype(state_)>::key_type;
   for (auto& group : param_groups()) {
-    const auto& options = static_cast<const AdamWOptions&>(group.options());
+    const AdamWHyper hyper = hyper_of(static_cast<const AdamWOptions&>(group.options()));
     std::map<int64_t, AdamWTensors> by_step;  // the parameters that share a step count
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
@@ -103,7 +103,7 @@ torch::Tensor MultiTensorAdamW::step(LossClosure closure) {
       b.exp_avg.push_back(s.exp_avg());
       b.exp_avg_sq.push_back(s.exp_avg_sq());
     }
-    for (auto& [t, bucket] : by_step) adamw_step(bucket, hyper_of(options), t, multi_tensor_on_cpu_);
+    for (auto& [t, bucket] : by_step) adamw_step(bucket, hyper, t, multi_tensor_on_cpu_);
   }
   return loss;
 }

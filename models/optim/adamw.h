@@ -27,10 +27,10 @@
 //
 // Guarded by tests/models/test_adamw.cpp: bitwise equal to torch::optim::AdamW on the CPU, in both
 // orders, over steps with decay and no-decay groups and a parameter that skips a step; nine
-// operations a step in the GPU's order for 4 parameters and for 40; steps
-// interleaved with the base class's own step() (same state); a checkpoint round trip through the
-// base class; and on a GPU (AdamWCuda.*) equal to torch::optim::AdamW on the same device and to
-// the CPU's steps within fp32 rounding.
+// operations a step in the GPU's order for 4 parameters and for 40; steps interleaved with the
+// base class's own step() (same state); a checkpoint round trip through the base class; and on a
+// GPU (AdamWCuda.*) equal to torch::optim::AdamW on the same device and to the CPU's steps within
+// fp32 rounding.
 #pragma once
 
 #include <torch/torch.h>

@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <map>
-#include <utility>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace jacond::models {
 

@@ -192,9 +192,10 @@ TEST(AdamW, TheGpusOrderIssuesTheSameOperationsForAnyNumberOfParameters) {
   // operations per parameter, the multi-tensor order once per group and step count.
   std::vector<int64_t> reference_ops, multi_ops;
   for (int copies : {1, 10}) {
-    std::vector<torch::Tensor> ps, qs;
+    std::vector<torch::Tensor> ps;
     for (int k = 0; k < copies; ++k)
-      for (auto& p : make_params(torch::kCPU)) ps.push_back(p), qs.push_back(p.detach().clone().requires_grad_(true));
+      for (auto& p : make_params(torch::kCPU)) ps.push_back(p);
+    std::vector<torch::Tensor> qs = clone_params(ps);
     std::vector<torch::optim::OptimizerParamGroup> groups_p, groups_q;
     groups_p.emplace_back(ps), groups_q.emplace_back(qs);
     torch::optim::AdamW reference(std::move(groups_p), AdamWOptions(1e-2).weight_decay(kWeightDecay));
