@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -74,77 +75,123 @@ std::string first_difference(const json& a, const json& b) {
   return "";
 }
 
-}  // namespace
-
-int run_merge(int argc, char** argv) {
+struct MergeArgs {
   std::vector<std::string> dirs;
   std::string out_dir;
+};
+
+std::optional<MergeArgs> parse_merge(int argc, char** argv) {
+  MergeArgs a;
   po::options_description desc("jacond merge DIR... --out OUT: join `sweep --shard` / `audit --shard` outputs into one table");
   desc.add_options()("help,h", "this help")
-      ("dirs", po::value(&dirs)->composing(), "the shards' output directories (positional)")
-      ("out", po::value(&out_dir), "write OUT/sweep.csv (or audit.csv) and OUT/run.json");
+      ("dirs", po::value(&a.dirs)->composing(), "the shards' output directories (positional)")
+      ("out", po::value(&a.out_dir), "write OUT/sweep.csv (or audit.csv) and OUT/run.json");
   po::positional_options_description pos;
   pos.add("dirs", -1);
-  if (!parse_options(argc, argv, desc, &pos)) return 0;
+  if (!parse_options(argc, argv, desc, &pos)) return std::nullopt;
   check_usage([&] {
-    if (dirs.empty()) throw std::invalid_argument("give the shards' directories (jacond merge DIR... --out OUT)");
-    if (out_dir.empty()) throw std::invalid_argument("--out is required");
+    if (a.dirs.empty()) throw std::invalid_argument("give the shards' directories (jacond merge DIR... --out OUT)");
+    if (a.out_dir.empty()) throw std::invalid_argument("--out is required");
   });
+  return a;
+}
 
-  std::vector<ShardOutput> shards;
-  for (const auto& d : dirs) shards.push_back(read_shard(d));
-  const ShardOutput& ref = shards.front();
-  const int64_t count = ref.meta["shard"].at("count").get<int64_t>();
-  const size_t items = ref.meta["shard"].at("items").get<size_t>();
-  std::map<int64_t, std::string> index_dir;
-  std::vector<std::vector<std::string>> item_rows(items);
-  std::vector<bool> seen(items, false);
-  for (const auto& s : shards) {
-    if (const std::string k = first_difference(s.meta["grid"], ref.meta["grid"]); !k.empty())
-      throw std::runtime_error(s.dir + ": its grid differs from " + ref.dir + "'s in '" + k + "'");
+// The shards' rows put back in item order: rows_of_item[i] are the rows item i wrote, whichever
+// shard ran it. Filled shard by shard (add), then checked complete (check_complete).
+class ItemRows {
+ public:
+  explicit ItemRows(const ShardOutput& ref)
+      : ref_(ref),
+        count_(ref.meta["shard"].at("count").get<int64_t>()),
+        rows_of_item_(ref.meta["shard"].at("items").get<size_t>()),
+        seen_(rows_of_item_.size(), false) {}
+
+  // Checks shard s against the first one (grid, shard and item counts, header; an index not
+  // given before) and files its rows: run.json's item_rows lists [item, row count] in table order.
+  void add(const ShardOutput& s) {
+    check_same_run(s);
     const json& sh = s.meta["shard"];
-    if (sh.at("count").get<int64_t>() != count || sh.at("items").get<size_t>() != items)
-      throw std::runtime_error(s.dir + ": shard of " + sh.at("count").dump() + " over " + sh.at("items").dump() +
-                               " items, but " + ref.dir + " is one of " + std::to_string(count) + " over " +
-                               std::to_string(items));
-    if (s.header != ref.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref.dir + "'s");
     const int64_t index = sh.at("index").get<int64_t>();
-    if (!index_dir.emplace(index, s.dir).second)
-      throw std::runtime_error(s.dir + ": shard " + std::to_string(index) + " is also " + index_dir[index]);
+    if (!index_dir_.emplace(index, s.dir).second)
+      throw std::runtime_error(s.dir + ": shard " + std::to_string(index) + " is also " + index_dir_[index]);
     size_t next = 0;
     for (const auto& entry : sh.at("item_rows")) {
       const size_t item = entry.at(0).get<size_t>(), n = entry.at(1).get<size_t>();
-      if (item >= items || seen[item] || next + n > s.rows.size())
+      if (item >= rows_of_item_.size() || seen_[item] || next + n > s.rows.size())
         throw std::runtime_error(s.dir + ": run.json's item_rows do not match its table");
-      seen[item] = true;
-      item_rows[item].assign(s.rows.begin() + static_cast<std::ptrdiff_t>(next),
-                             s.rows.begin() + static_cast<std::ptrdiff_t>(next + n));
+      seen_[item] = true;
+      rows_of_item_[item].assign(s.rows.begin() + static_cast<std::ptrdiff_t>(next),
+                                 s.rows.begin() + static_cast<std::ptrdiff_t>(next + n));
       next += n;
     }
     if (next != s.rows.size())
       throw std::runtime_error(s.dir + ": its table has " + std::to_string(s.rows.size()) + " rows, run.json accounts for " +
                                std::to_string(next));
   }
-  std::string missing;
-  for (int64_t i = 0; i < count; ++i)
-    if (!index_dir.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-  if (!missing.empty())
-    throw std::runtime_error("shard(s) " + missing + " of " + std::to_string(count) + " missing");
 
-  std::string table = ref.header + "\n";
+  void check_complete() const {
+    std::string missing;
+    for (int64_t i = 0; i < count_; ++i)
+      if (!index_dir_.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    if (!missing.empty())
+      throw std::runtime_error("shard(s) " + missing + " of " + std::to_string(count_) + " missing");
+  }
+
+  // The merged table, header first; *rows gets its row count.
+  std::string table(size_t* rows) const {
+    std::string text = ref_.header + "\n";
+    *rows = 0;
+    for (const auto& block : rows_of_item_)
+      for (const auto& r : block) text += r + "\n", ++*rows;
+    return text;
+  }
+
+  int64_t shard_count() const { return count_; }
+  size_t item_count() const { return rows_of_item_.size(); }
+
+ private:
+  void check_same_run(const ShardOutput& s) const {
+    if (const std::string k = first_difference(s.meta["grid"], ref_.meta["grid"]); !k.empty())
+      throw std::runtime_error(s.dir + ": its grid differs from " + ref_.dir + "'s in '" + k + "'");
+    const json& sh = s.meta["shard"];
+    if (sh.at("count").get<int64_t>() != count_ || sh.at("items").get<size_t>() != rows_of_item_.size())
+      throw std::runtime_error(s.dir + ": shard of " + sh.at("count").dump() + " over " + sh.at("items").dump() +
+                               " items, but " + ref_.dir + " is one of " + std::to_string(count_) + " over " +
+                               std::to_string(rows_of_item_.size()));
+    if (s.header != ref_.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref_.dir + "'s");
+  }
+
+  const ShardOutput& ref_;
+  int64_t count_;
+  std::vector<std::vector<std::string>> rows_of_item_;
+  std::vector<bool> seen_;
+  std::map<int64_t, std::string> index_dir_;
+};
+
+}  // namespace
+
+int run_merge(int argc, char** argv) {
+  const std::optional<MergeArgs> parsed = parse_merge(argc, argv);
+  if (!parsed) return 0;
+  const MergeArgs& a = *parsed;
+  std::vector<ShardOutput> shards;
+  for (const auto& d : a.dirs) shards.push_back(read_shard(d));
+  ItemRows merged(shards.front());
+  for (const auto& s : shards) merged.add(s);
+  merged.check_complete();
+
   size_t rows = 0;
-  for (const auto& block : item_rows)
-    for (const auto& r : block) table += r + "\n", ++rows;
-  const std::string name = table_name(ref.meta["grid"]);
-  ensure_directory(out_dir);
-  write_file_atomic(out_dir + "/" + name, table);
+  const std::string table = merged.table(&rows);
+  const std::string name = table_name(shards.front().meta["grid"]);
+  ensure_directory(a.out_dir);
+  write_file_atomic(a.out_dir + "/" + name, table);
   json meta = run_metadata(argc, argv);
-  meta["grid"] = ref.meta["grid"];
-  meta["merged_from"] = dirs;
+  meta["grid"] = shards.front().meta["grid"];
+  meta["merged_from"] = a.dirs;
   meta["rows"] = rows;
-  write_file_atomic(out_dir + "/run.json", meta.dump(2) + "\n");
-  std::cout << "wrote " << out_dir << "/" << name << " (" << rows << " rows from " << count << " shards over " << items
-            << " items)\n";
+  write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
+  std::cout << "wrote " << a.out_dir << "/" << name << " (" << rows << " rows from " << merged.shard_count()
+            << " shards over " << merged.item_count() << " items)\n";
   return 0;
 }
 
