@@ -18,7 +18,7 @@ void print_usage(std::ostream& os) {
         "           data parallel on c10d/Gloo with --nproc N, torchrun or srun\n"
         "  audit    per-layer conditioning of checkpoints (with a probe batch, or --data-free)\n"
         "  merge    join the outputs of `sweep --shard I/N` or `audit --shard I/N` into one table\n"
-        "  bench    benchmarks against the PyTorch route: dense\n"
+        "  bench    timings against the route a user would take otherwise (PyTorch, SciPy svds): dense | lanczos | train\n"
         "  spectrum singular values of one block's Jacobian (dense list or SLQ density) -> CSV\n"
         "  plot     figures (PNG, SVG) of result directories (block, sweep, verify, train, audit, spectrum, bench)\n"
         "  recipe   regenerate a report with its figures: prop1 | prop2 | moments | depth | ... (jacond recipe --help)\n\n"
