@@ -85,6 +85,13 @@ void require_free_memory(size_t bytes, const std::string& what) {
   }
 }
 
+// cuSOLVER's devInfo, one int on the device, zeroed when allocated: the documentation does not
+// say that every routine writes it on success, and read_info must not read cudaMalloc's leftovers.
+class DeviceInfo : public DeviceBuffer<int> {
+ public:
+  DeviceInfo() : DeviceBuffer<int>(1) { JACOND_CUDA(cudaMemset(get(), 0, sizeof(int))); }
+};
+
 // cuSOLVER's devInfo: < 0 is an argument error (a failure), > 0 the routine's own outcome.
 int read_info(const DeviceBuffer<int>& info_buffer, const char* call) {
   int info = 0;
@@ -151,7 +158,7 @@ std::string describe_mixed(const PhaseSeconds& s) {
 class CudaLuBackend {
  public:
   explicit CudaLuBackend(const Mat& A)
-      : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_), info_(1) {
+      : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_) {
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
   }
@@ -197,7 +204,7 @@ class CudaLuBackend {
   Handles h_;
   DeviceBuffer<double> a_, x_, t_;
   DeviceBuffer<int64_t> ipiv_;
-  DeviceBuffer<int> info_;
+  DeviceInfo info_;
 };
 
 // mixed_lu.h's factor concept on the device: fl₃₂(A) (n × n, column-major) copied once,
@@ -205,7 +212,7 @@ class CudaLuBackend {
 // way: 4n bytes against the 4n² the solve reads on the device).
 class CudaLu32 {
  public:
-  explicit CudaLu32(const MatF& A) : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), v_(n_), ipiv_(n_), info_(1) {
+  explicit CudaLu32(const MatF& A) : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), v_(n_), ipiv_(n_) {
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(float) * a_.count(), cudaMemcpyHostToDevice));
   }
@@ -234,7 +241,7 @@ class CudaLu32 {
   Handles h_;
   DeviceBuffer<float> a_, v_;
   DeviceBuffer<int64_t> ipiv_;
-  DeviceBuffer<int> info_;
+  DeviceInfo info_;
 };
 
 // H = P L D Lᵀ Pᵀ on the device (analysis/spectral/ldlt.h): cusolverDnDsytrf (Bunch–Kaufman, the
@@ -246,7 +253,7 @@ class CudaLu32 {
 class CudaLdltFactors final : public LdltFactors {
  public:
   explicit CudaLdltFactors(Mat lower)
-      : m_(lower.rows()), a_(static_cast<size_t>(m_) * m_), x_(m_), ipiv64_(m_), info_(1) {
+      : m_(lower.rows()), a_(static_cast<size_t>(m_) * m_), x_(m_), ipiv64_(m_) {
     JACOND_CUDA(cudaMemcpy(a_.get(), lower.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
     factor();
     JACOND_CUDA(cudaMemcpy(lower.data(), a_.get(), sizeof(double) * a_.count(), cudaMemcpyDeviceToHost));
@@ -294,7 +301,7 @@ class CudaLdltFactors final : public LdltFactors {
   mutable Handles h_;
   DeviceBuffer<double> a_, x_;
   DeviceBuffer<int64_t> ipiv64_;
-  DeviceBuffer<int> info_;
+  DeviceInfo info_;
   size_t solve_device_bytes_ = 0, solve_host_bytes_ = 0;
   std::unique_ptr<DeviceBuffer<char>> solve_work_;
   mutable std::vector<char> solve_host_work_;
@@ -307,14 +314,21 @@ size_t sytrf_device_bytes(int64_t M) {
   return sizeof(double) * (static_cast<size_t>(M) * M + 257 * static_cast<size_t>(M)) + (sizeof(int) + sizeof(int64_t)) * M;
 }
 
-// Device bytes of cusolverDnXgesvd (values only) on a rows × cols matrix, rows ≥ cols: A, S and
-// the workspace cuSOLVER asks for.
-size_t gesvd_device_bytes(Handles& h, int64_t rows, int64_t cols, size_t* host_bytes) {
+// The workspace cusolverDnXgesvd (values only) asks for on a rows × cols matrix, rows ≥ cols:
+// device bytes returned, host bytes in *host_bytes. `a` and `s` are the allocated matrix and
+// values, or null where none is allocated yet (fits(): the query reads only the sizes).
+size_t gesvd_work_bytes(Handles& h, int64_t rows, int64_t cols, const double* a, double* s, size_t* host_bytes) {
   size_t device_work = 0;
-  JACOND_CUDA(cusolverDnXgesvd_bufferSize(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, nullptr, rows, CUDA_R_64F,
-                                          nullptr, CUDA_R_64F, nullptr, 1, CUDA_R_64F, nullptr, 1, CUDA_R_64F,
-                                          &device_work, host_bytes));
-  return sizeof(double) * (static_cast<size_t>(rows) * cols + cols) + device_work;
+  JACOND_CUDA(cusolverDnXgesvd_bufferSize(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, a, rows, CUDA_R_64F, s,
+                                          CUDA_R_64F, nullptr, 1, CUDA_R_64F, nullptr, 1, CUDA_R_64F, &device_work,
+                                          host_bytes));
+  return device_work;
+}
+
+// Device bytes of cusolverDnXgesvd on a rows × cols matrix, for fits(): A, S and the workspace.
+size_t gesvd_device_bytes(Handles& h, int64_t rows, int64_t cols) {
+  size_t host_bytes = 0;
+  return sizeof(double) * (static_cast<size_t>(rows) * cols + cols) + gesvd_work_bytes(h, rows, cols, nullptr, nullptr, &host_bytes);
 }
 
 // Device bytes of condition_fast on an n × n matrix: A, three vectors, the pivots and Xgetrf's
@@ -351,9 +365,11 @@ std::string device_description() {
 
 ConditionReport condition_fast(Mat A, const std::string& matrix) {
   if (!A.allFinite()) throw std::invalid_argument("condition_fast (cuda): " + matrix + " contains NaN or inf");
-  if (A.rows() != A.cols()) {
+  // Not square, or too small for Lanczos (the CPU route's own rule: its SVD): the CPU route.
+  if (A.rows() != A.cols() || A.cols() < kFastMinSize) {
+    const std::string why = A.rows() != A.cols() ? "not square: CPU route" : "smaller than the Lanczos route's minimum: CPU route";
     ConditionReport r = jacond::condition_fast(std::move(A), matrix);
-    r.note += std::string(r.note.empty() ? "" : "; ") + "not square: CPU route";
+    r.note += std::string(r.note.empty() ? "" : "; ") + why;
     return r;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -407,13 +423,14 @@ Vec singular_values(Mat A) {
   Vec s(cols);
   if (cols == 0) return s;
   Handles h;
-  size_t host_bytes = 0;
-  const size_t device_bytes = gesvd_device_bytes(h, rows, cols, &host_bytes);
-  require_free_memory(device_bytes, "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
+  const std::string what = "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix";
+  require_free_memory(sizeof(double) * (static_cast<size_t>(rows) * cols + cols), what);
   DeviceBuffer<double> a(static_cast<size_t>(rows) * cols), sv(cols);
-  const size_t work_bytes = device_bytes - sizeof(double) * (a.count() + sv.count());
+  size_t host_bytes = 0;
+  const size_t work_bytes = gesvd_work_bytes(h, rows, cols, a.get(), sv.get(), &host_bytes);
+  require_free_memory(work_bytes, what + "'s workspace");
   DeviceBuffer<char> work(work_bytes);
-  DeviceBuffer<int> info(1);
+  DeviceInfo info;
   std::vector<char> host_work(host_bytes);
   JACOND_CUDA(cudaMemcpy(a.get(), A.data(), sizeof(double) * a.count(), cudaMemcpyHostToDevice));
   JACOND_CUDA(cusolverDnXgesvd(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, a.get(), rows, CUDA_R_64F, sv.get(),
@@ -448,11 +465,16 @@ bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const Dense
     if (!ldlt_fits_device(rows + cols)) return CpuDenseDevice().fits(route, rows, cols, budget);
     return jacond::fits(DenseCost{inertia_count_cost(rows, cols, 1).bytes, 0}, budget);
   }
-  if (route == DenseRoute::kFast && rows != cols) return CpuDenseDevice().fits(route, rows, cols, budget);  // the CPU route
+  if (route == DenseRoute::kFast && (rows != cols || cols < kFastMinSize))
+    return CpuDenseDevice().fits(route, rows, cols, budget);  // the CPU route (condition_fast above)
   Handles h;
-  size_t host_bytes = 0;
-  const size_t need = route == DenseRoute::kSvd ? gesvd_device_bytes(h, std::max(rows, cols), std::min(rows, cols), &host_bytes)
-                                                : getrf_device_bytes(h, rows);
+  size_t need = 0;
+  try {  // cuSOLVER refuses sizes past its own limits in the query: then it does not fit
+    need = route == DenseRoute::kSvd ? gesvd_device_bytes(h, std::max(rows, cols), std::min(rows, cols))
+                                     : getrf_device_bytes(h, rows);
+  } catch (const CudaError&) {
+    return false;
+  }
   return need <= free_device_bytes();
 }
 

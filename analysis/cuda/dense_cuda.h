@@ -48,7 +48,8 @@ std::string device_description();
 /// κ of a dense square A on the GPU, status exact or singular, method "dense-lu-lanczos-cuda". An
 /// exactly singular pivot or a Lanczos that does not converge falls back to the full spectrum, as
 /// on the CPU, but on the GPU (singular_values below, method "dense-svd-cuda", noted); a
-/// non-square A takes the CPU route (the block Jacobians are square). Throws
+/// non-square A (the block Jacobians are square) or one of fewer than kFastMinSize columns (the
+/// CPU's own rule: its SVD) takes the CPU route, noted. Throws
 /// std::invalid_argument on NaN/inf, CudaError on a device failure.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
 

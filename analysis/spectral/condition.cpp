@@ -116,8 +116,6 @@ class CpuLuBackend {
   std::vector<lapack_int> ipiv_;
 };
 
-constexpr Index kFastMinSize = 48;  // below this the SVD is cheaper than setting up Lanczos
-
 }  // namespace
 
 Vec singular_values(Mat A) {

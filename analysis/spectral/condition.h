@@ -67,10 +67,16 @@ ConditionReport condition_svd(const Mat& A, const std::string& matrix);
 /// (condition_fast and its CUDA twin).
 void finish_extremes_report(ConditionReport& r);
 
+/// Below this many columns (of the tall side) condition_fast takes the SVD: cheaper than setting
+/// up Lanczos, and Spectra's Lanczos needs more columns than its basis anyway. The CUDA twin keeps
+/// the same rule (a matrix this small runs on the host).
+inline constexpr Index kFastMinSize = 48;
+
 /// Exact κ from σ_max and σ_min only (LU/QR + Lanczos). Falls back to the SVD for tiny
-/// matrices, if Lanczos does not converge, if an LU pivot is exactly zero (dgetrf info > 0: A is
-/// exactly singular) or if a solve overflows (A numerically singular); `note` says which. Throws
-/// std::invalid_argument on NaN/inf entries and LapackError on any other nonzero LAPACK info.
+/// matrices (fewer than kFastMinSize columns), if Lanczos does not converge, if an LU pivot is
+/// exactly zero (dgetrf info > 0: A is exactly singular) or if a solve overflows (A numerically
+/// singular); `note` says which. Throws std::invalid_argument on NaN/inf entries and LapackError
+/// on any other nonzero LAPACK info.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
 
 /// Exact κ of a block-diagonal matrix from its blocks' spectra.

@@ -109,7 +109,7 @@ struct RefinementStats {
 inline constexpr Index kRefineMaxSteps = 10;     // refinement steps per solve
 inline constexpr Index kGmresBasis = 40;         // GMRES iterations per refinement step
 inline constexpr double kGmresReduction = 1e-12; // GMRES stops when its residual estimate fell this much
-inline constexpr Index kMixedMinOrder = 48;      // below it: the SVD (condition_fast's kFastMinSize)
+inline constexpr Index kMixedMinOrder = kFastMinSize;  // below it: the SVD, as condition_fast
 
 /// lu_lanczos_extremes' backend: gram() by the fp64 operator, inverse_gram() by two refined solves
 /// (Aᵀ z = x, then A y = z) through the fp32 factor.
