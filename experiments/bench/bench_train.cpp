@@ -33,6 +33,8 @@
 #include <sstream>
 #include <vector>
 
+#include <torch/cuda.h>
+
 #include "analysis/report/report_csv.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/cli_common.h"
@@ -58,7 +60,11 @@ struct StepTiming {
 };
 
 // On `device`: the model, the optimizer's state and the batch live there; loss.item() each step
-// waits for the device, so a step's time is its whole time on a GPU too.
+// waits for the device, so a step's time is its whole time on a GPU too. But on a GPU backward()
+// and step() return with their kernels queued: a clock read around step() sees them only after a
+// synchronize, which would also stall the step. So there the optimizer's time comes from the odd
+// timed steps, synchronised around step(), and the step time from the even ones, run as `jacond
+// train` runs them. On the CPU every timed step gives both.
 StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& device, int64_t warmup, int64_t steps) {
   const models::TokenGraying graying = models::parse_token_graying(cfg.token_graying);
   models::VisionTransformer model(cfg.model);
@@ -68,26 +74,31 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   auto gen = at::detail::createCPUGenerator(1);
   const auto images = torch::randn({cfg.batch, 1, 28, 28}, gen);
   const auto y = torch::randint(0, 10, {cfg.batch}, gen).to(device);
+  const bool on_gpu = device.is_cuda();
   StepTiming t;
+  int64_t step_samples = 0, optimizer_samples = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
+    const int64_t k = s - warmup;  // the timed step's index; negative while warming up
+    const bool time_optimizer = !on_gpu || k % 2 == 1, time_step = !on_gpu || k % 2 == 0;
     const auto t0 = Clock::now();
     const auto x = models::token_graying(images, graying, cfg.tg_eps, cfg.model.patch).to(device);
     const double graying_s = since(t0);
     opt->zero_grad();
     auto loss = torch::cross_entropy_loss(model->forward(x), y);
     loss.backward();
+    if (on_gpu && time_optimizer) torch::cuda::synchronize();
     const auto t1 = Clock::now();
     opt->step();
+    if (on_gpu && time_optimizer) torch::cuda::synchronize();
+    const double optimizer_s = since(t1);
     (void)loss.item<double>();
-    if (s >= warmup) {
-      t.graying_s += graying_s;
-      t.optimizer_s += since(t1);
-      t.step_s += since(t0);
-    }
+    if (k < 0) continue;
+    if (time_step) t.step_s += since(t0), t.graying_s += graying_s, ++step_samples;
+    if (time_optimizer) t.optimizer_s += optimizer_s, ++optimizer_samples;
   }
-  t.step_s /= steps;
-  t.optimizer_s /= steps;
-  t.graying_s /= steps;
+  t.step_s /= static_cast<double>(step_samples);
+  t.optimizer_s /= static_cast<double>(optimizer_samples);
+  t.graying_s /= static_cast<double>(step_samples);
   return t;
 }
 
@@ -189,6 +200,10 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
   if (!parse_options(argc, argv, desc)) return std::nullopt;
   check_usage([&] {
     if (a.steps < 1 || a.warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
+    if (cfg.device == "cuda" && a.steps < 2)  // time_training: step and optimizer times from alternate steps
+      throw std::invalid_argument("--steps must be >= 2 with --device cuda");
+    if (cfg.device == "cuda" && !a.nproc_list.empty())
+      throw std::invalid_argument("--nproc times Gloo ranks on the CPU; with --device cuda leave it out");
     if (cfg.track_every < 0) throw std::invalid_argument("--track-every must be >= 0 (0: skip the tracking measurement)");
     if (cfg.threads < 1) throw std::invalid_argument("--threads must be >= 1");
     if (cfg.device != "cpu" && cfg.device != "cuda")

@@ -16,8 +16,9 @@
 // position in the run: the epoch's permutation is epoch_permutation(N, seed, epoch); the
 // augmentation generator is one std::mt19937_64 whose state is saved in meta.json; torch's global
 // generator (drop path) is re-seeded with layer_seed(seed, step) before every step. With the same
-// threads, a run resumed from step S repeats the uninterrupted run's losses exactly; the logs
-// are cut back to step S on resume, so they read as one run.
+// threads, a run resumed from step S repeats the uninterrupted run's losses exactly on the CPU
+// (on a GPU, to rounding: cuDNN's convolutions and CUDA's atomic-add backward kernels are not
+// deterministic by default); the logs are cut back to step S on resume, so they read as one run.
 //
 // Data parallel (a RankGroup of W ranks, models/dist): every rank draws the same global batch of
 // `batch` images (the same permutation and augmentation draws, so the data order is still a

@@ -699,6 +699,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "lanczos", "--device", "torch-cpu", "--compare-methods", "restart-24"}, 2, "--compare-methods"},
       {{"bench", "train", "--steps", "0"}, 2, "--steps"},
       {{"bench", "train", "--device", "tpu"}, 2, "--device"},
+      {{"bench", "train", "--device", "cuda", "--steps", "1"}, 2, "--steps"},
+      {{"bench", "train", "--device", "cuda", "--nproc", "1,2"}, 2, "--nproc"},
       {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
       {{"bench", "train", "--init", "zeros"}, 2, "--init"},
       {{"train", "--frobnicate"}, 2, "--frobnicate"},

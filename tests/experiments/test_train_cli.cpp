@@ -375,7 +375,7 @@ TEST_F(TrainCli, DeviceCudaTrainsThereOrSaysWhyNot) {
   const std::vector<std::string> train = {"train", "--device", "cuda", "--steps", "2", "--dim", "16", "--depth", "1",
                                           "--heads", "2", "--batch", "8", "--track-every", "0", "--out", path("cuda-run")};
   const std::vector<std::string> bench = {"bench", "train", "--device", "cuda", "--dim", "16", "--depth", "1", "--heads",
-                                          "2", "--batch", "8", "--steps", "1", "--warmup", "1", "--track-every", "0",
+                                          "2", "--batch", "8", "--steps", "2", "--warmup", "1", "--track-every", "0",
                                           "--skip-python", "--out", path("cuda-bench")};
   if (!torch::cuda::is_available()) {
     const RunResult t = expect_one_line_error(train, {"--device cuda", "no CUDA device"});
