@@ -737,6 +737,11 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
 // ---------------------------------------------------------------------------------------------
 // jacond bench lanczos
 
+// The bench tests below that must converge within a seconds budget run one thread: nd is 192, so
+// a second thread only adds OpenMP synchronisation, and while another job held the second core
+// two threads took 8.6 s of the 10 s budget for K_sab's 6 278 products (0.4–0.6 s with one thread
+// or on a quiet machine); the device route ran out of it once, in scripts/check_trixie.sh beside
+// a sanitizer build.
 // The block where one Gaussian start missed σ_min (analysis/spectral/gkl.h, assumption (A)):
 // `ours` K_sab at n 12, d 16, 2 heads has dense κ 2157 with the second smallest σ at κ 1446.
 // With --check-dense the run exits 1 if a jacond bracket misses the dense κ. The SciPy peer runs
@@ -747,7 +752,8 @@ TEST_F(CliTest, BenchLanczosBracketsDenseKappaAndRunsTheScipyPeer_n12_d16_h2) {
     GTEST_SKIP() << "python3 with scipy and torch not installed (scripts/setup.sh installs them)";
   const std::string out = path("bench-lanczos");
   const RunResult r = run({"bench", "lanczos", "--sizes", "n12d16h2", "--inits", "ours", "--matrices", "K_sab,K_ffn",
-                           "--peers", "arpack", "--check-dense", "--seconds", "10", "--repeats", "3", "--out", out});
+                           "--peers", "arpack", "--check-dense", "--seconds", "10", "--repeats", "3", "--threads", "1",
+                           "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv lz = read_csv(out + "/bench_lanczos.csv");
   ASSERT_EQ(lz.rows.size(), 2u);
@@ -792,7 +798,7 @@ TEST_F(CliTest, BenchLanczosBracketsDenseKappaAndRunsTheScipyPeer_n12_d16_h2) {
 TEST_F(CliTest, BenchLanczosDeviceRouteBracketsTheDenseKappaBesideTheHostRoute_n12_d16_h2) {
   const std::string out = path("bench-device");
   const RunResult r = run({"bench", "lanczos", "--sizes", "n12d16h2", "--inits", "ours", "--matrices", "K_sab,K_ffn",
-                           "--peers", "none", "--check-dense", "--seconds", "10", "--repeats", "1", "--device",
+                           "--peers", "none", "--check-dense", "--seconds", "10", "--repeats", "1", "--threads", "1", "--device",
                            "torch-cpu", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv lz = read_csv(out + "/bench_lanczos.csv");
@@ -844,7 +850,8 @@ TEST_F(CliTest, BenchLanczosDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
 TEST_F(CliTest, BenchLanczosCompareMethodsTracesEveryEstimate_n12_d16_h2) {
   const std::string out = path("bench-methods");
   const RunResult r = run({"bench", "lanczos", "--sizes", "n12d16h2", "--inits", "ours", "--matrices", "K_sa",
-                           "--compare-methods", "restart-24,unrestarted", "--check-dense", "--seconds", "20", "--out", out});
+                           "--compare-methods", "restart-24,unrestarted", "--check-dense", "--seconds", "20", "--threads",
+                           "1", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv methods = read_csv(out + "/bench_lanczos_methods.csv");
   ASSERT_EQ(methods.rows.size(), 2u);
