@@ -47,7 +47,9 @@ J=$build/experiments/jacond
 want() { [[ "$items" == *" $1 "* ]]; }
 
 item1_tests() {
-  (cd "$build" && ctest -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure)
+  # A bound on the whole item: a hung test (each may take 900 s by its TIMEOUT property) must not
+  # spend the session's device time.
+  (cd "$build" && timeout 300 ctest -j4 -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure)
   if [ -d "$build/python/jacond" ]; then  # the Python module's device="cuda" against its CPU route
     PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda
   else

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -203,6 +204,21 @@ c10::intrusive_ptr<c10d::ProcessGroup> group_of(const c10::intrusive_ptr<c10d::S
   }
 }
 
+// LibTorch 2.x's ProcessGroupNCCL::shutdown(), what torch.distributed.destroy_process_group
+// calls; a LibTorch without it has nothing to call (the branch is never instantiated).
+template <class Backend, class = void>
+struct has_shutdown : std::false_type {};
+template <class Backend>
+struct has_shutdown<Backend, std::void_t<decltype(std::declval<Backend&>().shutdown())>> : std::true_type {};
+
+template <class Backend>
+std::function<void()> shutdown_of(const c10::intrusive_ptr<Backend>& backend) {
+  if constexpr (has_shutdown<Backend>::value)
+    return [backend] { backend->shutdown(); };
+  else
+    return {};
+}
+
 #if JACOND_HAVE_C10D_GLOO
 c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
                                                   std::chrono::milliseconds timeout) {
@@ -218,12 +234,14 @@ c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d:
 
 #if JACOND_HAVE_C10D_NCCL
 // NCCL on cuda:LOCAL_RANK, made the current device first (NCCL binds its communicator to it).
+// *shut_down gets what tears its communicators down (shutdown_of).
 c10::intrusive_ptr<c10d::ProcessGroup> nccl_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
-                                                  std::chrono::milliseconds timeout) {
+                                                  std::chrono::milliseconds timeout, std::function<void()>* shut_down) {
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
+  *shut_down = shutdown_of(nccl);
   return group_of(store, env, nccl, c10::DeviceType::CUDA, timeout);
 }
 #endif
@@ -243,11 +261,24 @@ torch::Device collective_device(const LaunchEnv& env, DistBackend backend) {
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
 }
 
+// Waits for a collective. Gloo's work waits on the host, up to the group's timeout. NCCL's
+// wait() with a timeout polls on the host in a sleep loop, which adds a poll interval to every
+// collective; without one it only orders the current CUDA stream after NCCL's, and the copy or
+// .item() that follows each collective here waits on the host. The group's timeout is NCCL's
+// watchdog's then (options->timeout in nccl_group), as in torch.distributed.
+void wait_for(c10d::Work& work, DistBackend backend, std::chrono::milliseconds timeout) {
+  if (backend == DistBackend::nccl)
+    work.wait();
+  else
+    work.wait(timeout);
+}
+
 }  // namespace
 
 struct RankGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::function<void()> shut_down;  // NCCL's communicators, before the group goes (empty: nothing)
 };
 
 RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout,
@@ -261,7 +292,7 @@ RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout,
   run_collective(rank_, "rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
     impl_->store = rendezvous(env, rendezvous_timeout.value_or(timeout));
 #if JACOND_HAVE_C10D_NCCL
-    if (backend == DistBackend::nccl) impl_->group = nccl_group(impl_->store, env, timeout);
+    if (backend == DistBackend::nccl) impl_->group = nccl_group(impl_->store, env, timeout, &impl_->shut_down);
 #endif
 #if JACOND_HAVE_C10D_GLOO
     if (backend == DistBackend::gloo) impl_->group = gloo_group(impl_->store, env, timeout);
@@ -269,7 +300,15 @@ RankGroup::RankGroup(const LaunchEnv& env, std::chrono::milliseconds timeout,
   });
 }
 
-RankGroup::~RankGroup() = default;
+// NCCL's communicators go down explicitly, as destroy_process_group does: LibTorch >= 2.4 warns at
+// exit otherwise, and leaving them to static destruction can race the CUDA driver's own teardown.
+RankGroup::~RankGroup() {
+  if (!impl_->shut_down) return;
+  try {
+    impl_->shut_down();
+  } catch (...) {  // the run's outcome is already decided, and a destructor does not throw
+  }
+}
 
 const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const { return impl_->group; }
 
@@ -277,7 +316,7 @@ const c10::intrusive_ptr<c10d::ProcessGroup>& RankGroup::process_group() const {
 void RankGroup::in_place(torch::Tensor& t, const std::string& op,
                          const std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)>& collective) {
   std::vector<at::Tensor> tensors{t.to(device_)};
-  run_collective(rank_, op, [&] { collective(tensors)->wait(timeout_); });
+  run_collective(rank_, op, [&] { wait_for(*collective(tensors), backend_, timeout_); });
   if (!tensors[0].is_same(t)) t.copy_(tensors[0]);
 }
 
@@ -302,7 +341,7 @@ std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
   std::vector<std::vector<at::Tensor>> lengths(1);
   for (int r = 0; r < size_; ++r) lengths[0].push_back(torch::empty_like(length));
   std::vector<at::Tensor> mine{length};
-  run_collective(rank_, "all-gather", [&] { impl_->group->allgather(lengths, mine)->wait(timeout_); });
+  run_collective(rank_, "all-gather", [&] { wait_for(*impl_->group->allgather(lengths, mine), backend_, timeout_); });
   std::vector<int64_t> sizes;
   for (const auto& l : lengths[0]) sizes.push_back(l.item<int64_t>());
   const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
@@ -311,7 +350,7 @@ std::vector<std::string> RankGroup::allgather_text(const std::string& text) {
   std::vector<at::Tensor> input{bytes.to(device_)};
   std::vector<std::vector<at::Tensor>> gathered(1);
   for (int r = 0; r < size_; ++r) gathered[0].push_back(torch::empty_like(input[0]));
-  run_collective(rank_, "all-gather", [&] { impl_->group->allgather(gathered, input)->wait(timeout_); });
+  run_collective(rank_, "all-gather", [&] { wait_for(*impl_->group->allgather(gathered, input), backend_, timeout_); });
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) {
     const auto host = gathered[0][r].cpu();
