@@ -4,19 +4,21 @@
 
 Every method built from products with K and Kᵀ alone is bounded by the unrestarted Krylov space
 (analysis/spectral/gkl.h), and that space reaches σ_min of `ours` K_sa only when it is the whole
-space. A preconditioner escapes that bound, and the paper offers a cheap one: B_sa = Σ_h
-(W^V_h W^O_h)ᵀ ⊗ A_h is, per head, the attention map times a rank-d_h value path, so with W^V and
-W^O square and invertible B⁻¹ costs two d × d products and one n × n LU solve per head, no more
-than a product with K. Inner solves of an inverse iteration (GMRES on K B⁻¹ or B⁻¹ K) would then
-converge as fast as K B⁻¹ is well conditioned. This script measures κ of K, B, K B⁻¹ and B⁻¹ K
-(dense fp64 SVDs of the matrices jacond assembles: `jacond.dense_jacobian`, tested against
-autograd) and how many singular values of K B⁻¹ lie within a factor 2 of 1 (clustering, which is
-what GMRES needs).
+space. A preconditioner escapes that bound, and the paper offers a cheap one. B_sa = Σ_h
+(W^V_h W^O_h)ᵀ ⊗ A_h maps δY to Σ_h A_h δY W^V_h W^O_h = [A_1 (δY W^V)_1, …, A_H (δY W^V)_H] W^O,
+where (·)_h is head h's d/H columns. With W^V and W^O square and invertible,
+    B⁻¹ R = [A_1⁻¹ (R W^O⁻¹)_1, …, A_H⁻¹ (R W^O⁻¹)_H] W^V⁻¹          (apply_b_inverse)
+costs two d × d products and one n × n LU solve per head: no more than a product with K. Inner
+solves of an inverse iteration (GMRES on K B⁻¹ or B⁻¹ K) would converge as fast as K B⁻¹ is well
+conditioned and clustered. This script measures κ of K, B, K B⁻¹ and B⁻¹ K (dense fp64 SVDs of
+the matrices jacond assembles, `jacond.dense_jacobian`, tested against autograd) and the share of
+K B⁻¹'s singular values within a factor 2 of 1 (the clustering GMRES needs).
 
 Input: the timm-named weights and tokens `jacond bench lanczos --out DIR` writes
 (DIR/<size>-<init>/weights.safetensors, tokens.safetensors). Output: one CSV row per input.
-Usage: preconditioner_probe.py --heads H --out CSV DIR/<size>-<init> [...]
-Run with /usr/bin/python3 and the in-tree module (PYTHONPATH=build/python)."""
+Usage: PYTHONPATH=build/python /usr/bin/python3 experiments/bench/preconditioner_probe.py
+       --heads H --out CSV DIR/<size>-<init> [...]
+The test: python/tests/test_preconditioner_probe.py."""
 import argparse
 import csv
 import os
@@ -27,27 +29,55 @@ import jacond
 from jacond import safetensors
 
 
+def attention_maps(block, X):
+    """A_h = softmax(s·(Y W^Q_h + b^Q_h)(Y W^K_h + b^K_h)ᵀ) per head at Y = LN1(X), rows summing to 1."""
+    mean = X.mean(axis=1, keepdims=True)
+    var = ((X - mean) ** 2).mean(axis=1, keepdims=True)
+    Y = (X - mean) / np.sqrt(var + block.ln_eps) * block.ln1_gamma + block.ln1_beta
+    Q, K = Y @ block.Wq + block.bq, Y @ block.Wk + block.bk
+    maps = []
+    for h in range(block.heads):
+        cols = slice(h * block.head_dim, (h + 1) * block.head_dim)
+        logits = block.logit_scale * Q[:, cols] @ K[:, cols].T
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        maps.append(e / e.sum(axis=1, keepdims=True))
+    return maps
+
+
+def apply_b_inverse(block, maps, R):
+    """B_sa⁻¹ R for an n × d R, by the factorisation in the module docstring."""
+    Z = np.linalg.solve(block.Wo.T, R.T).T  # R W^O⁻¹
+    U = np.empty_like(Z)
+    for h, A in enumerate(maps):
+        cols = slice(h * block.head_dim, (h + 1) * block.head_dim)
+        U[:, cols] = np.linalg.solve(A, Z[:, cols])
+    return np.linalg.solve(block.Wv.T, U.T).T  # · W^V⁻¹
+
+
 def kappa_and_values(M):
     s = np.linalg.svd(M, compute_uv=False)
     return s[0] / s[-1], s
 
 
-def probe(run_dir, heads):
-    weights = safetensors.read(os.path.join(run_dir, "weights.safetensors"))[0]
-    tokens = safetensors.read(os.path.join(run_dir, "tokens.safetensors"))[0]["tokens"]
-    block = jacond.Block.from_timm(weights, layer=0, heads=heads)
-    K = jacond.dense_jacobian(block, tokens, "K_sa")
-    B = jacond.dense_jacobian(block, tokens, "B_sa")
-    kappa_K, _ = kappa_and_values(K)
-    kappa_B, _ = kappa_and_values(B)
+def measure(block, X):
+    """κ of K_sa, B_sa, K B⁻¹ and B⁻¹ K, and the share of K B⁻¹'s σ within a factor 2 of 1."""
+    K = jacond.dense_jacobian(block, X, "K_sa")
+    B = jacond.dense_jacobian(block, X, "B_sa")
     right = np.linalg.solve(B.T, K.T).T  # K B⁻¹
     left = np.linalg.solve(B, K)  # B⁻¹ K
     kappa_right, s_right = kappa_and_values(right)
-    kappa_left, _ = kappa_and_values(left)
-    n, d = tokens.shape
-    return {"input": os.path.basename(os.path.normpath(run_dir)), "n": n, "d": d, "heads": heads, "nd": n * d,
-            "kappa_K": kappa_K, "kappa_B": kappa_B, "kappa_K_Binv": kappa_right, "kappa_Binv_K": kappa_left,
+    n, d = X.shape
+    return {"n": n, "d": d, "heads": block.heads, "nd": n * d, "kappa_K": kappa_and_values(K)[0],
+            "kappa_B": kappa_and_values(B)[0], "kappa_K_Binv": kappa_right, "kappa_Binv_K": kappa_and_values(left)[0],
             "K_Binv_within_2x_of_1": float(np.mean((s_right > 0.5) & (s_right < 2.0)))}
+
+
+def probe(run_dir, heads):
+    weights = safetensors.read(os.path.join(run_dir, "weights.safetensors"))[0]
+    X = safetensors.read(os.path.join(run_dir, "tokens.safetensors"))[0]["tokens"]
+    row = {"input": os.path.basename(os.path.normpath(run_dir))}
+    row.update(measure(jacond.Block.from_timm(weights, layer=0, heads=heads), X))
+    return row
 
 
 def main():
