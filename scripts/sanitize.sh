@@ -4,13 +4,16 @@
 # Builds ./build-asan (gcc, RelWithDebInfo, -DJACOND_SANITIZE=address,undefined: every target,
 # UBSan findings fatal) and runs ctest there. Not part of CI: the build and the suite under
 # ASan take far longer than CI's budget; run it
-# by hand after touching memory-handling code (2026-11-23: the whole suite, 436 tests, clean;
-# the build took about half an hour beside other work, ctest 914 s, on 2 cores). The fuzz
+# by hand after touching memory-handling code (2026-11-26: the whole suite, 576 tests, clean;
+# the build took about 40 minutes beside other work, ctest 950 s, on 2 cores). The fuzz
 # targets are scripts/fuzz.sh.
 #
 # LibTorch is not instrumented. What it does that the sanitizers would report without being a
 # jacond bug is handled here, each with its reason:
 #   * LeakSanitizer: tests/sanitizers/lsan.supp (documented there).
+#   * The Python module in the unsanitized python3 (python.pytest, the notebooks): their ctest
+#     environment preloads the ASan runtime and libstdc++ and turns leak checks off for those
+#     processes (tests/CMakeLists.txt, JACOND_PYTHON_SANITIZER_ENV).
 # The options are exported before the build because gtest_discover_tests runs every test binary
 # at build time (--gtest_list_tests), under the same sanitizers.
 set -euo pipefail
