@@ -363,10 +363,15 @@ std::string device_description() {
   return os.str();
 }
 
+namespace {
+// condition_fast's matrices that take the CPU route: not square (the block Jacobians are), or too
+// small for Lanczos (the CPU route's own rule: its SVD). fits() applies the same rule.
+bool fast_route_on_host(Index rows, Index cols) { return rows != cols || cols < kFastMinSize; }
+}  // namespace
+
 ConditionReport condition_fast(Mat A, const std::string& matrix) {
   if (!A.allFinite()) throw std::invalid_argument("condition_fast (cuda): " + matrix + " contains NaN or inf");
-  // Not square, or too small for Lanczos (the CPU route's own rule: its SVD): the CPU route.
-  if (A.rows() != A.cols() || A.cols() < kFastMinSize) {
+  if (fast_route_on_host(A.rows(), A.cols())) {
     const std::string why = A.rows() != A.cols() ? "not square: CPU route" : "smaller than the Lanczos route's minimum: CPU route";
     ConditionReport r = jacond::condition_fast(std::move(A), matrix);
     r.note += std::string(r.note.empty() ? "" : "; ") + why;
@@ -465,7 +470,7 @@ bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const Dense
     if (!ldlt_fits_device(rows + cols)) return CpuDenseDevice().fits(route, rows, cols, budget);
     return jacond::fits(DenseCost{inertia_count_cost(rows, cols, 1).bytes, 0}, budget);
   }
-  if (route == DenseRoute::kFast && (rows != cols || cols < kFastMinSize))
+  if (route == DenseRoute::kFast && fast_route_on_host(rows, cols))
     return CpuDenseDevice().fits(route, rows, cols, budget);  // the CPU route (condition_fast above)
   Handles h;
   size_t need = 0;

@@ -204,6 +204,20 @@ c10::intrusive_ptr<c10d::ProcessGroup> group_of(const c10::intrusive_ptr<c10d::S
   }
 }
 
+#if JACOND_HAVE_C10D_GLOO
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
+                                                  std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  else
+    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+  return group_of(store, env, gloo, c10::DeviceType::CPU, timeout);
+}
+#endif
+
+#if JACOND_HAVE_C10D_NCCL
 // LibTorch 2.x's ProcessGroupNCCL::shutdown(), what torch.distributed.destroy_process_group
 // calls; a LibTorch without it has nothing to call (the branch is never instantiated).
 template <class Backend, class = void>
@@ -219,20 +233,6 @@ std::function<void()> shutdown_of(const c10::intrusive_ptr<Backend>& backend) {
     return {};
 }
 
-#if JACOND_HAVE_C10D_GLOO
-c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
-                                                  std::chrono::milliseconds timeout) {
-  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-  else
-    options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
-  return group_of(store, env, gloo, c10::DeviceType::CPU, timeout);
-}
-#endif
-
-#if JACOND_HAVE_C10D_NCCL
 // NCCL on cuda:LOCAL_RANK, made the current device first (NCCL binds its communicator to it).
 // *shut_down gets what tears its communicators down (shutdown_of).
 c10::intrusive_ptr<c10d::ProcessGroup> nccl_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
