@@ -38,7 +38,10 @@ fi
 
 mkdir -p "$build"
 torch_prefix=${JACOND_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
+# The versions a failed configure or link is read against: pip's CMake (4.x), the torch wheel and its
+# C++ ABI (Debian's Boost and GTest are built with the new one; an old-ABI wheel cannot link them).
 echo "gpu_build: prefix $prefix, LibTorch from $torch_prefix, $(nvcc --version | tail -1), $(c++ --version | head -1)"
+echo "gpu_build: $(cmake --version | head -1), $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cxx11 ABI", torch.compiled_with_cxx11_abi())')"
 # The Python module against the python3 that has torch (and pip's pybind11, where installed);
 # without pybind11 or the headers it is left out (JACOND_PYTHON=AUTO).
 python_args=(-DPython_EXECUTABLE="$(command -v python3)")
