@@ -7,11 +7,19 @@
 #     logged STOPPED and marked done, and the later items still run;
 #   - results.tar.gz holds every finished item's folder;
 #   - the same command again (the next call on the warm machine) runs no item a second time;
-#     JACOND_GPU_REDO=1 runs them all again.
-# Usage: bash tests/scripts/test_gpu_measure.sh SCRATCH
+#     JACOND_GPU_REDO=1 runs them all again;
+#   - with JACOND (the real command) given and no GPU here: every jacond command line of the
+#     script passes jacond's argument checks (exit 1 at the missing GPU, never 2, usage), so a
+#     renamed flag is found here and not in the one GPU session. Its `--device cpu` runs are
+#     asked as `--device cuda` (same flags), so nothing heavy runs.
+# Usage: bash tests/scripts/test_gpu_measure.sh SCRATCH [JACOND]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-work=${1:?usage: test_gpu_measure.sh SCRATCH}
+work=${1:?usage: test_gpu_measure.sh SCRATCH [JACOND]}
+real_jacond=${2:-}
+[ -z "$real_jacond" ] || real_jacond=$(realpath "$real_jacond")
+gpu_here=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu_here=1; fi
 rm -rf "$work" && mkdir -p "$work/scripts" "$work/build-gpu/experiments" "$work/bin"
 cp "$src/scripts/gpu_measure.sh" "$work/scripts/"
 echo 'export JACOND_STAND_IN_ENV=1' >"$work/build-gpu/env.sh"
@@ -72,4 +80,31 @@ run call2
 JACOND_GPU_REDO=1 JACOND_GPU_ITEMS=3 run call3
 [ "$(started "$work/call3/gpu_measure.log")" = 3 ] || fail "REDO with JACOND_GPU_ITEMS=3 started $(started "$work/call3/gpu_measure.log")"
 tar tzf "$work/call3/results.tar.gz" | grep -q '^\./vit-s/results.csv$' || fail "item 3 rerun wrote no results"
-echo "test_gpu_measure: order, caps, resume and redo as documented"
+
+# The real command's argument checks, on every jacond command line of the script.
+if [ -z "$real_jacond" ]; then
+  echo "test_gpu_measure: order, caps, resume and redo as documented (no JACOND given: flags not checked)"
+  exit 0
+fi
+if [ "$gpu_here" = 1 ]; then
+  echo "test_gpu_measure: order, caps, resume and redo as documented (a GPU is here: the real commands would run, flags not checked)"
+  exit 0
+fi
+cat >"$work/build-gpu/experiments/jacond" <<STANDIN
+#!/usr/bin/env bash
+args=("\$@")
+for ((i = 0; i < \${#args[@]}; i++)); do [ "\${args[i]}" = cpu ] && args[i]=cuda; done
+rc=0
+timeout 120 "$real_jacond" "\${args[@]}" >>"$work/flags.log" 2>&1 || rc=\$?
+echo "rc=\$rc jacond \${args[*]}" >>"$work/flags.rc"
+STANDIN
+: >"$work/flags.rc"
+JACOND_GPU_REDO=1 run call4
+[ "$(wc -l <"$work/flags.rc")" -ge 12 ] || fail "only $(wc -l <"$work/flags.rc") jacond command lines ran ($work/flags.rc)"
+if grep -q "built without the CUDA back end" "$work/flags.log"; then
+  echo "test_gpu_measure: order, caps, resume and redo as documented (this jacond has no CUDA back end: flags not checked)"
+  exit 0
+fi
+bad=$(grep -v '^rc=1 ' "$work/flags.rc" || true)
+[ -z "$bad" ] || fail "command lines that did not stop at the missing GPU (exit 2 is a usage error): $bad; see $work/flags.log"
+echo "test_gpu_measure: order, caps, resume and redo as documented; all $(wc -l <"$work/flags.rc") jacond command lines pass jacond's argument checks"
