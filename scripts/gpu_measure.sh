@@ -27,6 +27,7 @@
 #      threads, timed end to end (skipless-*/);
 #   9. the hard matrix-free case: `ours` K_sa at ViT-S, 30 s a route, GPU against the host's 16
 #      threads (lanczos-vit-s-ours/): how far each gets in the same time.
+# Here, afterwards: `jacond recipe gpu` renders the logs and folders into reports/gpu (design §11).
 # At most 8 files come back from $OUT: the log, and every result folder in one results.tar.gz,
 # packed again after each item (a call past its limit returns the items it finished; the log
 # says each item's seconds, for planning the next session's calls).
@@ -49,6 +50,10 @@ mkdir -p "$final"
 source "$build/env.sh"
 J=$build/experiments/jacond
 want() { [[ "$items" == *" $1 "* ]]; }
+# Every jacond command goes through jc, which logs it as run ("$ jacond ARGS", --out included):
+# jacond recipe gpu lists these lines under the numbers they made.
+jc() { echo "\$ jacond $*"; "$J" "$@"; }
+export -f jc
 
 item1_tests() {
   # A bound on the whole item: a hung test (each may take 900 s by its TIMEOUT property) must not
@@ -63,22 +68,19 @@ item1_tests() {
 
 item2_bench_dense() {
   for t in 16 2; do
-    echo "\$ jacond bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads $t --repeat 3"
-    "$J" bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads "$t" --repeat 3 \
+    jc bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads "$t" --repeat 3 \
       --out "$out/bench-dense-t$t"
     rm -rf "$out/bench-dense-t$t/size-6400"  # the weights and tokens it wrote: inputs, not results
   done
 }
 
 item3_vit_s_exact() {
-  echo "\$ jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
-  time "$J" block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \
+  time jc block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16 \
     --out "$out/vit-s"
 }
 
 item4_bench_train() {
-  echo "\$ jacond bench train --device cuda --threads 16 --batch 128 --track-every 0 --python $(command -v python3)"
-  "$J" bench train --device cuda --threads 16 --batch 128 --steps 50 --warmup 5 --track-every 0 \
+  jc bench train --device cuda --threads 16 --batch 128 --steps 50 --warmup 5 --track-every 0 \
     --python "$(command -v python3)" --out "$out/bench-train"
 }
 
@@ -89,33 +91,28 @@ item5_vit_b_mixed() {
     echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
     return
   fi
-  echo "\$ jacond block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda --threads 16"
-  time "$J" block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda \
+  time jc block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda \
     --threads 16 --out "$out/vit-b"
 }
 
 item6_lanczos() {
   # The bench runs each route on the host's 16 threads and again on the GPU (products and basis),
   # in the same process, and splits each route's seconds into products and the rest (design §10).
-  echo "\$ jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda --threads 16"
-  "$J" bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --seconds 60 --peers none --device cuda \
+  jc bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --seconds 60 --peers none --device cuda \
     --threads 16 --out "$out/lanczos-vit-b-timm"
   # The user's command end to end (process start, weights, forward pass, report), for the < 5 s target.
-  echo "\$ jacond block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 --device cuda --threads 16"
-  time "$J" block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
+  time jc block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
     --device cuda --threads 16 --out "$out/lanczos-vit-b-timm-block"
 }
 
 item9_lanczos_hard() {
-  echo "\$ jacond bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16"
-  "$J" bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16 \
+  jc bench lanczos --sizes vit-s --inits ours --matrices K_sa --seconds 30 --peers none --device cuda --threads 16 \
     --out "$out/lanczos-vit-s-ours"
 }
 
 item7_certify() {
   for dev in cuda cpu; do
-    echo "\$ jacond block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device $dev --threads 16"
-    time "$J" block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device "$dev" \
+    time jc block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device "$dev" \
       --threads 16 --out "$out/certify-$dev"
     cat "$out/certify-$dev/results.csv"
   done
@@ -123,8 +120,7 @@ item7_certify() {
 
 item8_skipless() {
   for dev in cuda cpu; do
-    echo "\$ jacond block --init ours --skip none --n 197 --d 384 --heads 6 --matrices K_ffn --method lanczos --lanczos-seconds 15 --device $dev --threads 16"
-    time "$J" block --init ours --skip none --n 197 --d 384 --heads 6 --matrices K_ffn --method lanczos --lanczos-seconds 15 \
+    time jc block --init ours --skip none --n 197 --d 384 --heads 6 --matrices K_ffn --method lanczos --lanczos-seconds 15 \
       --device "$dev" --threads 16 --out "$out/skipless-$dev"
     cat "$out/skipless-$dev/results.csv"
   done

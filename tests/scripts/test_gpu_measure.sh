@@ -11,7 +11,11 @@
 #   - with JACOND (the real command) given and no GPU here: every jacond command line of the
 #     script passes jacond's argument checks (exit 1 at the missing GPU, never 2, usage), so a
 #     renamed flag is found here and not in the one GPU session. Its `--device cpu` runs are
-#     asked as `--device cuda` (same flags), so nothing heavy runs.
+#     asked as `--device cuda` (same flags), so nothing heavy runs;
+#   - then every command for real, on the CPU at CI size (same subcommands, flags and folders),
+#     and `jacond recipe gpu` on what the script brought back: the page has the device, each
+#     item, the commands as run, the ViT-S κ and the images/s ratio of the files' cells; a log
+#     alone gives "not measured" with the log's reason; no log is one line and exit 1.
 # Usage: bash tests/scripts/test_gpu_measure.sh SCRATCH [JACOND]
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -101,10 +105,59 @@ STANDIN
 : >"$work/flags.rc"
 JACOND_GPU_REDO=1 run call4
 [ "$(wc -l <"$work/flags.rc")" -ge 12 ] || fail "only $(wc -l <"$work/flags.rc") jacond command lines ran ($work/flags.rc)"
+flags="all $(wc -l <"$work/flags.rc") jacond command lines pass jacond's argument checks"
 if grep -q "built without the CUDA back end" "$work/flags.log"; then
-  echo "test_gpu_measure: order, caps, resume and redo as documented (this jacond has no CUDA back end: flags not checked)"
-  exit 0
+  flags="this jacond has no CUDA back end: flags not checked"
+else
+  bad=$(grep -v '^rc=1 ' "$work/flags.rc" || true)
+  [ -z "$bad" ] || fail "command lines that did not stop at the missing GPU (exit 2 is a usage error): $bad; see $work/flags.log"
 fi
-bad=$(grep -v '^rc=1 ' "$work/flags.rc" || true)
-[ -z "$bad" ] || fail "command lines that did not stop at the missing GPU (exit 2 is a usage error): $bad; see $work/flags.log"
-echo "test_gpu_measure: order, caps, resume and redo as documented; all $(wc -l <"$work/flags.rc") jacond command lines pass jacond's argument checks"
+
+# `jacond recipe gpu` on what gpu_measure.sh brings back. The stand-in now runs each command for
+# real on the CPU at CI size: same subcommand, flags and --out folder, smaller values.
+cat >"$work/build-gpu/experiments/jacond" <<STANDIN
+#!/usr/bin/env bash
+declare -A small=([--sizes]=1024 [--n]=8 [--d]=16 [--heads]=2 [--device]=cpu [--threads]=1 [--steps]=3 [--warmup]=1
+                  [--batch]=8 [--seconds]=5 [--lanczos-seconds]=5 [--repeat]=1 [--python]=/usr/bin/python3)
+args=("\$@")
+for ((i = 1; i < \${#args[@]}; i++)); do
+  flag=\${args[i - 1]}
+  if [ -n "\${small[\$flag]:-}" ]; then args[i]=\${small[\$flag]}; fi
+  if [ "\$flag" = --sizes ] && [[ "\${args[i]}" == vit-* || "\$1" = bench && "\$2" = lanczos ]]; then args[i]=n8d16h2; fi
+done
+if [ "\$1 \$2" = "bench train" ]; then args+=(--dim 16 --depth 1 --heads 2); fi
+exec "$real_jacond" "\${args[@]}"
+STANDIN
+JACOND_GPU_REDO=1 run call5
+render=$work/render
+mkdir -p "$render" && cp "$work/call5/gpu_measure.log" "$render/gpu_measure-1.log"
+tar xzf "$work/call5/results.tar.gz" -C "$render"
+(cd "$work" && "$real_jacond" recipe gpu --work "$render" --out "$work/report") >"$work/recipe.out" 2>&1 ||
+  fail "jacond recipe gpu exited $? ($work/recipe.out)"
+md=$work/report/README.md
+has() { grep -qF -- "$1" "$md" || fail "the GPU page lacks '$1' ($md)"; }
+has "stand-in, 143771 MiB"
+has "jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
+for n in 1 2 3 4 5 6 7 8 9; do grep -qE "^\| $n \| .* \| [0-9]+ \| 0 \|  \|$" "$md" || fail "the GPU page has no row for item $n"; done
+# Numbers are the files' cells: the ViT-S κ (4 digits) and jacond/PyTorch images/s (3 digits).
+kappa=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["matrix"] == "K_sa" { printf "%.4g", $c["kappa"] }' "$render/vit-s/results.csv")
+has "| $kappa |"
+ratio=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  $c["route"] == "jacond" && $c["optimizer"] == "adamw" { a = $c["images_per_s"] } $c["route"] == "pytorch" { p = $c["images_per_s"] }
+  END { printf "%.3g", a / p }' "$render/bench-train/bench_train.csv")
+has "**${ratio}×**"
+if grep -q "Not measured" "$md"; then fail "an item with results is called not measured: $(grep "Not measured" "$md")"; fi
+# Call 1's log alone (item 3 stopped at its 2 s cap, no result folders): each item is not measured, and why.
+mkdir -p "$work/render-empty" && cp "$work/call1/gpu_measure.log" "$work/render-empty/"
+"$real_jacond" recipe gpu --work "$work/render-empty" --out "$work/report-empty" >"$work/recipe-empty.out" 2>&1 ||
+  fail "jacond recipe gpu on a log alone exited $?"
+md=$work/report-empty/README.md
+has "**Not measured** (item 3, ViT-S exact κ(K_sa)): stopped at its cap of 2 s."
+has "**Not measured** (item 4, training images/s vs PyTorch): ran 0 s, exit 0, and wrote no result."
+# No log: one line, exit 1, no page.
+rc=0
+"$real_jacond" recipe gpu --work "$work/nothing" --out "$work/report-none" >"$work/recipe-none.out" 2>"$work/recipe-none.err" || rc=$?
+[ "$rc" = 1 ] || fail "jacond recipe gpu without logs exited $rc, expected 1"
+grep -q "no gpu_measure\*.log in" "$work/recipe-none.err" || fail "no-log error: $(cat "$work/recipe-none.err")"
+[ ! -e "$work/report-none/README.md" ] || fail "a page was written without logs"
+echo "test_gpu_measure: order, caps, resume and redo as documented; $flags; jacond recipe gpu renders the results"

@@ -1,0 +1,239 @@
+"""gpu: the page of issue 11's GPU measurements, rendered from what scripts/gpu_measure.sh brought
+back, never from anything typed in: its log(s) and the result folders of its results.tar.gz.
+
+A GPU session (docs/design.md §11) unpacks each call's files into one folder,
+
+    mkdir -p results/recipes/gpu && cp $FILES_AT/gpu_measure.log results/recipes/gpu/gpu_measure-1.log
+    tar xzf $FILES_AT/results.tar.gz -C results/recipes/gpu        (again for each later call)
+
+and runs `jacond recipe gpu` (default --work results/recipes/gpu, --out reports/gpu). Nothing runs
+here: every number on the page is a cell of a file the GPU machine wrote or a ratio of two such
+cells, and an item whose files are missing is listed as not measured, with the reason the log
+gives (not reached, or stopped at its cap). The session then adds its reading of the numbers below
+the generated sections."""
+
+import glob
+import os
+import re
+
+import numpy as np
+import pandas as pd
+
+from .common import RecipeError
+
+NAME = "gpu"
+SUMMARY = "render scripts/gpu_measure.sh's logs and results (from a GPU session) into reports/gpu"
+
+ITEMS = {
+    1: "the GPU tests", 2: "dense exact κ(K_sa) at nd 6 400, GPU vs CPU", 3: "ViT-S exact κ(K_sa)",
+    4: "training images/s vs PyTorch", 5: "ViT-B K_sa by the mixed route", 6: "`timm` K_sab at ViT-B, matrix-free",
+    7: "inertia certificates", 8: "skipless rows at ViT-S", 9: "`ours` K_sa at ViT-S, matrix-free",
+}
+TARGETS = {"dense_speedup": 20.0, "vit_s_seconds": 120.0, "vit_b_lanczos_seconds": 5.0, "vit_b_ratio": 1.01,
+           "train_ratio": 1.0}
+
+
+class Log:
+    """What the gpu_measure logs say: the device, each item's seconds and exit code, the items
+    stopped at their cap, each `$ jacond …` command and the wall seconds `time` gave it."""
+
+    ITEM_TOOK = re.compile(r"^=== item (\d) took (\d+) s \(rc (\d+)\)")
+    STOPPED = re.compile(r"^=== item (\d) STOPPED at its cap of (\d+) s")
+    REAL = re.compile(r"^real\s+(\d+)m([\d.]+)s")
+
+    def __init__(self, paths):
+        self.device = None
+        self.items = {}      # item -> (seconds, rc)
+        self.stopped = {}    # item -> cap seconds
+        self.commands = []   # `jacond …` as run, in order
+        self.wall = {}       # command -> wall seconds from `time`
+        self.test_lines = []
+        last_command = None
+        for path in paths:
+            lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+            for i, line in enumerate(lines):
+                if line.startswith("name, memory.total") and i + 1 < len(lines) and self.device is None:
+                    self.device = lines[i + 1].strip()
+                elif line.startswith("$ jacond "):
+                    # --out's folder as it lands here (the machine wrote into a temporary folder)
+                    last_command = re.sub(r"--out \S*/(\S+)", r"--out \1", line[2:].strip())
+                    if last_command not in self.commands:
+                        self.commands.append(last_command)
+                elif (m := self.REAL.match(line)) and last_command:
+                    self.wall[last_command] = 60 * int(m.group(1)) + float(m.group(2))
+                elif m := self.ITEM_TOOK.match(line):
+                    self.items[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+                elif m := self.STOPPED.match(line):
+                    self.stopped[int(m.group(1))] = int(m.group(2))
+                elif re.search(r"tests passed|tests failed|\(Failed\)|\(Timeout\)|^\d+ (passed|failed)", line):
+                    self.test_lines.append(line.strip())
+
+    def wall_of(self, *needles):
+        """Wall seconds of the logged command containing every needle (nan when not timed)."""
+        hits = [s for c, s in self.wall.items() if all(n in c for n in needles)]
+        return hits[0] if hits else float("nan")
+
+    def why_missing(self, item):
+        if item in self.stopped:
+            return f"stopped at its cap of {self.stopped[item]} s"
+        if item in self.items:
+            return f"ran {self.items[item][0]} s, exit {self.items[item][1]}, and wrote no result"
+        return "not reached in the session's device time"
+
+
+def read(work, *parts):
+    path = os.path.join(work, *parts)
+    return pd.read_csv(path, float_precision="round_trip") if os.path.isfile(path) else None
+
+
+def table(report, df):
+    """A table whose cells that do not apply (NaN) are empty, not 'nan'."""
+    report.table(df.astype(object).where(df.notna(), ""))
+
+
+def fmt(x, spec=".3g"):
+    return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
+
+
+def not_measured(report, log, item):
+    report.text(f"**Not measured** (item {item}, {ITEMS[item]}): {log.why_missing(item)}.")
+
+
+def tests_section(r, report, log):
+    report.section("Tests on the device (item 1)")
+    if 1 not in log.items:
+        not_measured(report, log, 1)
+        return
+    report.text(f"`ctest -R \"DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup\"` and the Python module's device test: "
+                f"{log.items[1][0]} s, exit {log.items[1][1]}. What they printed:\n\n```\n" +
+                "\n".join(log.test_lines or ["(no summary line in the log)"]) + "\n```")
+
+
+def dense_section(r, report, log):
+    report.section("1. Exact κ(K_sa) at nd 6 400: GPU against this project's CPU route (item 2)")
+    frames = [f for f in (read(r.work_dir, f"bench-dense-t{t}", "bench_dense.csv") for t in (16, 2)) if f is not None]
+    if not frames:
+        not_measured(report, log, 2)
+        return
+    df = pd.concat(frames, ignore_index=True)
+    table(report, df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
+                     "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"}))
+    gpu = df[df["route"] == "jacond-exact-kappa-cuda"]
+    if gpu.empty:
+        report.text("- No `jacond-exact-kappa-cuda` row in these files: the GPU route did not run.")
+    for _, row in gpu.iterrows():
+        ratio = row["cpu_exact_over_this"]
+        verdict = "meets" if ratio >= TARGETS["dense_speedup"] else "misses"
+        report.text(f"- GPU exact route against the CPU's exact route on {int(row['threads'])} threads: "
+                    f"**{fmt(ratio)}×** ({verdict} the ≥ {TARGETS['dense_speedup']:g}× target), κ agreement "
+                    f"{row['agree_with_cpu_exact']}.")
+
+
+def block_rows(r, folder, matrix):
+    df = read(r.work_dir, folder, "results.csv")
+    return None if df is None else df[df["matrix"] == matrix]
+
+
+def exact_section(r, report, log, item, folder, heading, needle, target_s=None):
+    report.section(heading)
+    rows = block_rows(r, folder, "K_sa")
+    if rows is None or rows.empty:
+        not_measured(report, log, item)
+        return
+    table(report, rows[["n", "d", "heads", "init", "method", "status", "sigma_max", "sigma_min", "kappa", "seconds"]])
+    wall = log.wall_of(needle)
+    line = f"- End to end (process start to report, `time`): **{fmt(wall, '.1f')} s**"
+    if target_s is not None and np.isfinite(wall):
+        line += f" ({'within' if wall < target_s else 'over'} the {target_s:g} s target)"
+    report.text(line + ".")
+    for note in rows["note"].dropna():
+        report.text(f"- note: {note}")
+
+
+def lanczos_section(r, report, log):
+    report.section("3b. `timm` K_sab at ViT-B to 1 %, matrix-free, GPU products against the host's (item 6)")
+    df = read(r.work_dir, "lanczos-vit-b-timm", "bench_lanczos.csv")
+    if df is None:
+        not_measured(report, log, 6)
+        return
+    table(report, df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "t_total_s", "product_s",
+                     "device_status", "device_kappa_lo", "device_kappa_hi", "device_t_total_s", "device_product_s",
+                     "device_speedup"]])
+    for _, row in df.iterrows():
+        if pd.isna(row["device_kappa_lo"]):
+            status = row["device_status"] if isinstance(row["device_status"], str) else "route not run"
+            report.text(f"- {row['size']}: no GPU bracket in this file ({status}).")
+            continue
+        width = row["device_kappa_hi"] / row["device_kappa_lo"]
+        report.text(f"- GPU bracket width κ_hi/κ_lo = **{fmt(width, '.5g')}** (target ≤ {TARGETS['vit_b_ratio']}), "
+                    f"{fmt(row['device_t_total_s'])} s on the device against {fmt(row['t_total_s'])} s on the host "
+                    f"(**{fmt(row['device_speedup'])}×**).")
+    wall = log.wall_of("--matrices K_sab --method lanczos")
+    report.text(f"- `jacond block … --device cuda` end to end: **{fmt(wall, '.2f')} s** "
+                f"({'within' if wall < TARGETS['vit_b_lanczos_seconds'] else 'over'} the "
+                f"{TARGETS['vit_b_lanczos_seconds']:g} s target)." if np.isfinite(wall) else
+                "- `jacond block … --device cuda` end to end: not timed in the log.")
+
+
+def train_section(r, report, log):
+    report.section("4. Training images/s on the GPU against Python PyTorch on the same GPU (item 4)")
+    df = read(r.work_dir, "bench-train", "bench_train.csv")
+    if df is None:
+        not_measured(report, log, 4)
+        return
+    table(report, df)
+    ours = df[(df["route"] == "jacond") & (df["optimizer"] == "adamw")]["images_per_s"]
+    theirs = df[df["route"] == "pytorch"]["images_per_s"]
+    if len(ours) and len(theirs):
+        ratio = float(ours.iloc[0]) / float(theirs.iloc[0])
+        report.text(f"- jacond / PyTorch (AdamW, same model, batch and device): **{ratio:.3g}×** "
+                    f"({'meets' if ratio >= TARGETS['train_ratio'] else 'misses'} the ≥ {TARGETS['train_ratio']:g}× target).")
+
+
+def more_section(r, report, log):
+    report.section("5. Certificates, skipless rows and the hard matrix-free case (items 7–9)")
+    for item, folders in ((7, ("certify-cuda", "certify-cpu")), (8, ("skipless-cuda", "skipless-cpu"))):
+        found = [(f, read(r.work_dir, f, "results.csv")) for f in folders]
+        found = [(f, df) for f, df in found if df is not None]
+        if not found:
+            not_measured(report, log, item)
+            continue
+        flag = "--certify inertia" if item == 7 else "--skip none"
+        for folder, df in found:
+            device = folder.rsplit("-", 1)[1]
+            wall = log.wall_of(flag, f"--device {device}")
+            report.text(f"`{folder}` ({device}; end to end {fmt(wall, '.1f')} s by `time`):")
+            table(report, df[["matrix", "space", "method", "status", "kappa", "kappa_lo", "kappa_hi", "seconds"]])
+    df = read(r.work_dir, "lanczos-vit-s-ours", "bench_lanczos.csv")
+    if df is None:
+        not_measured(report, log, 9)
+    else:
+        table(report, df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "products", "t_total_s",
+                         "device_status", "device_kappa_lo", "device_kappa_hi", "device_products", "device_t_total_s"]])
+
+
+def run(r):
+    logs = sorted(glob.glob(os.path.join(r.work_dir, "gpu_measure*.log")))
+    if not logs:
+        raise RecipeError(f"no gpu_measure*.log in {r.work_dir}: copy each device call's gpu_measure.log there and "
+                          "untar its results.tar.gz into it (docs/design.md §11)")
+    log = Log(logs)
+    report = r.start_report("GPU measurements (issue 11)")
+    report.text(f"Device (`nvidia-smi`: name, memory, driver): **{log.device or 'not in the log'}**. "
+                f"Made from {len(logs)} log(s) of `bash scripts/gpu_measure.sh` and the result folders its calls "
+                "returned; every number below is read from those files (`jacond recipe gpu`).")
+    took = pd.DataFrame([{"item": i, "what": ITEMS[i], "seconds": s, "exit": rc,
+                          "stopped at cap": "yes" if i in log.stopped else ""} for i, (s, rc) in sorted(log.items.items())])
+    if not took.empty:
+        table(report, took)
+    tests_section(r, report, log)
+    dense_section(r, report, log)
+    exact_section(r, report, log, 3, "vit-s", "2. Exact fp64 κ of a ViT-S attention Jacobian (item 3)",
+                  "--d 384 --heads 6 --matrices K_sa --method dense", TARGETS["vit_s_seconds"])
+    exact_section(r, report, log, 5, "vit-b", "3a. ViT-B K_sa under `ours` by the mixed route (item 5)",
+                  "--kappa mixed")
+    lanczos_section(r, report, log)
+    train_section(r, report, log)
+    more_section(r, report, log)
+    r.commands.extend(["bash scripts/gpu_measure.sh   # on the GPU machine; it ran:"] + log.commands)
+    r.finish(report)
