@@ -99,6 +99,15 @@ def not_measured(report, log, item):
     report.text(f"**Not measured** (item {item}, {ITEMS[item]}): {log.why_missing(item)}.")
 
 
+def begin(report, log, item, heading, df):
+    """Starts a section; True when its item's file is there, else says why it is not."""
+    report.section(heading)
+    if df is None or df.empty:
+        not_measured(report, log, item)
+        return False
+    return True
+
+
 def tests_section(r, report, log):
     report.section("Tests on the device (item 1)")
     if 1 not in log.items:
@@ -110,12 +119,10 @@ def tests_section(r, report, log):
 
 
 def dense_section(r, report, log):
-    report.section("1. Exact κ(K_sa) at nd 6 400: GPU against this project's CPU route (item 2)")
     frames = [f for f in (read(r.work_dir, f"bench-dense-t{t}", "bench_dense.csv") for t in (16, 2)) if f is not None]
-    if not frames:
-        not_measured(report, log, 2)
+    df = pd.concat(frames, ignore_index=True) if frames else None
+    if not begin(report, log, 2, "1. Exact κ(K_sa) at nd 6 400: GPU against this project's CPU route (item 2)", df):
         return
-    df = pd.concat(frames, ignore_index=True)
     table(report, df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
                      "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"}))
     gpu = df[df["route"] == "jacond-exact-kappa-cuda"]
@@ -135,10 +142,8 @@ def block_rows(r, folder, matrix):
 
 
 def exact_section(r, report, log, item, folder, heading, needle, target_s=None):
-    report.section(heading)
     rows = block_rows(r, folder, "K_sa")
-    if rows is None or rows.empty:
-        not_measured(report, log, item)
+    if not begin(report, log, item, heading, rows):
         return
     table(report, rows[["n", "d", "heads", "init", "method", "status", "sigma_max", "sigma_min", "kappa", "seconds"]])
     wall = log.wall_of(needle)
@@ -151,10 +156,9 @@ def exact_section(r, report, log, item, folder, heading, needle, target_s=None):
 
 
 def lanczos_section(r, report, log):
-    report.section("3b. `timm` K_sab at ViT-B to 1 %, matrix-free, GPU products against the host's (item 6)")
     df = read(r.work_dir, "lanczos-vit-b-timm", "bench_lanczos.csv")
-    if df is None:
-        not_measured(report, log, 6)
+    if not begin(report, log, 6, "3b. `timm` K_sab at ViT-B to 1 %, matrix-free, GPU products against the host's "
+                 "(item 6)", df):
         return
     table(report, df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "t_total_s", "product_s",
                      "device_status", "device_kappa_lo", "device_kappa_hi", "device_t_total_s", "device_product_s",
@@ -176,10 +180,8 @@ def lanczos_section(r, report, log):
 
 
 def train_section(r, report, log):
-    report.section("4. Training images/s on the GPU against Python PyTorch on the same GPU (item 4)")
     df = read(r.work_dir, "bench-train", "bench_train.csv")
-    if df is None:
-        not_measured(report, log, 4)
+    if not begin(report, log, 4, "4. Training images/s on the GPU against Python PyTorch on the same GPU (item 4)", df):
         return
     table(report, df)
     ours = df[(df["route"] == "jacond") & (df["optimizer"] == "adamw")]["images_per_s"]
