@@ -37,6 +37,7 @@ class Log:
     """What the gpu_measure logs say: the device, each item's seconds and exit code, the items
     stopped at their cap, each `$ jacond …` command and the wall seconds `time` gave it."""
 
+    ITEM_STARTED = re.compile(r"^=== item (\d) \(item\d_\w+\), cap")
     ITEM_TOOK = re.compile(r"^=== item (\d) took (\d+) s \(rc (\d+)\)")
     STOPPED = re.compile(r"^=== item (\d) STOPPED at its cap of (\d+) s")
     REAL = re.compile(r"^real\s+(\d+)m([\d.]+)s")
@@ -45,12 +46,14 @@ class Log:
         self.device = None
         self.items = {}      # item -> (seconds, rc)
         self.stopped = {}    # item -> cap seconds
+        self.started = set()
         self.commands = []   # `jacond …` as run, in order
         self.wall = {}       # command -> wall seconds from `time`
         self.test_lines = []
         last_command = None
         for path in paths:
-            lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
             for i, line in enumerate(lines):
                 if line.startswith("name, memory.total") and i + 1 < len(lines) and self.device is None:
                     self.device = lines[i + 1].strip()
@@ -61,6 +64,8 @@ class Log:
                         self.commands.append(last_command)
                 elif (m := self.REAL.match(line)) and last_command:
                     self.wall[last_command] = 60 * int(m.group(1)) + float(m.group(2))
+                elif m := self.ITEM_STARTED.match(line):
+                    self.started.add(int(m.group(1)))
                 elif m := self.ITEM_TOOK.match(line):
                     self.items[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
                 elif m := self.STOPPED.match(line):
@@ -78,6 +83,8 @@ class Log:
             return f"stopped at its cap of {self.stopped[item]} s"
         if item in self.items:
             return f"ran {self.items[item][0]} s, exit {self.items[item][1]}, and wrote no result"
+        if item in self.started:
+            return "started, and cut off by its call's time limit"
         return "not reached in the session's device time"
 
 
