@@ -188,8 +188,8 @@ def gpu_section(report):
     report.section("5. On a GPU (issue 11): not measured yet")
     report.text("The CUDA back end (cuBLAS/cuSOLVER, `--device cuda`) compiles in CI and its logic is tested on the "
                 "CPU, but no session has yet had a GPU to run it on, so this report holds **no GPU number**. "
-                "`bash scripts/gpu_measure.sh` on a GPU machine runs all of these (design §11); their numbers go to "
-                "`reports/gpu/`:\n\n" +
+                "`bash scripts/gpu_measure.sh` on a GPU machine runs all of these (design §11); `jacond recipe gpu` "
+                "renders what it brings back into `reports/gpu/`:\n\n" +
                 "\n".join(f"- {what}: `{cmd}`" for what, cmd in GPU_PENDING))
 
 
