@@ -20,7 +20,7 @@ mkdir -p .carry/debs
 cd .carry/debs
 rm -f ./*.deb
 apt-get download "${PACKAGES[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
-n=$(ls ./*.deb | wc -l)
+n=$(find . -maxdepth 1 -name '*.deb' | wc -l)
 if [ "$n" -ne "${#PACKAGES[@]}" ]; then
   echo "gpu_fetch: got $n of ${#PACKAGES[@]} packages (run 'apt-get update' first?)" >&2
   exit 1

@@ -46,32 +46,43 @@ final=${OUT:-results/gpu}
 items=" ${JACOND_GPU_ITEMS:-1 2 3 4 5 6 7 8 9} "
 out=$(mktemp -d)
 mkdir -p "$final"
+if [ ! -x "$build/experiments/jacond" ] || [ ! -f "$build/env.sh" ]; then
+  # A fresh machine (the last call's went back) has no build: nothing may be marked done.
+  echo "gpu_measure: no $build/experiments/jacond or env.sh: run scripts/gpu_build.sh first, in this call" |
+    tee "$final/gpu_measure.log" >&2
+  exit 3
+fi
 # shellcheck disable=SC1090
 source "$build/env.sh"
 J=$build/experiments/jacond
 want() { [[ "$items" == *" $1 "* ]]; }
 # Every jacond command goes through jc, which logs it as run ("$ jacond ARGS", --out included):
-# jacond recipe gpu lists these lines under the numbers they made.
-jc() { echo "\$ jacond $*"; "$J" "$@"; }
+# jacond recipe gpu lists these lines under the numbers they made. Line-buffered, so a command
+# stopped at a cap has still logged how far it got.
+jc() { echo "\$ jacond $*"; stdbuf -oL -eL "$J" "$@"; }
 export -f jc
 
+# Each item returns the exit code of its last failing command (0 when all succeeded).
 item1_tests() {
-  # A bound on the whole item: a hung test (each may take 900 s by its TIMEOUT property) must not
-  # spend the session's device time.
-  (cd "$build" && timeout 300 ctest -j4 -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure)
+  local rc=0
+  (cd "$build" && ctest -j4 -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure) || rc=$?
   if [ -d "$build/python/jacond" ]; then  # the Python module's device="cuda" against its CPU route
-    PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda
+    PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda ||
+      rc=$?
   else
     echo "the Python module was not built here (no pybind11 or Python headers): device='cuda' from Python not run"
   fi
+  return "$rc"
 }
 
 item2_bench_dense() {
+  local rc=0 t
   for t in 16 2; do
     jc bench dense --sizes 6400 --device cuda --skip-python --skip-full --threads "$t" --repeat 3 \
-      --out "$out/bench-dense-t$t"
+      --out "$out/bench-dense-t$t" || rc=$?
     rm -rf "$out/bench-dense-t$t/size-6400"  # the weights and tokens it wrote: inputs, not results
   done
+  return "$rc"
 }
 
 item3_vit_s_exact() {
@@ -89,20 +100,22 @@ item5_vit_b_mixed() {
   mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   if [ "${mem_mib:-0}" -lt 100000 ]; then
     echo "ViT-B's mixed route needs >= 100 GB of device memory (its fp32 LU is 92 GB): skipped on ${mem_mib} MiB"
-    return
+    return 0
   fi
   time jc block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa mixed --device cuda \
     --threads 16 --out "$out/vit-b"
 }
 
 item6_lanczos() {
+  local rc=0
   # The bench runs each route on the host's 16 threads and again on the GPU (products and basis),
   # in the same process, and splits each route's seconds into products and the rest (design §10).
   jc bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --seconds 60 --peers none --device cuda \
-    --threads 16 --out "$out/lanczos-vit-b-timm"
+    --threads 16 --out "$out/lanczos-vit-b-timm" || rc=$?
   # The user's command end to end (process start, weights, forward pass, report), for the < 5 s target.
   time jc block --init timm --skip full --n 197 --d 768 --heads 12 --matrices K_sab --method lanczos --lanczos-tol 0.01 \
-    --device cuda --threads 16 --out "$out/lanczos-vit-b-timm-block"
+    --device cuda --threads 16 --out "$out/lanczos-vit-b-timm-block" || rc=$?
+  return "$rc"
 }
 
 item9_lanczos_hard() {
@@ -111,19 +124,23 @@ item9_lanczos_hard() {
 }
 
 item7_certify() {
+  local rc=0 dev
   for dev in cuda cpu; do
     time jc block --init ours --n 100 --d 64 --heads 4 --matrices K_sa --method dense --certify inertia --device "$dev" \
-      --threads 16 --out "$out/certify-$dev"
-    cat "$out/certify-$dev/results.csv"
+      --threads 16 --out "$out/certify-$dev" || rc=$?
+    cat "$out/certify-$dev/results.csv" 2>/dev/null
   done
+  return "$rc"
 }
 
 item8_skipless() {
+  local rc=0 dev
   for dev in cuda cpu; do
     time jc block --init ours --skip none --n 197 --d 384 --heads 6 --matrices K_ffn --method lanczos --lanczos-seconds 15 \
-      --device "$dev" --threads 16 --out "$out/skipless-$dev"
-    cat "$out/skipless-$dev/results.csv"
+      --device "$dev" --threads 16 --out "$out/skipless-$dev" || rc=$?
+    cat "$out/skipless-$dev/results.csv" 2>/dev/null
   done
+  return "$rc"
 }
 
 # One item, timed; the results so far are packed after each, so a call that runs past its limit
@@ -137,27 +154,57 @@ mkdir -p "$done_dir"
 # Caps, in seconds: generous against what each should take on an H100/H200 (design §11), so a cap
 # reached is itself the finding (item 3's target is 2 minutes, item 6's 5 s).
 declare -A caps=([1]=360 [2]=240 [3]=300 [4]=240 [5]=540 [6]=240 [7]=180 [8]=180 [9]=150)
+# The call's end, so that no item is cut by the call's limit unawares: JACOND_GPU_DEADLINE (epoch
+# seconds; call 1 sets it before the build), else 590 s from now. An item starts only with at least
+# its need left (JACOND_GPU_NEED_<n>; item 5's fp32 LU and refinement want minutes: it waits for a
+# call of its own rather than be cut and rerun), and runs at most until the call's end less
+# JACOND_GPU_MARGIN (20 s to pack and return); an item cut there is not marked done.
+deadline=${JACOND_GPU_DEADLINE:-$(($(date +%s) + 590))}
+margin=${JACOND_GPU_MARGIN:-20}
+declare -A needs=([5]=420)
 export J out build
+pack() { tar czf "$final/results.tar.gz.tmp" -C "$out" . && mv "$final/results.tar.gz.tmp" "$final/results.tar.gz"; }
 run_item() {
-  local n=$1 fn=$2 t0 cap_var cap rc
+  local n=$1 fn=$2 t0 cap_var cap need_var need left limit rc tpid
   want "$n" || return 0
   if [ -e "$done_dir/$n" ]; then
     echo "=== item $n ($fn): done by an earlier call, whose files came back then (JACOND_GPU_REDO=1 reruns)"
     return 0
   fi
-  cap_var=JACOND_GPU_CAP_$n
+  cap_var=JACOND_GPU_CAP_$n need_var=JACOND_GPU_NEED_$n
   cap=${!cap_var:-${caps[$n]}}
+  need=${!need_var:-${needs[$n]:-45}}
+  left=$((deadline - $(date +%s) - margin))
+  if [ "$left" -lt "$need" ]; then
+    echo "=== item $n ($fn): left for the next call (it needs $need s, this call has $left s)"
+    return 0
+  fi
+  limit=$((cap < left ? cap : left))
   t0=$(date +%s)
-  echo "=== item $n ($fn), cap $cap s"
-  # timeout signals its whole process group: the jacond, ctest or python3 the item started too.
+  echo "=== item $n ($fn), cap $cap s, this call's time left $left s"
+  # timeout signals its whole process group (it leads one): the jacond, ctest or python3 the item
+  # started too. It returns when its child does; the loop then waits for the rest of the group
+  # (a jacond still freeing tens of GB of device memory) before the next item starts.
   export -f "$fn"
-  timeout --kill-after=15 "$cap" bash -c "$fn"
+  timeout --kill-after=15 "$limit" bash -c "$fn" &
+  tpid=$!
+  wait "$tpid"
   rc=$?
+  for _ in $(seq 60); do kill -0 -- "-$tpid" 2>/dev/null || break; sleep 1; done
+  if { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$limit" -lt "$cap" ]; then
+    echo "=== item $n cut at this call's end after $(($(date +%s) - t0)) s: not marked done, the next call runs it again"
+    pack
+    return 0
+  fi
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     echo "=== item $n STOPPED at its cap of $cap s (rc $rc; $cap_var raises it); marked done so the next call goes on"
   fi
   echo "=== item $n took $(($(date +%s) - t0)) s (rc $rc)"
-  tar czf "$final/results.tar.gz.tmp" -C "$out" . && mv "$final/results.tar.gz.tmp" "$final/results.tar.gz"
+  pack
+  if [ "$rc" -eq 126 ] || [ "$rc" -eq 127 ]; then
+    echo "=== item $n could not start a command (rc $rc): not marked done"
+    return 0
+  fi
   touch "$done_dir/$n"
 }
 
@@ -175,5 +222,5 @@ run_item() {
   run_item 9 item9_lanczos_hard
   true
 } 2>&1 | tee "$final/gpu_measure.log"
-[ -f "$final/results.tar.gz" ] || tar czf "$final/results.tar.gz" -C "$out" .
+[ -f "$final/results.tar.gz" ] || pack
 echo "gpu_measure: results in $final/results.tar.gz ($(tar tzf "$final/results.tar.gz" | grep -c '[^/]$') files)"

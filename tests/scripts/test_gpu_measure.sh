@@ -45,7 +45,7 @@ cat >"$work/bin/nvidia-smi" <<'STANDIN'
 #!/usr/bin/env bash
 if [[ "$*" == *noheader* ]]; then echo 143771; else printf 'name, memory.total [MiB]\nstand-in, 143771 MiB\n'; fi
 STANDIN
-printf '#!/usr/bin/env bash\necho "ctest stand-in $*"\n' >"$work/bin/ctest"
+printf '#!/usr/bin/env bash\necho "ctest stand-in $*"\nexit "${CTEST_RC:-0}"\n' >"$work/bin/ctest"
 chmod +x "$work/build-gpu/experiments/jacond" "$work/bin/"*
 export PATH=$work/bin:$PATH SLOW_PID=$work/slow.pid
 
@@ -55,12 +55,13 @@ run() {  # run CALL: one device-tool call, its $OUT in $work/CALL
 }
 started() { grep -oE '^=== item [0-9] \(item[0-9]_[a-z_]+\), cap' "$1" | grep -oE 'item [0-9]' | tr -dc '0-9'; }
 
-# Call 1: item 3 (the ViT-S exact run, --out .../vit-s) outlives its 2 s cap.
-SLOW_OUT=vit-s SLOW_SECONDS=120 JACOND_GPU_CAP_3=2 run call1
+# Call 1: item 3 (the ViT-S exact run, --out .../vit-s) outlives its 4 s cap; the tests fail (exit 8).
+SLOW_OUT=vit-s SLOW_SECONDS=120 JACOND_GPU_CAP_3=4 CTEST_RC=8 run call1
 log=$work/call1/gpu_measure.log
 [ -f "$log" ] || fail "no gpu_measure.log in \$OUT"
 [ "$(started "$log")" = 123465789 ] || fail "call 1 started items $(started "$log"), expected 123465789"
-grep -q '^=== item 3 STOPPED at its cap of 2 s' "$log" || fail "item 3 was not logged as stopped at its cap"
+grep -q '^=== item 3 STOPPED at its cap of 4 s' "$log" || fail "item 3 was not logged as stopped at its cap"
+grep -qE '^=== item 1 took [0-9]+ s \(rc 8\)$' "$log" || fail "item 1 hid its failing tests: $(grep '^=== item 1 took' "$log")"
 [ -s "$SLOW_PID" ] || fail "the slow stand-in never started"
 sleep 1  # a zombie (killed, not yet reaped by an init that may not be one) does not run
 state=$(awk '{print $3}' "/proc/$(cat "$SLOW_PID")/stat" 2>/dev/null || true)
@@ -84,6 +85,25 @@ run call2
 JACOND_GPU_REDO=1 JACOND_GPU_ITEMS=3 run call3
 [ "$(started "$work/call3/gpu_measure.log")" = 3 ] || fail "REDO with JACOND_GPU_ITEMS=3 started $(started "$work/call3/gpu_measure.log")"
 tar tzf "$work/call3/results.tar.gz" | grep -q '^\./vit-s/results.csv$' || fail "item 3 rerun wrote no results"
+
+# A call near its end: items 1 and 2 need more than the 6 s left (45 s by default) and wait for the
+# next call; item 3 (need 1 s) starts, is cut at the call's end, not its 300 s cap, and stays
+# unmarked; everything after it waits too.
+SLOW_OUT=vit-s SLOW_SECONDS=120 JACOND_GPU_REDO=1 JACOND_GPU_DEADLINE=$(($(date +%s) + 6)) JACOND_GPU_MARGIN=0 \
+  JACOND_GPU_NEED_3=1 run call-end
+log=$work/call-end/gpu_measure.log
+grep -qE "^=== item 3 cut at this call's end after [0-9]+ s: not marked done" "$log" || fail "item 3 was not cut at the call's end"
+[ "$(grep -c 'left for the next call' "$log")" = 8 ] || fail "not all other items waited for the next call: $(grep '^===' "$log")"
+[ -z "$(ls "$work/build-gpu/gpu-measure-done")" ] || fail "items marked done in a call that ran none: $(ls "$work/build-gpu/gpu-measure-done")"
+
+# A fresh machine without the build: exit 3, one line, nothing marked.
+mv "$work/build-gpu/experiments/jacond" "$work/jacond.kept"
+rc=0
+(cd "$work" && OUT=$work/call-nobuild bash scripts/gpu_measure.sh) >"$work/call-nobuild.stdout" 2>&1 || rc=$?
+mv "$work/jacond.kept" "$work/build-gpu/experiments/jacond"
+[ "$rc" = 3 ] || fail "gpu_measure.sh without a build exited $rc, expected 3"
+grep -q "run scripts/gpu_build.sh first" "$work/call-nobuild/gpu_measure.log" || fail "no build: the log does not say so"
+[ -z "$(ls "$work/build-gpu/gpu-measure-done")" ] || fail "items marked done without a build"
 
 # The real command's argument checks, on every jacond command line of the script.
 if [ -z "$real_jacond" ]; then
@@ -152,9 +172,52 @@ mkdir -p "$work/render-empty" && cp "$work/call1/gpu_measure.log" "$work/render-
 "$real_jacond" recipe gpu --work "$work/render-empty" --out "$work/report-empty" >"$work/recipe-empty.out" 2>&1 ||
   fail "jacond recipe gpu on a log alone exited $?"
 md=$work/report-empty/README.md
-has "**Not measured** (item 3, ViT-S exact κ(K_sa)): stopped at its cap of 2 s."
+has "**Not measured** (item 3, ViT-S exact κ(K_sa)): stopped at its cap of 4 s."
 grep -qE '^\*\*Not measured\*\* \(item 4, training images/s vs PyTorch\): ran [0-9]+ s, exit 0, and wrote no result\.$' "$md" ||
   fail "the GPU page does not say item 4 ran and wrote no result ($md)"
+# The near-the-end call's log: item 3 was cut by the call, the others not reached.
+mkdir -p "$work/render-end" && cp "$work/call-end/gpu_measure.log" "$work/render-end/"
+"$real_jacond" recipe gpu --work "$work/render-end" --out "$work/report-end" >"$work/recipe-end.out" 2>&1 ||
+  fail "jacond recipe gpu on the cut call's log exited $?"
+md=$work/report-end/README.md
+has "**Not measured** (item 3, ViT-S exact κ(K_sa)): started, and cut off by its call's time limit."
+has "**Not measured** (item 4, training images/s vs PyTorch): not reached in the session's device time."
+
+# The rows only a GPU writes, made here from the CPU's files (pandas, not the page's code): the
+# dense mixed row renamed as the GPU's exact route, and the matrix-free bracket copied into the
+# device columns. The page's verdicts are then the cells' ratios.
+cp -r "$render" "$work/render-gpu"
+/usr/bin/python3 - "$work/render-gpu" <<'PY'
+import sys
+import pandas as pd
+w = sys.argv[1]
+p = f"{w}/bench-dense-t16/bench_dense.csv"
+d = pd.read_csv(p, float_precision="round_trip", keep_default_na=False)
+d.loc[d["route"] == "jacond-mixed-kappa", "route"] = "jacond-exact-kappa-cuda"
+d.to_csv(p, index=False)
+p = f"{w}/lanczos-vit-b-timm/bench_lanczos.csv"
+d = pd.read_csv(p, float_precision="round_trip")
+d["device"], d["device_status"] = "cuda", d["status"]
+d["device_kappa_lo"], d["device_kappa_hi"] = d["kappa_lo"], d["kappa_hi"] * 1.001
+d["device_t_total_s"], d["device_speedup"] = d["t_total_s"] / 4, 4.0
+d.to_csv(p, index=False)
+PY
+"$real_jacond" recipe gpu --work "$work/render-gpu" --out "$work/report-gpu" >"$work/recipe-gpu.out" 2>&1 ||
+  fail "jacond recipe gpu on the GPU rows exited $?"
+md=$work/report-gpu/README.md
+cell() {  # cell FILE COLUMN WHERE-COLUMN WHERE-VALUE: one cell of a jacond CSV (no quoted commas before it)
+  awk -F, -v col="$2" -v key="$3" -v val="$4" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c[key] == val { print $c[col]; exit }' "$1"
+}
+speedup=$(cell "$work/render-gpu/bench-dense-t16/bench_dense.csv" cpu_exact_over_this route jacond-exact-kappa-cuda)
+has "on 1 threads: **$(awk -v x="$speedup" 'BEGIN { printf "%.3g", x }')×** (misses the ≥ 20× target), κ agrees with the CPU's."
+lo=$(cell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_lo init timm)
+hi=$(cell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_hi init timm)
+has "GPU bracket width κ_hi/κ_lo = **$(awk -v a="$hi" -v b="$lo" 'BEGIN { printf "%.5g", a / b }')**"
+has "(**4×**)"
+grep -qE 'end to end: \*\*[0-9.]+ s\*\* \((within|over) the 5 s target\), κ in \[' "$md" ||
+  fail "the ViT-B block command has no verdict on the page ($md)"
+
 # No log: one line, exit 1, no page.
 rc=0
 "$real_jacond" recipe gpu --work "$work/nothing" --out "$work/report-none" >"$work/recipe-none.out" 2>"$work/recipe-none.err" || rc=$?

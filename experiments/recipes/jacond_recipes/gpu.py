@@ -67,7 +67,13 @@ class Log:
                 elif m := self.ITEM_STARTED.match(line):
                     self.started.add(int(m.group(1)))
                 elif m := self.ITEM_TOOK.match(line):
-                    self.items[int(m.group(1))] = (int(m.group(2)), int(m.group(3)))
+                    # Rerun in a later call (a fresh machine, JACOND_GPU_REDO): its latest success wins,
+                    # as its files overwrote the earlier ones when unpacked.
+                    item, took = int(m.group(1)), (int(m.group(2)), int(m.group(3)))
+                    if took[1] == 0 or self.items.get(item, (0, 1))[1] != 0:
+                        self.items[item] = took
+                        if took[1] == 0:
+                            self.stopped.pop(item, None)
                 elif m := self.STOPPED.match(line):
                     self.stopped[int(m.group(1))] = int(m.group(2))
                 elif re.search(r"tests passed|tests failed|\(Failed\)|\(Timeout\)|^\d+ (passed|failed)", line):
@@ -136,11 +142,13 @@ def dense_section(r, report, log):
     if gpu.empty:
         report.text("- No `jacond-exact-kappa-cuda` row in these files: the GPU route did not run.")
     for _, row in gpu.iterrows():
-        ratio = row["cpu_exact_over_this"]
-        verdict = "meets" if ratio >= TARGETS["dense_speedup"] else "misses"
-        report.text(f"- GPU exact route against the CPU's exact route on {int(row['threads'])} threads: "
-                    f"**{fmt(ratio)}×** ({verdict} the ≥ {TARGETS['dense_speedup']:g}× target), κ agreement "
-                    f"{row['agree_with_cpu_exact']}.")
+        ratio, agree = row["cpu_exact_over_this"], row["agree_with_cpu_exact"]
+        head = f"- GPU exact route against the CPU's exact route on {int(row['threads'])} threads: **{fmt(ratio)}×**"
+        if agree == "PASS" and np.isfinite(ratio):
+            verdict = "meets" if ratio >= TARGETS["dense_speedup"] else "misses"
+            report.text(f"{head} ({verdict} the ≥ {TARGETS['dense_speedup']:g}× target), κ agrees with the CPU's.")
+        else:
+            report.text(f"{head}: no verdict, κ against the CPU's: {agree if isinstance(agree, str) else 'not compared'}.")
 
 
 def block_rows(r, folder, matrix):
@@ -156,7 +164,9 @@ def exact_section(r, report, log, item, folder, heading, needle, target_s=None):
     wall = log.wall_of(needle)
     line = f"- End to end (process start to report, `time`): **{fmt(wall, '.1f')} s**"
     if target_s is not None and np.isfinite(wall):
-        line += f" ({'within' if wall < target_s else 'over'} the {target_s:g} s target)"
+        status = rows["status"].iloc[0]
+        line += (f" ({'within' if wall < target_s else 'over'} the {target_s:g} s target)" if status == "exact" else
+                 f" (no verdict: the row's status is {status}, not exact)")
     report.text(line + ".")
     for note in rows["note"].dropna():
         report.text(f"- note: {note}")
@@ -179,11 +189,26 @@ def lanczos_section(r, report, log):
         report.text(f"- GPU bracket width κ_hi/κ_lo = **{fmt(width, '.5g')}** (target ≤ {TARGETS['vit_b_ratio']}), "
                     f"{fmt(row['device_t_total_s'])} s on the device against {fmt(row['t_total_s'])} s on the host "
                     f"(**{fmt(row['device_speedup'])}×**).")
+    block_verdict(r, report, log)
+
+
+def block_verdict(r, report, log):
+    """The user's `jacond block` at ViT-B against the < 5 s target: timed by `time`, and judged only
+    when that command's own row is a bracket within the 1 % asked for."""
     wall = log.wall_of("--matrices K_sab --method lanczos")
-    report.text(f"- `jacond block … --device cuda` end to end: **{fmt(wall, '.2f')} s** "
-                f"({'within' if wall < TARGETS['vit_b_lanczos_seconds'] else 'over'} the "
-                f"{TARGETS['vit_b_lanczos_seconds']:g} s target)." if np.isfinite(wall) else
-                "- `jacond block … --device cuda` end to end: not timed in the log.")
+    rows = block_rows(r, "lanczos-vit-b-timm-block", "K_sab")
+    head = f"- `jacond block … --matrices K_sab --method lanczos --device cuda` end to end: **{fmt(wall, '.2f')} s**"
+    if rows is None or rows.empty or not np.isfinite(wall):
+        report.text(f"{head}: no verdict, {'no row' if rows is None or rows.empty else 'not timed'} in the files.")
+        return
+    row = rows.iloc[0]
+    width = row["kappa_hi"] / row["kappa_lo"]
+    if row["status"] not in ("bracket", "exact") or not width <= TARGETS["vit_b_ratio"]:
+        report.text(f"{head}: no verdict, its row is {row['status']} with κ_hi/κ_lo = {fmt(width, '.5g')}.")
+        return
+    report.text(f"{head} ({'within' if wall < TARGETS['vit_b_lanczos_seconds'] else 'over'} the "
+                f"{TARGETS['vit_b_lanczos_seconds']:g} s target), κ in [{fmt(row['kappa_lo'], '.6g')}, "
+                f"{fmt(row['kappa_hi'], '.6g')}], {row['method']}.")
 
 
 def train_section(r, report, log):
@@ -195,7 +220,8 @@ def train_section(r, report, log):
     theirs = df[df["route"] == "pytorch"]["images_per_s"]
     if len(ours) and len(theirs):
         ratio = float(ours.iloc[0]) / float(theirs.iloc[0])
-        report.text(f"- jacond / PyTorch (AdamW, same model, batch and device): **{ratio:.3g}×** "
+        device = df[df["route"] == "pytorch"]["device"].iloc[0]
+        report.text(f"- jacond / PyTorch (AdamW, same model and batch, on {device}): **{ratio:.3g}×** "
                     f"({'meets' if ratio >= TARGETS['train_ratio'] else 'misses'} the ≥ {TARGETS['train_ratio']:g}× target).")
 
 
