@@ -59,7 +59,11 @@ want() { [[ "$items" == *" $1 "* ]]; }
 # Every jacond command goes through jc, which logs it as run ("$ jacond ARGS", --out included):
 # jacond recipe gpu lists these lines under the numbers they made. Line-buffered, so a command
 # stopped at a cap has still logged how far it got.
-jc() { echo "\$ jacond $*"; stdbuf -oL -eL "$J" "$@"; }
+line_buffered=""
+command -v stdbuf >/dev/null 2>&1 && line_buffered="stdbuf -oL -eL"
+export line_buffered
+# shellcheck disable=SC2086
+jc() { echo "\$ jacond $*"; $line_buffered "$J" "$@"; }
 export -f jc
 
 # Each item returns the exit code of its last failing command (0 when all succeeded).
