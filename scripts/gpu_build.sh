@@ -37,11 +37,13 @@ if [ -d "$data" ] && [ ! -e /usr/share/datasets/fashion-mnist ]; then
 fi
 
 mkdir -p "$build"
+# On the device tool's machine a failed step's whole log comes back too (gzipped into $OUT).
+keep_log() { if [ -n "${OUT:-}" ]; then gzip -c "$build/$1" >"$OUT/gpu_build-$1.gz" || true; fi; }
 torch_prefix=${JACOND_TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 # The versions a failed configure or link is read against: pip's CMake (4.x), the torch wheel and its
 # C++ ABI (Debian's Boost and GTest are built with the new one; an old-ABI wheel cannot link them).
 echo "gpu_build: prefix $prefix, LibTorch from $torch_prefix, $(nvcc --version | tail -1), $(c++ --version | head -1)"
-echo "gpu_build: $(cmake --version | head -1), $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cxx11 ABI", torch.compiled_with_cxx11_abi())')"
+echo "gpu_build: $(cmake --version | head -1), $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cxx11 ABI", torch.compiled_with_cxx11_abi())' 2>/dev/null || echo "python3 cannot import torch")"
 # The Python module against the python3 that has torch (and pip's pybind11, where installed);
 # without pybind11 or the headers it is left out (JACOND_PYTHON=AUTO).
 python_args=(-DPython_EXECUTABLE="$(command -v python3)")
@@ -54,6 +56,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DJACOND_CUDA=ON -DJA
   -DBLA_VENDOR=OpenBLAS -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DCMAKE_LIBRARY_PATH="$lib" \
   -DCMAKE_INCLUDE_PATH="$prefix/usr/include" "${python_args[@]}" >"$build/configure.log" 2>&1 || {
   tail -40 "$build/configure.log"
+  keep_log configure.log
   echo "gpu_build: configure failed ($build/configure.log)" >&2
   exit 1
 }
@@ -72,6 +75,7 @@ done
 cmake --build "$build" -j"$(nproc)" "${target_args[@]}" -- -k 0 >"$build/build.log" 2>&1 && built=1
 if [ "$built" = 0 ]; then
   grep -E "^FAILED|error:" "$build/build.log" | head -40
+  keep_log build.log
   echo "gpu_build: some targets failed to build ($build/build.log); testing what built" >&2
 fi
 if [ "${JACOND_GPU_BUILD_ONLY:-0}" = 1 ]; then  # gpu_measure.sh's item 1 runs the GPU tests itself
