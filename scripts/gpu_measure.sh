@@ -160,12 +160,14 @@ mkdir -p "$done_dir"
 declare -A caps=([1]=360 [2]=240 [3]=300 [4]=240 [5]=540 [6]=240 [7]=180 [8]=180 [9]=150)
 # The call's end, so that no item is cut by the call's limit unawares: JACOND_GPU_DEADLINE (epoch
 # seconds; call 1 sets it before the build), else 590 s from now. An item starts only with at least
-# its need left (JACOND_GPU_NEED_<n>; item 5's fp32 LU and refinement want minutes: it waits for a
-# call of its own rather than be cut and rerun), and runs at most until the call's end less
-# JACOND_GPU_MARGIN (20 s to pack and return); an item cut there is not marked done.
+# its need left (JACOND_GPU_NEED_<n>, default 45 s; item 5: 180 s, an estimate, not a measurement:
+# its fp32 LU is 2.3e15 flop, about a minute at 40 TFLOP/s, then tens of inverse-Lanczos steps of a
+# few fp32 solves, each reading the 92 GB factor once), and runs at most until the call's end less
+# JACOND_GPU_MARGIN (40 s: a cut item's 15 s to die after SIGTERM, its group's exit, packing); an item cut
+# there is not marked done.
 deadline=${JACOND_GPU_DEADLINE:-$(($(date +%s) + 590))}
-margin=${JACOND_GPU_MARGIN:-20}
-declare -A needs=([5]=420)
+margin=${JACOND_GPU_MARGIN:-40}
+declare -A needs=([5]=180)
 export J out build
 pack() { tar czf "$final/results.tar.gz.tmp" -C "$out" . && mv "$final/results.tar.gz.tmp" "$final/results.tar.gz"; }
 run_item() {
@@ -194,7 +196,7 @@ run_item() {
   tpid=$!
   wait "$tpid"
   rc=$?
-  for _ in $(seq 60); do kill -0 -- "-$tpid" 2>/dev/null || break; sleep 1; done
+  for _ in $(seq 20); do kill -0 -- "-$tpid" 2>/dev/null || break; sleep 1; done
   if { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$limit" -lt "$cap" ]; then
     echo "=== item $n cut at this call's end after $(($(date +%s) - t0)) s: not marked done, the next call runs it again"
     pack
