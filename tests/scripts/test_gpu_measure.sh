@@ -119,8 +119,10 @@ cat >"$work/build-gpu/experiments/jacond" <<STANDIN
 args=("\$@")
 for ((i = 0; i < \${#args[@]}; i++)); do [ "\${args[i]}" = cpu ] && args[i]=cuda; done
 rc=0
-timeout 120 "$real_jacond" "\${args[@]}" >>"$work/flags.log" 2>&1 || rc=\$?
+timeout 120 "$real_jacond" "\${args[@]}" >"$work/flags.one" 2>&1 || rc=\$?
+cat "$work/flags.one" | tee -a "$work/flags.log"
 echo "rc=\$rc jacond \${args[*]}" >>"$work/flags.rc"
+exit "\$rc"
 STANDIN
 : >"$work/flags.rc"
 JACOND_GPU_REDO=1 run call4
@@ -175,6 +177,14 @@ md=$work/report-empty/README.md
 has "**Not measured** (item 3, ViT-S exact κ(K_sa)): stopped at its cap of 4 s."
 grep -qE '^\*\*Not measured\*\* \(item 4, training images/s vs PyTorch\): ran [0-9]+ s, exit 0, and wrote no result\.$' "$md" ||
   fail "the GPU page does not say item 4 ran and wrote no result ($md)"
+# The flag-check call's log: each item ran and failed at the missing GPU; the page quotes its error.
+mkdir -p "$work/render-flags" && cp "$work/call4/gpu_measure.log" "$work/render-flags/"
+"$real_jacond" recipe gpu --work "$work/render-flags" --out "$work/report-flags" >"$work/recipe-flags.out" 2>&1 ||
+  fail "jacond recipe gpu on the flag-check log exited $?"
+md=$work/report-flags/README.md
+has "**Not measured** (item 3, ViT-S exact κ(K_sa)): ran "
+has ", exit 1, and wrote no result; it said \`jacond block: error: --device cuda"
+
 # The near-the-end call's log: item 3 was cut by the call, the others not reached.
 mkdir -p "$work/render-end" && cp "$work/call-end/gpu_measure.log" "$work/render-end/"
 "$real_jacond" recipe gpu --work "$work/render-end" --out "$work/report-end" >"$work/recipe-end.out" 2>&1 ||

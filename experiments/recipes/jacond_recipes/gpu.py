@@ -47,10 +47,11 @@ class Log:
         self.items = {}      # item -> (seconds, rc)
         self.stopped = {}    # item -> cap seconds
         self.started = set()
+        self.errors = {}     # item -> the one-line errors its commands printed (jacond's `…: error: …`)
         self.commands = []   # `jacond …` as run, in order
         self.wall = {}       # command -> wall seconds from `time`
         self.test_lines = []
-        last_command = None
+        last_command, current = None, None
         for path in paths:
             with open(path, encoding="utf-8", errors="replace") as f:
                 lines = f.read().splitlines()
@@ -65,7 +66,9 @@ class Log:
                 elif (m := self.REAL.match(line)) and last_command:
                     self.wall[last_command] = 60 * int(m.group(1)) + float(m.group(2))
                 elif m := self.ITEM_STARTED.match(line):
-                    self.started.add(int(m.group(1)))
+                    current = int(m.group(1))
+                    self.started.add(current)
+                    self.errors[current] = []
                 elif m := self.ITEM_TOOK.match(line):
                     # Rerun in a later call (a fresh machine, JACOND_GPU_REDO): its latest success wins,
                     # as its files overwrote the earlier ones when unpacked.
@@ -78,6 +81,8 @@ class Log:
                     self.stopped[int(m.group(1))] = int(m.group(2))
                 elif re.search(r"tests passed|tests failed|\(Failed\)|\(Timeout\)|^\d+ (passed|failed)", line):
                     self.test_lines.append(line.strip())
+                elif current is not None and re.search(r"\berror: ", line) and line not in self.errors[current]:
+                    self.errors[current].append(line.strip())
 
     def wall_of(self, *needles):
         """Wall seconds of the logged command containing every needle (nan when not timed)."""
@@ -88,7 +93,9 @@ class Log:
         if item in self.stopped:
             return f"stopped at its cap of {self.stopped[item]} s"
         if item in self.items:
-            return f"ran {self.items[item][0]} s, exit {self.items[item][1]}, and wrote no result"
+            said = self.errors.get(item)
+            return (f"ran {self.items[item][0]} s, exit {self.items[item][1]}, and wrote no result" +
+                    (f"; it said `{said[0]}`" if said else ""))
         if item in self.started:
             return "started, and cut off by its call's time limit"
         return "not reached in the session's device time"
