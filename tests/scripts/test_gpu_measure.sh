@@ -169,27 +169,24 @@ ratio=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
   END { printf "%.3g", a / p }' "$render/bench-train/bench_train.csv")
 has "**${ratio}×**"
 if grep -q "Not measured" "$md"; then fail "an item with results is called not measured: $(grep "Not measured" "$md")"; fi
-# Call 1's log alone (item 3 stopped at its 2 s cap, no result folders): each item is not measured, and why.
-mkdir -p "$work/render-empty" && cp "$work/call1/gpu_measure.log" "$work/render-empty/"
-"$real_jacond" recipe gpu --work "$work/render-empty" --out "$work/report-empty" >"$work/recipe-empty.out" 2>&1 ||
-  fail "jacond recipe gpu on a log alone exited $?"
-md=$work/report-empty/README.md
+render_log() {  # render_log CALL: the page of CALL's log alone (no result folders) in $md
+  mkdir -p "$work/render-$1" && cp "$work/$1/gpu_measure.log" "$work/render-$1/"
+  "$real_jacond" recipe gpu --work "$work/render-$1" --out "$work/report-$1" >"$work/recipe-$1.out" 2>&1 ||
+    fail "jacond recipe gpu on $1's log alone exited $?"
+  md=$work/report-$1/README.md
+}
+# Call 1's log (item 3 stopped at its 4 s cap): each item is not measured, and why.
+render_log call1
 has "**Not measured** (item 3, ViT-S exact κ(K_sa)): stopped at its cap of 4 s."
 grep -qE '^\*\*Not measured\*\* \(item 4, training images/s vs PyTorch\): ran [0-9]+ s, exit 0, and wrote no result\.$' "$md" ||
   fail "the GPU page does not say item 4 ran and wrote no result ($md)"
 # The flag-check call's log: each item ran and failed at the missing GPU; the page quotes its error.
-mkdir -p "$work/render-flags" && cp "$work/call4/gpu_measure.log" "$work/render-flags/"
-"$real_jacond" recipe gpu --work "$work/render-flags" --out "$work/report-flags" >"$work/recipe-flags.out" 2>&1 ||
-  fail "jacond recipe gpu on the flag-check log exited $?"
-md=$work/report-flags/README.md
+render_log call4
 has "**Not measured** (item 3, ViT-S exact κ(K_sa)): ran "
 has ", exit 1, and wrote no result; it said \`jacond block: error: --device cuda"
 
 # The near-the-end call's log: item 3 was cut by the call, the others not reached.
-mkdir -p "$work/render-end" && cp "$work/call-end/gpu_measure.log" "$work/render-end/"
-"$real_jacond" recipe gpu --work "$work/render-end" --out "$work/report-end" >"$work/recipe-end.out" 2>&1 ||
-  fail "jacond recipe gpu on the cut call's log exited $?"
-md=$work/report-end/README.md
+render_log call-end
 has "**Not measured** (item 3, ViT-S exact κ(K_sa)): started, and cut off by its call's time limit."
 has "**Not measured** (item 4, training images/s vs PyTorch): not reached in the session's device time."
 
