@@ -59,8 +59,9 @@ want() { [[ "$items" == *" $1 "* ]]; }
 # Every jacond command goes through jc, which logs it as run ("$ jacond ARGS", --out included):
 # jacond recipe gpu lists these lines under the numbers they made. Line-buffered, so a command
 # stopped at a cap has still logged how far it got.
+# (JACOND_GPU_LINE_BUFFER=0 leaves it out: stdbuf preloads a library, which an ASan build refuses.)
 line_buffered=""
-command -v stdbuf >/dev/null 2>&1 && line_buffered="stdbuf -oL -eL"
+if [ "${JACOND_GPU_LINE_BUFFER:-1}" = 1 ] && command -v stdbuf >/dev/null 2>&1; then line_buffered="stdbuf -oL -eL"; fi
 export line_buffered
 # shellcheck disable=SC2086
 jc() { echo "\$ jacond $*"; $line_buffered "$J" "$@"; }
