@@ -120,7 +120,7 @@ args=("\$@")
 for ((i = 0; i < \${#args[@]}; i++)); do [ "\${args[i]}" = cpu ] && args[i]=cuda; done
 rc=0
 timeout 120 "$real_jacond" "\${args[@]}" >"$work/flags.one" 2>&1 || rc=\$?
-cat "$work/flags.one" | tee -a "$work/flags.log"
+tee -a "$work/flags.log" <"$work/flags.one"
 echo "rc=\$rc jacond \${args[*]}" >>"$work/flags.rc"
 exit "\$rc"
 STANDIN
@@ -151,30 +151,33 @@ if [ "\$1 \$2" = "bench train" ]; then args+=(--dim 16 --depth 1 --heads 2); fi
 exec "$real_jacond" "\${args[@]}"
 STANDIN
 JACOND_GPU_REDO=1 run call5
-render=$work/render
-mkdir -p "$render" && cp "$work/call5/gpu_measure.log" "$render/gpu_measure-1.log"
-tar xzf "$work/call5/results.tar.gz" -C "$render"
-(cd "$work" && "$real_jacond" recipe gpu --work "$render" --out "$work/report") >"$work/recipe.out" 2>&1 ||
-  fail "jacond recipe gpu exited $? ($work/recipe.out)"
-md=$work/report/README.md
+page() {  # page DIR NAME: `jacond recipe gpu` on DIR, the page in $md
+  "$real_jacond" recipe gpu --work "$1" --out "$work/report-$2" >"$work/recipe-$2.out" 2>&1 ||
+    fail "jacond recipe gpu on $2 exited $? ($work/recipe-$2.out)"
+  md=$work/report-$2/README.md
+}
+render_log() {  # render_log CALL [results]: the page of CALL's log (and its results.tar.gz, unpacked)
+  mkdir -p "$work/render-$1" && cp "$work/$1/gpu_measure.log" "$work/render-$1/gpu_measure-1.log"
+  if [ "${2:-}" = results ]; then tar xzf "$work/$1/results.tar.gz" -C "$work/render-$1"; fi
+  page "$work/render-$1" "$1"
+}
 has() { grep -qF -- "$1" "$md" || fail "the GPU page lacks '$1' ($md)"; }
+cell() {  # cell FILE COLUMN KEY VALUE [KEY VALUE]: the first row's COLUMN where every KEY is VALUE
+  awk -F, -v col="$2" -v k1="$3" -v v1="$4" -v k2="${5:-}" -v v2="${6:-}" '
+    NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    $c[k1] == v1 && (k2 == "" || $c[k2] == v2) { print $c[col]; exit }' "$1"  # no quoted commas before COLUMN
+}
+num() { awk -v f="$1" -v x="$2" -v y="${3:-1}" 'BEGIN { printf f, x / y }'; }  # num FORMAT X [Y]: X/Y as Python's format writes it
+render_log call5 results
+render=$work/render-call5
 has "stand-in, 143771 MiB"
 has "jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
 for n in 1 2 3 4 5 6 7 8 9; do grep -qE "^\| $n \| .* \| [0-9]+ \| 0 \|  \|$" "$md" || fail "the GPU page has no row for item $n"; done
 # Numbers are the files' cells: the ViT-S κ (4 digits) and jacond/PyTorch images/s (3 digits).
-kappa=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $c["matrix"] == "K_sa" { printf "%.4g", $c["kappa"] }' "$render/vit-s/results.csv")
-has "| $kappa |"
-ratio=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-  $c["route"] == "jacond" && $c["optimizer"] == "adamw" { a = $c["images_per_s"] } $c["route"] == "pytorch" { p = $c["images_per_s"] }
-  END { printf "%.3g", a / p }' "$render/bench-train/bench_train.csv")
-has "**${ratio}×**"
+has "| $(num %.4g "$(cell "$render/vit-s/results.csv" kappa matrix K_sa)") |"
+train=$render/bench-train/bench_train.csv
+has "**$(num %.3g "$(cell "$train" images_per_s route jacond optimizer adamw)" "$(cell "$train" images_per_s route pytorch)")×**"
 if grep -q "Not measured" "$md"; then fail "an item with results is called not measured: $(grep "Not measured" "$md")"; fi
-render_log() {  # render_log CALL: the page of CALL's log alone (no result folders) in $md
-  mkdir -p "$work/render-$1" && cp "$work/$1/gpu_measure.log" "$work/render-$1/"
-  "$real_jacond" recipe gpu --work "$work/render-$1" --out "$work/report-$1" >"$work/recipe-$1.out" 2>&1 ||
-    fail "jacond recipe gpu on $1's log alone exited $?"
-  md=$work/report-$1/README.md
-}
 # Call 1's log (item 3 stopped at its 4 s cap): each item is not measured, and why.
 render_log call1
 has "**Not measured** (item 3, ViT-S exact κ(K_sa)): stopped at its cap of 4 s."
@@ -210,18 +213,12 @@ d["device_kappa_lo"], d["device_kappa_hi"] = d["kappa_lo"], d["kappa_hi"] * 1.00
 d["device_t_total_s"], d["device_speedup"] = d["t_total_s"] / 4, 4.0
 d.to_csv(p, index=False)
 PY
-"$real_jacond" recipe gpu --work "$work/render-gpu" --out "$work/report-gpu" >"$work/recipe-gpu.out" 2>&1 ||
-  fail "jacond recipe gpu on the GPU rows exited $?"
-md=$work/report-gpu/README.md
-cell() {  # cell FILE COLUMN WHERE-COLUMN WHERE-VALUE: one cell of a jacond CSV (no quoted commas before it)
-  awk -F, -v col="$2" -v key="$3" -v val="$4" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    $c[key] == val { print $c[col]; exit }' "$1"
-}
+page "$work/render-gpu" gpu
 speedup=$(cell "$work/render-gpu/bench-dense-t16/bench_dense.csv" cpu_exact_over_this route jacond-exact-kappa-cuda)
-has "on 1 threads: **$(awk -v x="$speedup" 'BEGIN { printf "%.3g", x }')×** (misses the ≥ 20× target), κ agrees with the CPU's."
+has "on 1 threads: **$(num %.3g "$speedup")×** (misses the ≥ 20× target), κ agrees with the CPU's."
 lo=$(cell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_lo init timm)
 hi=$(cell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_hi init timm)
-has "GPU bracket width κ_hi/κ_lo = **$(awk -v a="$hi" -v b="$lo" 'BEGIN { printf "%.5g", a / b }')**"
+has "GPU bracket width κ_hi/κ_lo = **$(num %.5g "$hi" "$lo")**"
 has "(**4×**)"
 grep -qE 'end to end: \*\*[0-9.]+ s\*\* \((within|over) the 5 s target\), κ in \[' "$md" ||
   fail "the ViT-B block command has no verdict on the page ($md)"

@@ -27,6 +27,11 @@ def markdown_table(df, floatfmt="{:.4g}"):
     return "\n".join(lines)
 
 
+def blank(df):
+    """Missing cells (a column that does not apply to the row) shown empty instead of nan."""
+    return df.astype(object).where(df.notna(), "")
+
+
 class Report:
     """A Markdown report assembled section by section, written to DIR/README.md at the end."""
 

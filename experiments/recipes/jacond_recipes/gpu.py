@@ -19,7 +19,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .common import RecipeError
+from .common import RecipeError, blank
 
 NAME = "gpu"
 SUMMARY = "render scripts/gpu_measure.sh's logs and results (from a GPU session) into reports/gpu"
@@ -106,11 +106,6 @@ def read(work, *parts):
     return pd.read_csv(path, float_precision="round_trip") if os.path.isfile(path) else None
 
 
-def table(report, df):
-    """A table whose cells that do not apply (NaN) are empty, not 'nan'."""
-    report.table(df.astype(object).where(df.notna(), ""))
-
-
 def fmt(x, spec=".3g"):
     return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
 
@@ -143,8 +138,8 @@ def dense_section(r, report, log):
     df = pd.concat(frames, ignore_index=True) if frames else None
     if not begin(report, log, 2, "1. Exact κ(K_sa) at nd 6 400: GPU against this project's CPU route (item 2)", df):
         return
-    table(report, df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
-                     "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"}))
+    report.table(blank(df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
+                     "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"})))
     gpu = df[df["route"] == "jacond-exact-kappa-cuda"]
     if gpu.empty:
         report.text("- No `jacond-exact-kappa-cuda` row in these files: the GPU route did not run.")
@@ -167,7 +162,7 @@ def exact_section(r, report, log, item, folder, heading, needle, target_s=None):
     rows = block_rows(r, folder, "K_sa")
     if not begin(report, log, item, heading, rows):
         return
-    table(report, rows[["n", "d", "heads", "init", "method", "status", "sigma_max", "sigma_min", "kappa", "seconds"]])
+    report.table(blank(rows[["n", "d", "heads", "init", "method", "status", "sigma_max", "sigma_min", "kappa", "seconds"]]))
     wall = log.wall_of(needle)
     line = f"- End to end (process start to report, `time`): **{fmt(wall, '.1f')} s**"
     if target_s is not None and np.isfinite(wall):
@@ -184,9 +179,9 @@ def lanczos_section(r, report, log):
     if not begin(report, log, 6, "3b. `timm` K_sab at ViT-B to 1 %, matrix-free, GPU products against the host's "
                  "(item 6)", df):
         return
-    table(report, df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "t_total_s", "product_s",
+    report.table(blank(df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "t_total_s", "product_s",
                      "device_status", "device_kappa_lo", "device_kappa_hi", "device_t_total_s", "device_product_s",
-                     "device_speedup"]])
+                     "device_speedup"]]))
     for _, row in df.iterrows():
         if pd.isna(row["device_kappa_lo"]):
             status = row["device_status"] if isinstance(row["device_status"], str) else "route not run"
@@ -222,7 +217,7 @@ def train_section(r, report, log):
     df = read(r.work_dir, "bench-train", "bench_train.csv")
     if not begin(report, log, 4, "4. Training images/s on the GPU against Python PyTorch on the same GPU (item 4)", df):
         return
-    table(report, df)
+    report.table(blank(df))
     ours = df[(df["route"] == "jacond") & (df["optimizer"] == "adamw")]["images_per_s"]
     theirs = df[df["route"] == "pytorch"]["images_per_s"]
     if len(ours) and len(theirs):
@@ -245,13 +240,13 @@ def more_section(r, report, log):
             device = folder.rsplit("-", 1)[1]
             wall = log.wall_of(flag, f"--device {device}")
             report.text(f"`{folder}` ({device}; end to end {fmt(wall, '.1f')} s by `time`):")
-            table(report, df[["matrix", "space", "method", "status", "kappa", "kappa_lo", "kappa_hi", "seconds"]])
+            report.table(blank(df[["matrix", "space", "method", "status", "kappa", "kappa_lo", "kappa_hi", "seconds"]]))
     df = read(r.work_dir, "lanczos-vit-s-ours", "bench_lanczos.csv")
     if df is None:
         not_measured(report, log, 9)
     else:
-        table(report, df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "products", "t_total_s",
-                         "device_status", "device_kappa_lo", "device_kappa_hi", "device_products", "device_t_total_s"]])
+        report.table(blank(df[["size", "init", "matrix", "status", "kappa_lo", "kappa_hi", "products", "t_total_s",
+                         "device_status", "device_kappa_lo", "device_kappa_hi", "device_products", "device_t_total_s"]]))
 
 
 def run(r):
@@ -267,7 +262,7 @@ def run(r):
     took = pd.DataFrame([{"item": i, "what": ITEMS[i], "seconds": s, "exit": rc,
                           "stopped at cap": "yes" if i in log.stopped else ""} for i, (s, rc) in sorted(log.items.items())])
     if not took.empty:
-        table(report, took)
+        report.table(blank(took))
     try:
         tests_section(r, report, log)
         dense_section(r, report, log)

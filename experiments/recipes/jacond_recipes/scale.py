@@ -8,6 +8,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from .common import blank
+
 NAME = "scale"
 SUMMARY = "cost and reach per route and size: dense exact vs PyTorch, GKL vs SciPy svds, sigma_min solvers, certified vs bracketed"
 
@@ -42,11 +44,6 @@ GPU_PENDING = [
      "jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda"),
     ("training images/s on CUDA vs Python PyTorch on the same GPU", "jacond bench train --device cuda"),
 ]
-
-
-def blank(df):
-    """Missing cells (a column that does not apply to the row) shown empty instead of nan."""
-    return df.astype(object).where(df.notna(), "")
 
 
 def span(values):
