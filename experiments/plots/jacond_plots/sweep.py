@@ -2,7 +2,10 @@
 
 One panel per matrix (K_sa, K_sab) and per c (rows): the median over seeds of log10 κ. A cell
 with a singular seed (κ only bounded below, by κ_lo) is grey and labelled, outside the colour scale
-(the panel title counts the singular rows). Skipless K_sab is
+(the panel title counts the singular rows). A cell with a seed whose matrix-free bracket did not
+converge (status not-converged: σ_min not bounded away from 0, so only κ ≥ κ_lo is known) is
+coloured at the median with κ_lo for that seed, hatched and marked "≥": the median is monotone in
+each entry, so it is a lower bound of the median κ, never an estimate of it. Skipless K_sab is
 singular by construction (LayerNorm's nullspace); when the sweep reports it on the LayerNorm
 complement, that is what is drawn. The paper's choices (α = 2, β = 0.6 and α = 1.8, β = 1, both at
 c = 3) are marked where the grid covers them.
@@ -13,6 +16,7 @@ with one series per α, a marker at κ_lo and a bar up to κ_hi; an arrow where 
 (σ_min not yet bounded away from 0 within the budget: only κ ≥ κ_lo is known).
 """
 
+import matplotlib.patheffects as patheffects
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -24,36 +28,78 @@ MATRICES = ["K_sa", "K_sab"]
 PAPER_CHOICES = [(2.0, 0.6, 3.0, "α 2, β 0.6"), (1.8, 1.0, 3.0, "α 1.8, β 1")]
 
 
+def cell_grid(sub):
+    """The (β × α) grid of one panel's rows (one matrix, one c, one space): the median over seeds of
+    log10 κ, and each cell's kind, "singular" (a seed singular: grey, off the scale), "lower" (a seed
+    not converged: its κ_lo enters the median, which is then a lower bound) or "value"."""
+    status = sub["status"]
+    drawn = np.where(status == "not-converged", pd.to_numeric(sub["kappa_lo"], errors="coerce"), plotted_kappa(sub))
+    cells = sub.assign(log_kappa=np.log10(drawn), singular=status == "singular", lower=status == "not-converged")
+    by_cell = cells.groupby(["beta", "alpha"])
+    grid = by_cell["log_kappa"].median().unstack("alpha").sort_index().sort_index(axis=1)
+    def flag(column):
+        return by_cell[column].any().unstack("alpha").reindex_like(grid).fillna(False).to_numpy(dtype=bool)
+    kinds = np.where(flag("singular"), "singular", np.where(flag("lower"), "lower", "value"))
+    return grid, kinds
+
+
+def cell_edges(centres):
+    """Edges of pcolormesh's "nearest" cells around sorted centres (midpoints; half a step outside)."""
+    c = np.asarray(centres, dtype=float)
+    if c.size == 1:
+        return np.array([c[0] - 0.5, c[0] + 0.5])
+    mid = (c[1:] + c[:-1]) / 2
+    return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
+
+
 def panel(ax, sub, matrix, c):
     space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
-    sub = sub[sub["space"] == space].assign(log_kappa=lambda d: np.log10(plotted_kappa(d)))
-    grid = sub.groupby(["beta", "alpha"])["log_kappa"].median().unstack("alpha").sort_index().sort_index(axis=1)
-    singular_cells = (sub.assign(s=sub["status"] == "singular").groupby(["beta", "alpha"])["s"].any()
-                      .unstack("alpha").reindex_like(grid).fillna(False).to_numpy(dtype=bool))
-    # The colour scale spans the cells with a κ; a cell with a singular seed is grey (above the
-    # scale: κ there is only bounded below) and labelled, so one singular corner does not flatten
-    # the rest of the map.
+    sub = sub[sub["space"] == space]
+    grid, kinds = cell_grid(sub)
+    # The colour scale spans the cells with a κ or a lower bound of it; a cell with a singular seed
+    # is grey (above the scale: κ there is only bounded below) and labelled, so one singular corner
+    # does not flatten the rest of the map.
     values = grid.to_numpy()
-    regular = values[~singular_cells & np.isfinite(values)]
+    regular = values[(kinds != "singular") & np.isfinite(values)]
     cmap = plt.get_cmap("viridis").copy()
     cmap.set_over("lightgrey")
     top = regular.max() if regular.size else 1.0
-    shown = np.where(singular_cells, top + 1.0, values)  # above vmax: the colormap's "over" grey
-    mesh = ax.pcolormesh(grid.columns.to_numpy(), grid.index.to_numpy(), shown, shading="nearest", cmap=cmap,
+    shown = np.where(kinds == "singular", top + 1.0, values)  # above vmax: the colormap's "over" grey
+    alphas, betas = grid.columns.to_numpy(dtype=float), grid.index.to_numpy(dtype=float)
+    mesh = ax.pcolormesh(alphas, betas, shown, shading="nearest", cmap=cmap,
                          vmin=regular.min() if regular.size else 0.0, vmax=top)
-    for (bi, ai) in zip(*np.nonzero(singular_cells)):
-        ax.text(grid.columns[ai], grid.index[bi], "sing.", ha="center", va="center", fontsize=6, color="black")
+    a_edges, b_edges = cell_edges(alphas), cell_edges(betas)
+    for (bi, ai) in zip(*np.nonzero(kinds == "singular")):
+        ax.text(alphas[ai], betas[bi], "sing.", ha="center", va="center", fontsize=6, color="black")
+    for (bi, ai) in zip(*np.nonzero(kinds == "lower")):
+        ax.add_patch(plt.Rectangle((a_edges[ai], b_edges[bi]), a_edges[ai + 1] - a_edges[ai],
+                                   b_edges[bi + 1] - b_edges[bi], fill=False, hatch="///", edgecolor="white",
+                                   linewidth=0, alpha=0.6))
+        # In the cell's lower left corner: its centre may carry a paper's star, the top right the legend.
+        ax.text(a_edges[ai] + 0.15 * (a_edges[ai + 1] - a_edges[ai]), b_edges[bi] + 0.2 * (b_edges[bi + 1] - b_edges[bi]),
+                "≥", ha="center", va="center", fontsize=12, color="white",
+                path_effects=[patheffects.withStroke(linewidth=2, foreground="black")])
     for a, b, cc, label in PAPER_CHOICES:
-        if cc == c and grid.columns.min() <= a <= grid.columns.max() and grid.index.min() <= b <= grid.index.max():
+        if cc == c and alphas.min() <= a <= alphas.max() and betas.min() <= b <= betas.max():
             ax.plot(a, b, marker="*", ms=12, mec="white", mfc="red", ls="none", label=f"paper: {label}")
-    singular = int((sub["status"] == "singular").sum())
+    counts = [f"{k} {what}" for k, what in ((int((sub["status"] == "singular").sum()), "singular"),
+                                             (int((sub["status"] == "not-converged").sum()), "not converged"))
+              if k]
     where = "" if space == "full" else " on LN⊥"
-    ax.set_title(f"κ({matrix}){where}, c = {c:g}" + (f"  ({singular} singular rows at κ_lo)" if singular else ""), fontsize=9)
+    ax.set_title(f"κ({matrix}){where}, c = {c:g}" + (f"  ({', '.join(counts)} of {len(sub)} rows: κ_lo)" if counts else ""),
+                 fontsize=9)
     ax.set_xlabel("α (weight of the random Z)")
     ax.set_ylabel("β (weight of the identity)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper right")
-    return mesh
+    return mesh, kinds
+
+
+def colour_label(kinds):
+    """The colour bar's label for a panel's cell kinds (cell_grid): what its colours and marks mean."""
+    marks = [text for kind, text in (("lower", "≥ hatched: lower bound"), ("singular", "grey: singular"))
+             if (kinds == kind).any()]
+    return "log10 κ (median over seeds)" + ("\n" + "; ".join(marks) if marks else "")
 
 
 def plot(directory, formats):
@@ -66,8 +112,9 @@ def plot(directory, formats):
     for i, c in enumerate(cs):
         for j, matrix in enumerate(matrices):
             sub = df[(df["c"] == c) & (df["matrix"] == matrix)]
-            mesh = panel(axes[i][j], sub, matrix, c)
-            fig.colorbar(mesh, ax=axes[i][j], extend="max", label="log10 κ (median over seeds; grey: singular)")
+            mesh, kinds = panel(axes[i][j], sub, matrix, c)
+            fig.colorbar(mesh, ax=axes[i][j], extend="max" if (kinds == "singular").any() else "neither",
+                         label=colour_label(kinds))
     first = df.iloc[0]
     fig.suptitle(f"jacond sweep, {first.get('init', 'ours')} init: n {first['n']}, d {first['d']}, heads {first['heads']}, "
                  f"skip {first['skip']}, {df['seed'].nunique()} seeds", fontsize=10)
@@ -108,7 +155,7 @@ def brackets(directory, df, matrices, cs, formats):
             where = "" if space == "full" else " on LN⊥"
             ax.set_title(f"κ({matrix}){where}, c = {c:g}: bars bracket κ, arrows: κ_hi unbounded", fontsize=9)
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=7, loc="best")
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: arrows reach the top
     first = df.iloc[0]
     fig.suptitle(f"matrix-free brackets: n {first['n']}, d {first['d']}, heads {first['heads']}, skip {first['skip']}",
                  fontsize=10)
