@@ -110,7 +110,8 @@
 // experiments/bench/block_krylov_probe.py, b = 4 and 16 starts were 3–12× further from σ_min than
 // one start at the same products. A preconditioner is not covered either; the one the paper
 // offers, B_sa⁻¹ (cheap: two d × d and one n × n solve per head), makes K B⁻¹ worse conditioned
-// than K: experiments/bench/preconditioner_probe.py, README "Which σ_min solver".) On `ours`
+// than K, and so does block Jacobi over tokens (K's diagonal d × d blocks):
+// experiments/bench/preconditioner_probe.py, README "Which σ_min solver".) On `ours`
 // and `timm` blocks (nd 1 600–6 400, κ 3.1e5–6.0e9) that optimum came within 10 % of σ_min only
 // when the Krylov space was the whole space (2·nd products; at 90 % of it, still 5–370 × above):
 // the bottom lies below a bulk spread over five decades, and the Kaniel–Paige–Saad bound asks for

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Is Prop. 2's dominant term B_sa a preconditioner for the bare K_sa? A measurement for the
+"""Is Prop. 2's dominant term B_sa, or K's token-diagonal blocks, a preconditioner for the bare K_sa? A measurement for the
 σ_min-at-scale question (README, "Which σ_min solver").
 
 Every method built from products with K and Kᵀ alone is bounded by the unrestarted Krylov space
@@ -13,6 +13,12 @@ solves of an inverse iteration (GMRES on K B⁻¹ or B⁻¹ K) would converge as
 conditioned and clustered. This script measures κ of K, B, K B⁻¹ and B⁻¹ K (dense fp64 SVDs of
 the matrices jacond assembles, `jacond.dense_jacobian`, tested against autograd) and the share of
 K B⁻¹'s singular values within a factor 2 of 1 (the clustering GMRES needs).
+
+The other cheap structural candidate is block Jacobi over tokens: M = the n diagonal d × d blocks
+∂y_i/∂x_i of K (what `ours`'s diagonally dominant logits, attention maps near the identity, suggest),
+n LU factorisations of d × d, cheaper than a product with K. Here M is read off the dense K (a
+solver would assemble its blocks directly); κ(K M⁻¹) and its share within 2× of 1 are measured
+the same way.
 
 Input: the timm-named weights and tokens `jacond bench lanczos --out DIR` writes
 (DIR/<size>-<init>/weights.safetensors, tokens.safetensors). Output: one CSV row per input.
@@ -54,22 +60,35 @@ def apply_b_inverse(block, maps, R):
     return np.linalg.solve(block.Wv.T, U.T).T  # · W^V⁻¹
 
 
+def token_blocks(K, n, d):
+    """Block Jacobi of K over tokens: its n diagonal d × d blocks ∂y_i/∂x_i, zero elsewhere. vec is
+    column-major (jacond's convention), so token i holds entries i, i + n, …, i + (d − 1)n."""
+    M = np.zeros_like(K)
+    for i in range(n):
+        idx = i + n * np.arange(d)
+        M[np.ix_(idx, idx)] = K[np.ix_(idx, idx)]
+    return M
+
+
 def kappa_and_values(M):
     s = np.linalg.svd(M, compute_uv=False)
     return s[0] / s[-1], s
 
 
 def measure(block, X):
-    """κ of K_sa, B_sa, K B⁻¹ and B⁻¹ K, and the share of K B⁻¹'s σ within a factor 2 of 1."""
+    """κ of K_sa, B_sa, K B⁻¹, B⁻¹ K and K M⁻¹ (M: token_blocks), and the share of K B⁻¹'s and of
+    K M⁻¹'s σ within a factor 2 of 1."""
     K = jacond.dense_jacobian(block, X, "K_sa")
     B = jacond.dense_jacobian(block, X, "B_sa")
     right = np.linalg.solve(B.T, K.T).T  # K B⁻¹
     left = np.linalg.solve(B, K)  # B⁻¹ K
     kappa_right, s_right = kappa_and_values(right)
     n, d = X.shape
+    kappa_jacobi, s_jacobi = kappa_and_values(np.linalg.solve(token_blocks(K, n, d).T, K.T).T)  # K M⁻¹
     return {"n": n, "d": d, "heads": block.heads, "nd": n * d, "kappa_K": kappa_and_values(K)[0],
             "kappa_B": kappa_and_values(B)[0], "kappa_K_Binv": kappa_right, "kappa_Binv_K": kappa_and_values(left)[0],
-            "K_Binv_within_2x_of_1": float(np.mean((s_right > 0.5) & (s_right < 2.0)))}
+            "K_Binv_within_2x_of_1": float(np.mean((s_right > 0.5) & (s_right < 2.0))),
+            "kappa_K_Minv": kappa_jacobi, "K_Minv_within_2x_of_1": float(np.mean((s_jacobi > 0.5) & (s_jacobi < 2.0)))}
 
 
 def probe(run_dir, heads):

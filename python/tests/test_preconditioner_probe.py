@@ -46,3 +46,21 @@ def test_the_kappas_obey_submultiplicativity():
     assert row["kappa_K"] / row["kappa_B"] / slack <= row["kappa_K_Binv"] <= row["kappa_K"] * row["kappa_B"] * slack
     assert row["kappa_K"] / row["kappa_B"] / slack <= row["kappa_Binv_K"] <= row["kappa_K"] * row["kappa_B"] * slack
     assert 0 <= row["K_Binv_within_2x_of_1"] <= 1
+    assert row["kappa_K"] / row["kappa_K_Minv"] > 0 and 0 <= row["K_Minv_within_2x_of_1"] <= 1
+
+
+def test_token_blocks_are_the_jacobians_of_each_token_on_itself():
+    """M's block i against the matrix-free operator (the closed-form kernels, not the dense
+    assembly): K e for e a unit direction of token i, read at token i's outputs; zero across tokens."""
+    block, X = block_and_tokens(seed=6)
+    n, d = X.shape
+    M = probe.token_blocks(jacond.dense_jacobian(block, X, "K_sa"), n, d)
+    op = jacond.JacobianOperator(block, X, "K_sa", "none", "full")
+    for i in (0, 3, n - 1):
+        for k in (0, d - 1):
+            dX = np.zeros((n, d))
+            dX[i, k] = 1.0
+            column = op.matvec(dX.ravel(order="F")).reshape((n, d), order="F")
+            got = M[:, i + n * k].reshape((n, d), order="F")
+            assert np.allclose(got[i], column[i], rtol=0, atol=1e-12 * np.abs(column).max())
+            assert not got[np.arange(n) != i].any()
