@@ -52,6 +52,20 @@ def cell_edges(centres):
     return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
 
 
+def mark_cells(ax, alphas, betas, kinds):
+    """"sing." on singular cells; a hatch and "≥" on lower-bound cells (in the lower left corner:
+    a cell's centre may carry a paper's star, the panel's top right the legend)."""
+    a_edges, b_edges = cell_edges(alphas), cell_edges(betas)
+    for (bi, ai) in zip(*np.nonzero(kinds == "singular")):
+        ax.text(alphas[ai], betas[bi], "sing.", ha="center", va="center", fontsize=6, color="black")
+    for (bi, ai) in zip(*np.nonzero(kinds == "lower")):
+        width, height = a_edges[ai + 1] - a_edges[ai], b_edges[bi + 1] - b_edges[bi]
+        ax.add_patch(plt.Rectangle((a_edges[ai], b_edges[bi]), width, height, fill=False, hatch="///",
+                                   edgecolor="white", linewidth=0, alpha=0.6))
+        ax.text(a_edges[ai] + 0.15 * width, b_edges[bi] + 0.2 * height, "≥", ha="center", va="center", fontsize=12,
+                color="white", path_effects=[patheffects.withStroke(linewidth=2, foreground="black")])
+
+
 def panel(ax, sub, matrix, c):
     space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
     sub = sub[sub["space"] == space]
@@ -68,17 +82,7 @@ def panel(ax, sub, matrix, c):
     alphas, betas = grid.columns.to_numpy(dtype=float), grid.index.to_numpy(dtype=float)
     mesh = ax.pcolormesh(alphas, betas, shown, shading="nearest", cmap=cmap,
                          vmin=regular.min() if regular.size else 0.0, vmax=top)
-    a_edges, b_edges = cell_edges(alphas), cell_edges(betas)
-    for (bi, ai) in zip(*np.nonzero(kinds == "singular")):
-        ax.text(alphas[ai], betas[bi], "sing.", ha="center", va="center", fontsize=6, color="black")
-    for (bi, ai) in zip(*np.nonzero(kinds == "lower")):
-        ax.add_patch(plt.Rectangle((a_edges[ai], b_edges[bi]), a_edges[ai + 1] - a_edges[ai],
-                                   b_edges[bi + 1] - b_edges[bi], fill=False, hatch="///", edgecolor="white",
-                                   linewidth=0, alpha=0.6))
-        # In the cell's lower left corner: its centre may carry a paper's star, the top right the legend.
-        ax.text(a_edges[ai] + 0.15 * (a_edges[ai + 1] - a_edges[ai]), b_edges[bi] + 0.2 * (b_edges[bi + 1] - b_edges[bi]),
-                "≥", ha="center", va="center", fontsize=12, color="white",
-                path_effects=[patheffects.withStroke(linewidth=2, foreground="black")])
+    mark_cells(ax, alphas, betas, kinds)
     for a, b, cc, label in PAPER_CHOICES:
         if cc == c and alphas.min() <= a <= alphas.max() and betas.min() <= b <= betas.max():
             ax.plot(a, b, marker="*", ms=12, mec="white", mfc="red", ls="none", label=f"paper: {label}")
