@@ -176,15 +176,31 @@ void print_reports(const std::vector<ConditionReport>& reports) {
   for (const auto& r : reports) {
     const std::string shape = std::to_string(r.rows) + "x" + std::to_string(r.cols);
     const std::string head = r.head < 0 ? "all" : std::to_string(r.head);
-    char kappa[32];
-    if (r.status == Status::kSingular)
-      std::snprintf(kappa, sizeof kappa, ">=%.3e", r.kappa_lo);
-    else
+    // Singular and not-converged rows know only κ ≥ κ_lo (the CSV's kappa of a not-converged row is
+    // the solver's last estimate), and a not-converged σ_min only its upper end: say so. A failed
+    // mixed-precision refinement knows neither ("-").
+    const bool open_bottom = r.status == Status::kSingular || r.status == Status::kNotConverged;
+    const bool sigma_min_bound = r.status == Status::kNotConverged;
+    char kappa[32] = "-", sigma_min[32] = "-";
+    if (!open_bottom)
       std::snprintf(kappa, sizeof kappa, "%.4e", r.kappa);
-    std::printf("%-10s %-16s %-4s %-11s %-26s %-13s %12.4e %12.4e %12s %8lld\n", r.matrix.c_str(), r.space.c_str(),
+    else if (std::isfinite(r.kappa_lo) && r.kappa_lo > 0)
+      std::snprintf(kappa, sizeof kappa, ">=%.3e", r.kappa_lo);
+    if (!sigma_min_bound)
+      std::snprintf(sigma_min, sizeof sigma_min, "%.4e", r.sigma_min);
+    else if (std::isfinite(r.sigma_min) && r.sigma_min > 0)
+      std::snprintf(sigma_min, sizeof sigma_min, "<=%.3e", r.sigma_min);
+    std::printf("%-10s %-16s %-4s %-11s %-26s %-13s %12.4e %12s %12s %8lld\n", r.matrix.c_str(), r.space.c_str(),
                 head.c_str(), shape.c_str(), r.method.c_str(), to_string(r.status).c_str(), r.sigma_max,
-                r.sigma_min, kappa, static_cast<long long>(r.rank));
+                sigma_min, kappa, static_cast<long long>(r.rank));
   }
+}
+
+void warn_not_converged(const std::string& command, size_t open, size_t total) {
+  if (open == 0) return;
+  std::cerr << "jacond " << command << ": " << open << " of " << total
+            << " reports did not converge (status not-converged: only kappa >= kappa_lo is known; raise "
+               "--lanczos-seconds, or --method dense where it fits)\n";
 }
 
 }  // namespace jacond::cli

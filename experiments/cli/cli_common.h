@@ -110,7 +110,12 @@ std::vector<double> parse_range(const std::string& spec, const std::string& flag
 /// Gaussian tokens X ∈ R^{n×d}, entries N(0, 1), from a seed (std::mt19937_64).
 Mat gaussian_tokens(Index n, Index d, uint64_t seed);
 
-/// Prints a fixed-width table of reports to stdout.
+/// Prints a fixed-width table of reports to stdout: κ and σ_min of singular and not-converged rows as
+/// the bounds they are (">=κ_lo", "<=σ_min").
 void print_reports(const std::vector<ConditionReport>& reports);
+
+/// One stderr line when `open` of `total` reports did not converge (only κ ≥ κ_lo is known for
+/// them): sweep and audit exit 0 with such rows (block exits 3), so the console says it.
+void warn_not_converged(const std::string& command, size_t open, size_t total);
 
 }  // namespace jacond::cli

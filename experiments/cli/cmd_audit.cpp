@@ -212,7 +212,7 @@ int run_audit(int argc, char** argv) {
 
   std::optional<models::FashionMnistSplit> test;
   std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
-  size_t rows = 0;
+  size_t rows = 0, not_converged = 0;
   // One progress line per checkpoint (plain lines: the per-layer tables share the terminal).
   Progress progress("audit", audited.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (size_t item = first; item < last; ++item) {
@@ -224,10 +224,12 @@ int run_audit(int argc, char** argv) {
     print_audit(a, path, t, reports);
     for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n";
     rows += reports.size();
+    for (const auto& r : reports) not_converged += r.report.status == Status::kNotConverged;
     record.item(item, reports.size());
     if (audited.size() > 1) progress.advance(fs::path(path).filename().string());
   }
   if (!a.out_dir.empty()) write_audit(a, csv, rows, listed, audited, record, argc, argv);
+  warn_not_converged("audit", not_converged, rows);
   return 0;
 }
 

@@ -138,6 +138,7 @@ int run_sweep(int argc, char** argv) {
   ShardRecord record(a.shard, total);
   Progress progress = Progress::on_stderr("sweep", last - first);
   size_t item = 0;  // the position of (c, beta, alpha, seed) in the unsharded order
+  size_t not_converged = 0;
   for (double c : a.cs)
     for (double beta : a.betas)
       for (double alpha : a.alphas)
@@ -150,7 +151,10 @@ int run_sweep(int argc, char** argv) {
           const std::vector<std::string> knobs = {a.init, fmt(alpha), fmt(beta), fmt(c), std::to_string(s), a.skip,
                                                   std::to_string(a.n), std::to_string(a.d), std::to_string(a.heads),
                                                   fmt(w.effective_logit_scale())};
-          for (const auto& r : block_reports(w, X, a.mode, opt)) table.add(knobs, r);
+          for (const auto& r : block_reports(w, X, a.mode, opt)) {
+            table.add(knobs, r);
+            not_converged += r.status == Status::kNotConverged;
+          }
           record.item(item, table.size() - rows_before);
           progress.advance("alpha=" + fmt(alpha) + " beta=" + fmt(beta) + " c=" + fmt(c) + " seed=" + std::to_string(s));
         }
@@ -159,6 +163,7 @@ int run_sweep(int argc, char** argv) {
   std::cout << "wrote " << a.out_dir << "/sweep.csv (" << table.size() << " rows, " << last - first << " grid points x seeds";
   if (a.shard.active()) std::cout << ": shard " << a.shard.index << "/" << a.shard.count << " of " << total;
   std::cout << ")\n";
+  warn_not_converged("sweep", not_converged, table.size());
   return 0;
 }
 

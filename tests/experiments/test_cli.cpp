@@ -197,6 +197,43 @@ TEST_F(CliTest, BlockLanczosDeviceCudaRunsTheProductsOnTheGpuOrSaysWhyNot_n8_d16
   EXPECT_EQ(contains(device["matrix_free"].get<std::string>(), "cuda"), products_on_gpu) << device.dump();
 }
 
+// A bracket that did not converge knows only κ ≥ κ_lo and σ_min ≤ its upper end; the console table
+// says so (its CSV `kappa` is the solver's last estimate, not κ). `ours` K_sa at n 16, d 32 does not
+// converge even in lanczos's 200 000-product cap (κ ≈ 7e5 with a bottom the Krylov space reaches only
+// when whole, analysis/spectral/gkl.h), so half a second stops it on any machine; exit 3.
+TEST_F(CliTest, NotConvergedRowsAreShownAsBoundsAndCounted_n16_d32_h2) {
+  const std::string out = path("not-converged");
+  const RunResult r = run({"block", "--init", "ours", "--n", "16", "--d", "32", "--heads", "2", "--matrices", "K_sa",
+                           "--method", "lanczos", "--lanczos-seconds", "0.5", "--threads", "1", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 3) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  ASSERT_EQ(csv.rows.size(), 1u);
+  const auto& row = csv.rows[0];
+  ASSERT_EQ(row.at("status"), "not-converged");
+  EXPECT_EQ(row.at("kappa_hi"), "inf");
+  char kappa[32], sigma_min[32];
+  std::snprintf(kappa, sizeof kappa, ">=%.3e", std::stod(row.at("kappa_lo")));
+  std::snprintf(sigma_min, sizeof sigma_min, "<=%.3e", std::stod(row.at("sigma_min")));
+  const size_t line = r.out.find("\nK_sa ");
+  ASSERT_NE(line, std::string::npos) << r.out;
+  const std::string table_row = r.out.substr(line + 1, r.out.find('\n', line + 1) - line - 1);
+  EXPECT_TRUE(contains(table_row, std::string(" ") + kappa + " ")) << table_row << " vs " << kappa;
+  EXPECT_TRUE(contains(table_row, std::string(" ") + sigma_min + " ")) << table_row << " vs " << sigma_min;
+
+  // sweep exits 0 with such rows, and says on stderr how many of its reports they are.
+  const std::string sweep = path("not-converged-sweep");
+  const RunResult s = run({"sweep", "--alpha", "2", "--beta", "0.6", "--c", "3", "--seeds", "1", "--n", "16", "--d", "32",
+                           "--heads", "2", "--method", "lanczos", "--lanczos-seconds", "0.3", "--threads", "1",
+                           "--out", sweep});
+  ASSERT_TRUE(s.exited && s.code == 0) << s.describe();
+  const Csv rows = read_csv(sweep + "/sweep.csv");
+  const auto open = std::count_if(rows.rows.begin(), rows.rows.end(),
+                                  [](const auto& r) { return r.at("status") == "not-converged"; });
+  ASSERT_GE(open, 1);  // K_sa, as above
+  EXPECT_TRUE(contains(s.err, "jacond sweep: " + std::to_string(open) + " of " + std::to_string(rows.rows.size()) +
+                                  " reports did not converge")) << s.err;
+}
+
 TEST_F(CliTest, BlockSkipNoneIsSingularWithExactLnComplement_n8_d16_h2) {
   const std::string out = path("none");
   const RunResult r =
