@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from jacond_plots import sweep  # noqa: E402
+from jacond_plots.common import plotted_kappa  # noqa: E402
 
 
 def row(alpha, beta, seed, status, kappa, kappa_lo):
@@ -75,3 +76,13 @@ def test_the_colour_bar_names_what_the_panel_holds(rows):
 def test_cell_edges():
     assert sweep.cell_edges([0.0, 1.0, 3.0]).tolist() == [-0.5, 0.5, 2.0, 4.0]
     assert sweep.cell_edges([2.0]).tolist() == [1.5, 2.5]
+
+
+def test_plotted_kappa_is_kappa_lo_wherever_only_a_lower_bound_is_known(rows):
+    """What every figure draws (block, audit, training, sweep): κ, or κ_lo for singular and
+    not-converged rows; a table without a status column (older files) still draws κ_lo for κ = inf."""
+    want = np.where(rows["status"].isin(["singular", "not-converged"]), rows["kappa_lo"], rows["kappa"])
+    assert plotted_kappa(rows).tolist() == want.tolist()
+    no_status = rows.drop(columns="status")
+    assert plotted_kappa(no_status).tolist() == np.where(np.isfinite(rows["kappa"]), rows["kappa"],
+                                                         rows["kappa_lo"]).tolist()

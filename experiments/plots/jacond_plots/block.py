@@ -1,8 +1,9 @@
 """`jacond block` (results.csv + run.json): κ of every Jacobian the block reports, on one log axis.
 
 One row per report (matrix, space, head), in the command's order: a dot at κ coloured by status;
-a bar for [κ_lo, κ_hi] where the route gives a bracket (bracket, certified, not-converged); for a
-singular matrix a right-pointing triangle at κ_lo, the only claim (κ ≥ κ_lo). K_mlp / K_ffn
+a bar for [κ_lo, κ_hi] where the route gives a bracket (bracket, certified); for a singular
+matrix, and for a bracket that did not converge (κ_hi unbounded), a right-pointing triangle at
+κ_lo, the only claim (κ ≥ κ_lo). K_mlp / K_ffn
 rows are per-token spectra, softmax / attention rows per head.
 """
 
@@ -49,8 +50,9 @@ def plot(directory, formats):
         mask = (df["status"] == status).to_numpy() & np.isfinite(kappa)
         if not mask.any():
             continue
-        marker = ">" if status == "singular" else "o"
-        name = "singular (κ ≥ κ_lo)" if status == "singular" else status
+        lower_bound = status in ("singular", "not-converged")
+        marker = ">" if lower_bound else "o"
+        name = f"{status} (κ ≥ κ_lo)" if lower_bound else status
         ax.scatter(kappa[mask], y[mask], color=colour, marker=marker, s=36, zorder=3, label=name)
         span = mask & np.isfinite(lo) & np.isfinite(hi) & (hi > lo * (1 + 1e-12))
         if span.any():

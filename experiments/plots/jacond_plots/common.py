@@ -80,10 +80,14 @@ def caption(fig, directory, extra=""):
 
 
 def plotted_kappa(df):
-    """κ to draw: κ itself, or κ_lo (a lower bound) where the status is singular (κ = inf)."""
+    """κ to draw: κ itself, or κ_lo, the only claim (κ ≥ κ_lo), where the row is singular (κ = inf)
+    or not converged (its κ column is the solver's last estimate, not κ)."""
     kappa = pd.to_numeric(df["kappa"], errors="coerce").to_numpy(dtype=float)
     lo = pd.to_numeric(df["kappa_lo"], errors="coerce").to_numpy(dtype=float)
-    return np.where(np.isfinite(kappa), kappa, lo)
+    bound = ~np.isfinite(kappa)
+    if "status" in df.columns:
+        bound |= (df["status"] == "not-converged").to_numpy()
+    return np.where(bound, lo, kappa)
 
 
 def kappa_scale(ax, values, label="κ"):

@@ -33,8 +33,8 @@ def cell_grid(sub):
     log10 κ, and each cell's kind, "singular" (a seed singular: grey, off the scale), "lower" (a seed
     not converged: its κ_lo enters the median, which is then a lower bound) or "value"."""
     status = sub["status"]
-    drawn = np.where(status == "not-converged", pd.to_numeric(sub["kappa_lo"], errors="coerce"), plotted_kappa(sub))
-    cells = sub.assign(log_kappa=np.log10(drawn), singular=status == "singular", lower=status == "not-converged")
+    cells = sub.assign(log_kappa=np.log10(plotted_kappa(sub)), singular=status == "singular",
+                       lower=status == "not-converged")
     by_cell = cells.groupby(["beta", "alpha"])
     grid = by_cell["log_kappa"].median().unstack("alpha").sort_index().sort_index(axis=1)
     def flag(column):
