@@ -285,11 +285,18 @@ def verdicts(slopes, acc, kappas, control, eps_table, overhead):
     k = kappas.set_index(["skip", "init", "optimizer"])
     with_skip = k[k.index.get_level_values("skip").isin(["full", "w/o FFN skip"])]["ln κ SAB out, end"]
     without = k[k.index.get_level_values("skip").isin(["w/o SAB skip", "no skips"])]["ln κ SAB out, end"]
-    ffn_end = k[k.index.get_level_values("skip").isin(["full", "w/o SAB skip"])]["ln κ FFN out, end"]
+    ffn_skip = k[k.index.get_level_values("skip").isin(["full", "w/o SAB skip"])]
+    ffn_end = ffn_skip["ln κ FFN out, end"]
+    def singular_share(column, runs):  # a singular report enters the medians at ln κ_lo: say how many
+        lo, hi = f"{runs[column].min():.0f}", f"{runs[column].max():.0f}"
+        return "" if hi == "0" else f" ({lo if lo == hi else lo + '–' + hi} % of the reports singular, at ln κ_lo)"
+    without_runs = k[k.index.get_level_values("skip").isin(["w/o SAB skip", "no skips"])]
     rows.append({"claim": "without the SAB skip, κ of the SAB outputs reaches ≈ e⁶; with it, ≈ e³",
                  "here": f"ln κ(SAB out) at the end {with_skip.min():.1f}–{with_skip.max():.1f} with the skip, "
-                         f"{without.min():.1f}–{without.max():.1f} without; FFN block outputs with their skip "
-                         f"{ffn_end.min():.1f}–{ffn_end.max():.1f}",
+                         f"{without.min():.1f}–{without.max():.1f} without"
+                         + singular_share("SAB out singular, end (%)", without_runs)
+                         + f"; FFN block outputs with their skip {ffn_end.min():.1f}–{ffn_end.max():.1f}"
+                         + singular_share("FFN out singular, end (%)", ffn_skip),
                  "holds": "direction yes" if without.median() > with_skip.median() else "no"})
     c = control.set_index(["skip", "optimizer"])["accuracy (%)"]
     changes = {opt: c.get(("none", opt)) - c.get(("full", opt)) for opt in control["optimizer"].unique()
