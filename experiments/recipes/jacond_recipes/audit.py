@@ -42,6 +42,9 @@ def median_kappa(at, matrix):
     if (sub["space"] == "ln-complement").any():
         sub = sub[sub["space"] == "ln-complement"]
     singular = int((sub["status"] == "singular").sum())
+    open_rows = int((sub["status"] == "not-converged").sum())  # only κ ≥ κ_lo known: no median to give
+    if open_rows:
+        return f"? ({open_rows}/{len(sub)} not converged)"
     return f"{sub['kappa'].median():.3g}" + (f" ({singular}/{len(sub)} singular)" if singular else "")
 
 

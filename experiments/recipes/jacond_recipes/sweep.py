@@ -26,7 +26,9 @@ def kappa_rows(df, matrix):
 def sensitivity(df, matrix):
     """Median κ over seeds at each grid point near (α, β, c) = (2, 0.6, 3), and across c at (2, 0.6)."""
     sub, space = kappa_rows(df, matrix)
-    med = sub.groupby(["alpha", "beta", "c"])["kappa"].median()
+    # A not-converged row knows only κ ≥ κ_lo: it makes its grid point unknown (NaN), never a value.
+    kappa = sub["kappa"].where(sub["status"] != "not-converged")
+    med = sub.assign(kappa=kappa).groupby(["alpha", "beta", "c"])["kappa"].agg(lambda v: v.median(skipna=False))
     near = med[((med.index.get_level_values("alpha") - 2).__abs__() <= 0.5 + 1e-9) &
                ((med.index.get_level_values("beta") - 0.6).__abs__() <= 0.5 + 1e-9) &
                (med.index.get_level_values("c") == 3)]
@@ -34,7 +36,8 @@ def sensitivity(df, matrix):
     nearest_beta = betas[np.abs(betas - 0.6).argmin()]
     at_choice_c = med[np.isclose(med.index.get_level_values("alpha"), 2) & np.isclose(betas, nearest_beta)]
     row = {"matrix": matrix + ("" if space == "full" else " (LN⊥)"), "points near (2, 0.6, 3)": len(near),
-           "min median κ": near.min() if len(near) else np.nan, "max median κ": near.max() if len(near) else np.nan,
+           "min median κ": near.min(skipna=False) if len(near) else np.nan,
+           "max median κ": near.max(skipna=False) if len(near) else np.nan,
            "whole grid: min": med.min(), "whole grid: max": med.max()}
     row["ratio near the choice"] = row["max median κ"] / row["min median κ"]
     row[f"ratio across c at (2, {nearest_beta:g})"] = at_choice_c.max() / at_choice_c.min() if len(at_choice_c) > 1 else np.nan
@@ -76,7 +79,7 @@ along the grid).""")
     for _, row in table.iterrows():
         ratio = row["ratio near the choice"]
         if not np.isfinite(ratio):
-            verdicts.append(f"- {row['matrix']}: the grid does not resolve the neighbourhood (or a point there is singular).")
+            verdicts.append(f"- {row['matrix']}: the grid does not resolve the neighbourhood (or a point there is singular or did not converge).")
         else:
             verdicts.append(f"- {row['matrix']}: within ±0.5 of α = 2, β = 0.6 at c = 3 the median κ moves "
                             f"{ratio:.3g}× ({row['min median κ']:.3g} to {row['max median κ']:.3g}): "

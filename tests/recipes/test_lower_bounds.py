@@ -1,0 +1,36 @@
+"""The recipes' summaries never take a not-converged row's `kappa` (the solver's last estimate; only
+κ ≥ κ_lo is known) as a κ: the sweep's sensitivity verdict and the audit's per-checkpoint median."""
+
+import numpy as np
+import pandas as pd
+
+from jacond_recipes import audit, sweep
+
+
+def sweep_rows(status_at_choice):
+    """A 3 × 3 grid around (α, β) = (2, 0.6) at c = 3, κ growing along α; the paper's point has
+    `status_at_choice` with an estimate that would make the neighbourhood look flat."""
+    rows = []
+    for alpha in (1.5, 2.0, 2.5):
+        for beta in (0.1, 0.6, 1.1):
+            at_choice = alpha == 2.0 and beta == 0.6
+            rows.append(dict(alpha=alpha, beta=beta, c=3.0, seed=0, matrix="K_sa", space="full",
+                             status=status_at_choice if at_choice else "exact",
+                             kappa=1e3 if at_choice else 10 ** (2 * alpha), kappa_lo=1e2 if at_choice else 10 ** (2 * alpha)))
+    return pd.DataFrame(rows)
+
+
+def test_sensitivity_is_undecided_where_a_point_near_the_choice_did_not_converge():
+    decided = sweep.sensitivity(sweep_rows("exact"), "K_sa")
+    assert decided["ratio near the choice"] == 10 ** 5 / 10 ** 3
+    undecided = sweep.sensitivity(sweep_rows("not-converged"), "K_sa")
+    assert undecided["points near (2, 0.6, 3)"] == 9
+    assert np.isnan(undecided["ratio near the choice"])
+
+
+def test_the_audit_median_is_withheld_when_a_layer_did_not_converge():
+    at = pd.DataFrame(dict(matrix="K_sa", space="full", status=["exact", "exact", "singular"],
+                           kappa=[10.0, 30.0, np.inf]))
+    assert audit.median_kappa(at, "K_sa") == "30 (1/3 singular)"
+    at.loc[0, "status"] = "not-converged"
+    assert audit.median_kappa(at, "K_sa") == "? (1/3 not converged)"
