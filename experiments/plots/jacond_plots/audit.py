@@ -4,7 +4,8 @@ One panel per matrix in the audit (data-dependent: K_sa, K_sab, softmax, …; --
 weight products W^V W^O, W^Q_h W^K_hᵀ and every weight matrix): κ against the checkpoint's
 training step, one line per layer (median over probes and heads, the band their min–max), on a
 log scale. An audit of a single checkpoint draws κ against the layer instead. Singular rows are
-drawn at κ_lo with hollow markers (κ ≥ κ_lo is all that is known); not-converged rows are left out.
+drawn at κ_lo with hollow markers (κ ≥ κ_lo is all that is known); not-converged rows are left out
+and counted in the panel's title.
 """
 
 import matplotlib.pyplot as plt
@@ -14,17 +15,28 @@ from .common import caption, kappa_scale, plotted_kappa, read_csv, require_colum
 COLUMNS = ["checkpoint", "step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
 
 
-def rows_to_draw(df, matrix):
+def matrix_rows(df, matrix):
+    """Every report of `matrix`, on the LN complement where reported (skipless K_sab is singular on the
+    whole space by construction)."""
     sub = df[df["matrix"] == matrix]
-    if (sub["space"] == "ln-complement").any():
-        sub = sub[sub["space"] == "ln-complement"]
+    return sub[sub["space"] == "ln-complement"] if (sub["space"] == "ln-complement").any() else sub
+
+
+def rows_to_draw(df, matrix):
+    sub = matrix_rows(df, matrix)
     sub = sub[sub["status"] != "not-converged"].copy()
     sub["drawn"] = plotted_kappa(sub)
     sub["singular"] = sub["status"] == "singular"
     return sub
 
 
-def panel(ax, sub, matrix, over_steps):
+def left_out(df, matrix):
+    """The not-converged reports of `matrix`: no κ to draw, and the lines' medians are over the rest
+    (biased low: the rows left out are the ill-conditioned ones), so the panel says how many."""
+    return int((matrix_rows(df, matrix)["status"] == "not-converged").sum())
+
+
+def panel(ax, sub, matrix, over_steps, omitted=0):
     x = "step" if over_steps else "layer"
     groups = sub.groupby("layer") if over_steps else [(None, sub)]
     colours = plt.get_cmap("viridis")
@@ -42,7 +54,8 @@ def panel(ax, sub, matrix, over_steps):
     kappa_scale(ax, sub["drawn"])
     ax.set_xlabel("training step of the checkpoint" if over_steps else "layer")
     space = sub["space"].iloc[0]
-    ax.set_title(f"κ({matrix})" + ("" if space == "full" else f" on {space}"), fontsize=9)
+    ax.set_title(f"κ({matrix})" + ("" if space == "full" else f" on {space}")
+                 + (f"\n{omitted} not-converged reports left out" if omitted else ""), fontsize=9)
     ax.grid(alpha=0.3, which="both")
 
 
@@ -56,7 +69,7 @@ def plot(directory, formats):
     rows = -(-len(matrices) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.8 * rows + 0.6), squeeze=False)
     for ax, matrix in zip(axes.flat, matrices):
-        panel(ax, rows_to_draw(df, matrix), matrix, over_steps)
+        panel(ax, rows_to_draw(df, matrix), matrix, over_steps, left_out(df, matrix))
     for ax in list(axes.flat)[len(matrices):]:
         ax.set_axis_off()
     if over_steps:

@@ -66,16 +66,19 @@ def read_train_log(directory):
 
 def kappa_rows(cond, matrix):
     """The rows of `matrix` to draw: whole-matrix reports (head 'all'), on the LN complement when
-    reported there, with the κ to plot (κ_lo for singular) in column `drawn`."""
+    reported there, with the κ to plot (κ_lo for singular) in column `drawn`; and how many
+    not-converged reports were left out (no κ to draw)."""
     sub = cond[(cond["matrix"] == matrix) & (cond["head"].astype(str).isin(["all", "-1"]))]
     space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
-    sub = sub[(sub["space"] == space) & (sub["status"] != "not-converged")].copy()
+    sub = sub[sub["space"] == space]
+    omitted = int((sub["status"] == "not-converged").sum())  # no κ to draw; the title counts them
+    sub = sub[sub["status"] != "not-converged"].copy()
     sub["drawn"] = plotted_kappa(sub)
-    return sub, space
+    return sub, space, omitted
 
 
 def layer_step_heatmap(ax, cond, matrix, fig):
-    sub, space = kappa_rows(cond, matrix)
+    sub, space, omitted = kappa_rows(cond, matrix)
     if sub.empty:
         ax.set_axis_off()
         return
@@ -93,7 +96,8 @@ def layer_step_heatmap(ax, cond, matrix, fig):
     ax.set_xlabel("training step")
     ax.set_ylabel("layer")
     where = "" if space == "full" else " on LN⊥"
-    ax.set_title(f"log10 κ({matrix}){where}" + ("  (hatched: singular, at κ_lo)" if singular.any() else ""), fontsize=9)
+    ax.set_title(f"log10 κ({matrix}){where}" + ("  (hatched: singular, at κ_lo)" if singular.any() else "")
+                 + (f"\n{omitted} not-converged reports left blank" if omitted else ""), fontsize=9)
     fig.colorbar(mesh, ax=ax, label="log10 κ (median over probes)")
 
 

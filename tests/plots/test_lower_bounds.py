@@ -1,8 +1,11 @@
-"""jacond_plots.sweep's heatmap against hand-built rows: what each cell is drawn as.
+"""jacond_plots against hand-built rows: what a figure draws where only a lower bound of κ is known.
+
+The sweep's heatmap: what each cell is drawn as.
 
 A not-converged row says only κ ≥ κ_lo (its `kappa` column is the solver's last estimate, which
 the rows below set far from κ_lo on purpose): its cell must take κ_lo into the median, be hatched
-and marked "≥", never coloured as a κ. A singular seed makes its cell grey and "sing."."""
+and marked "≥", never coloured as a κ. A singular seed makes its cell grey and "sing.". The audit's and the
+training's panels leave not-converged reports out and say how many."""
 
 import matplotlib
 
@@ -86,3 +89,22 @@ def test_plotted_kappa_is_kappa_lo_wherever_only_a_lower_bound_is_known(rows):
     no_status = rows.drop(columns="status")
     assert plotted_kappa(no_status).tolist() == np.where(np.isfinite(rows["kappa"]), rows["kappa"],
                                                          rows["kappa_lo"]).tolist()
+
+
+def test_audit_and_training_panels_count_the_not_converged_reports_they_leave_out():
+    from jacond_plots import audit, training
+    df = pd.DataFrame(dict(checkpoint="c", step=[0, 0, 100, 100], probe=0, layer=[0, 1, 0, 1], matrix="K_sa",
+                           space="full", head="all", status=["exact", "not-converged", "exact", "exact"],
+                           kappa=[10.0, 1e9, 20.0, 30.0], kappa_lo=[10.0, 5.0, 20.0, 30.0]))
+    assert audit.left_out(df, "K_sa") == 1
+    assert audit.rows_to_draw(df, "K_sa")["status"].tolist() == ["exact"] * 3
+    fig, ax = plt.subplots()
+    audit.panel(ax, audit.rows_to_draw(df, "K_sa"), "K_sa", True, audit.left_out(df, "K_sa"))
+    assert ax.get_title().endswith("\n1 not-converged reports left out")
+    sub, space, omitted = training.kappa_rows(df, "K_sa")
+    assert (space, omitted, len(sub)) == ("full", 1, 3)
+    fig2, ax2 = plt.subplots()
+    training.layer_step_heatmap(ax2, df, "K_sa", fig2)
+    assert ax2.get_title().endswith("\n1 not-converged reports left blank")
+    plt.close(fig)
+    plt.close(fig2)
