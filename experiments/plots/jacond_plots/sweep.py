@@ -38,7 +38,7 @@ def cell_grid(sub):
     by_cell = cells.groupby(["beta", "alpha"])
     grid = by_cell["log_kappa"].median().unstack("alpha").sort_index().sort_index(axis=1)
     def flag(column):
-        return by_cell[column].any().unstack("alpha").reindex_like(grid).fillna(False).to_numpy(dtype=bool)
+        return by_cell[column].any().unstack("alpha").reindex_like(grid).eq(True).to_numpy()
     kinds = np.where(flag("singular"), "singular", np.where(flag("lower"), "lower", "value"))
     return grid, kinds
 

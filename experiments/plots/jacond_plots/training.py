@@ -85,7 +85,7 @@ def layer_step_heatmap(ax, cond, matrix, fig):
     sub["log_kappa"] = np.log10(sub["drawn"])
     grid = sub.groupby(["layer", "step"])["log_kappa"].median().unstack("step").sort_index()
     singular = (sub.assign(s=sub["status"] == "singular").groupby(["layer", "step"])["s"].any().unstack("step")
-                .reindex_like(grid).fillna(False).to_numpy(dtype=bool))
+                .reindex_like(grid).eq(True).to_numpy())
     steps, layers = grid.columns.to_numpy(), grid.index.to_numpy()
     mesh = ax.pcolormesh(np.arange(len(steps)), layers, grid.to_numpy(), shading="nearest", cmap="viridis")
     for li, si in zip(*np.nonzero(singular)):
