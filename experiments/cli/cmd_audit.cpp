@@ -222,9 +222,11 @@ int run_audit(int argc, char** argv) {
       std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
     const std::vector<models::LayerReport> reports = audit_one(a, path, t, test);
     print_audit(a, path, t, reports);
-    for (const auto& r : reports) csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n";
+    for (const auto& r : reports) {
+      csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n";
+      not_converged += r.report.status == Status::kNotConverged;
+    }
     rows += reports.size();
-    for (const auto& r : reports) not_converged += r.report.status == Status::kNotConverged;
     record.item(item, reports.size());
     if (audited.size() > 1) progress.advance(fs::path(path).filename().string());
   }

@@ -284,13 +284,13 @@ def verdicts(slopes, acc, kappas, control, eps_table, overhead):
                           + (", ".join(sab_worse) if sab_worse else "none")})
     k = kappas.set_index(["skip", "init", "optimizer"])
     with_skip = k[k.index.get_level_values("skip").isin(["full", "w/o FFN skip"])]["ln κ SAB out, end"]
-    without = k[k.index.get_level_values("skip").isin(["w/o SAB skip", "no skips"])]["ln κ SAB out, end"]
+    without_runs = k[k.index.get_level_values("skip").isin(["w/o SAB skip", "no skips"])]
+    without = without_runs["ln κ SAB out, end"]
     ffn_skip = k[k.index.get_level_values("skip").isin(["full", "w/o SAB skip"])]
     ffn_end = ffn_skip["ln κ FFN out, end"]
     def singular_share(column, runs):  # a singular report enters the medians at ln κ_lo: say how many
         lo, hi = f"{runs[column].min():.0f}", f"{runs[column].max():.0f}"
         return "" if hi == "0" else f" ({lo if lo == hi else lo + '–' + hi} % of the reports singular, at ln κ_lo)"
-    without_runs = k[k.index.get_level_values("skip").isin(["w/o SAB skip", "no skips"])]
     rows.append({"claim": "without the SAB skip, κ of the SAB outputs reaches ≈ e⁶; with it, ≈ e³",
                  "here": f"ln κ(SAB out) at the end {with_skip.min():.1f}–{with_skip.max():.1f} with the skip, "
                          f"{without.min():.1f}–{without.max():.1f} without"
