@@ -26,6 +26,7 @@ struct AttentionHeadFactors {
   const Mat* A = nullptr;  // A_h, n × n
   Mat C;                   // W^V_h W^O_h, d × d (B term)
   Mat P, R, U;             // V_h W^O_h, A_h P, Q_h W^K_hᵀ, n × d (E term through K)
+  Mat Kq, AKq;             // K_h W^Q_hᵀ, A_h Kq, n × d (E term through Q)
 };
 
 }  // namespace
@@ -34,6 +35,11 @@ struct AttentionHeadFactors {
 //   B:          Σ_h C_h[b, a] · A_h[i, l]                                  ((W^V_h W^O_h)ᵀ ⊗ A_h)
 //   E through K: Σ_h s · A_h[i, l] U_h[i, b] · (P_h[l, a] − R_h[i, a])
 //   E through Q: for i = l only, D_l[a, b],  D_i = Σ_h s · [P_hᵀ diag(p_i) Kq_h − R_h[i,:]ᵀ (p_iᵀ Kq_h)]
+//                = Σ_h s · (P_h − 1 R_h[i,:])ᵀ diag(p_i) (Kq_h − 1 (p_iᵀ Kq_h))   (p_i sums to 1)
+// Both E terms are formed from differences (P[l,:] − R[i,:], and the centred form of D_i: the
+// p_i-weighted covariance of P's and Kq's rows), never as a difference of two products scaled by s:
+// where a softmax row saturates (p_i one-hot) each is exactly 0, as ∂A/∂Y is, and a large s cannot
+// turn the rounding of two huge products into an E that swamps B (at s = 1e20 K came out 0).
 // Each column is written once with every head's terms while it is in cache (K is 45.8 GB at
 // ViT-S, so passes over it, not flops, are the cost), and the column blocks b are independent, so
 // they run on get_threads() threads (parallel_for) with a result that does not depend on the count.
@@ -57,11 +63,16 @@ Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> assemble_attention_jacobia
     f.P = c.V.middleCols(h * dh, dh) * Woh;
     f.R = *f.A * f.P;
     f.U = c.Q.middleCols(h * dh, dh) * w.Wk.middleCols(h * dh, dh).transpose();
-    const Mat Kq = c.K.middleCols(h * dh, dh) * w.Wq.middleCols(h * dh, dh).transpose();  // n × d
-    const Mat AKq = *f.A * Kq;  // row i = p_iᵀ Kq
-    for (Index i = 0; i < n; ++i)
-      D[i] += s * (f.P.transpose() * f.A->row(i).transpose().asDiagonal() * Kq - f.R.row(i).transpose() * AKq.row(i));
+    f.Kq = c.K.middleCols(h * dh, dh) * w.Wq.middleCols(h * dh, dh).transpose();
+    f.AKq = *f.A * f.Kq;  // row i = p_iᵀ Kq
   }
+  if (with_e)  // each D_i by one thread, heads in order: the same bits for any thread count
+    parallel_for(n, [&](std::int64_t i) {
+      for (const AttentionHeadFactors& f : heads) {
+        const Mat P_centred = f.P.rowwise() - f.R.row(i), Kq_centred = f.Kq.rowwise() - f.AKq.row(i);
+        D[i].noalias() += s * (P_centred.transpose() * f.A->row(i).transpose().asDiagonal() * Kq_centred);
+      }
+    });
 
   Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> K(N, N);  // every column is set below
   parallel_for(d, [&](std::int64_t b) {
@@ -80,12 +91,13 @@ Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> assemble_attention_jacobia
           col.noalias() += f.A->col(l).lazyProduct(f.C.row(b));
           continue;
         }
+        // E through K: wgt_i (P[l,:] − R[i,:]), the difference taken before the scaling (above).
         wgt = s * f.A->col(l).cwiseProduct(f.U.col(b));  // over i
+        const auto e_through_k = ((-f.R).rowwise() + f.P.row(l)).array().colwise() * wgt.array();
         if (with_b)
-          col.noalias() += f.A->col(l).lazyProduct(f.C.row(b)) + wgt.lazyProduct(f.P.row(l)) -
-                           (f.R.array().colwise() * wgt.array()).matrix();
+          col.noalias() += f.A->col(l).lazyProduct(f.C.row(b)) + e_through_k.matrix();
         else
-          col.noalias() += wgt.lazyProduct(f.P.row(l)) - (f.R.array().colwise() * wgt.array()).matrix();
+          col.noalias() += e_through_k.matrix();
       }
       if (with_e) col.row(l) += D[l].col(b).transpose();
       if constexpr (!std::is_same_v<Scalar, double>) K.col(l + b * n) = Eigen::Map<const Vec>(column, N).cast<Scalar>();

@@ -300,6 +300,23 @@ TEST(BlockWeights, ValidateNamesTheProblem) {
   EXPECT_THROW(bad.validate(), std::invalid_argument);
 }
 
+
+// A saturated softmax (a huge logit scale: every row of every A_h one-hot in fp64) cannot move, so
+// ∂A/∂Y = 0 exactly: E_sa = 0 and K_sa = B_sa. The E terms must cancel within themselves; formed as
+// s·(product) − s·(product), their rounding at s = 1e20 swamped B and K_sa came out as 0.
+TEST(SaturatedAttention, KIsExactlyTheValuePathB) {
+  SCOPED_TRACE("seeds 42 (weights), 43 (tokens), logit_scale 1e20");
+  const BlockWeights w = test::random_block(8, 2, 16, 42, 1e20);
+  const Mat X = test::random_tokens(6, 8, 43);
+  const AttentionCache c = attention_forward(w, X);
+  for (const Mat& A : c.A)  // the premise: one-hot rows, exactly
+    for (Index i = 0; i < A.rows(); ++i) ASSERT_EQ(A.row(i).maxCoeff(), 1.0) << "row " << i;
+  const Mat K = attention_jacobian(w, c), B = attention_jacobian(w, c, AttentionPart::kB);
+  EXPECT_EQ(attention_jacobian(w, c, AttentionPart::kE).norm(), 0.0);
+  ASSERT_GT(B.norm(), 0.0);
+  EXPECT_LT(rel_error(K, B), test::kSameMathRounding);
+  EXPECT_LT(rel_error(operator_to_dense(AttentionJacobianOp(w, c, AttentionPart::kFull)), B), test::kSameMathRounding);
+}
 }  // namespace
 }  // namespace jacond
 
