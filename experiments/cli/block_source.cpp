@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
@@ -11,6 +13,7 @@
 #include "models/track/bridge.h"
 #include "models/init/init.h"
 #include "models/io/safetensors.h"
+#include "models/vit/vit.h"
 
 namespace jacond::cli {
 
@@ -26,7 +29,8 @@ void BlockSource::add_options(po::options_description& desc) {
       ("seed", po::value(&seed)->default_value(seed), "seed of the weights and of the Gaussian tokens")
       ("n", po::value(&n)->default_value(n), "tokens (init mode)")
       ("d", po::value(&d)->default_value(d), "embedding dimension (init mode)")
-      ("heads", po::value(&heads)->default_value(heads), "attention heads")
+      ("heads", po::value(&heads)->default_value(heads),
+       "attention heads; 0: 2 in init mode, with --weights the file's jacond config (required without one)")
       ("mlp-ratio", po::value(&mlp_ratio)->default_value(mlp_ratio), "MLP hidden width / d (init mode)")
       ("weights", po::value(&weights), "timm-named safetensors file (instead of --init)")
       ("layer", po::value(&layer)->default_value(layer), "block index in --weights (blocks.{layer}.*)")
@@ -38,7 +42,7 @@ void BlockSource::add_options(po::options_description& desc) {
 void BlockSource::validate() const {
   if (!(logit_scale >= 0) || !std::isfinite(logit_scale))
     throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(logit_scale));
-  if (heads < 1) throw std::invalid_argument("--heads must be >= 1, got " + std::to_string(heads));
+  if (heads < 0) throw std::invalid_argument("--heads must be >= 1 (0: the default), got " + std::to_string(heads));
   if (from_files()) {
     if (tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");
     if (layer < 0) throw std::invalid_argument("--layer must be >= 0, got " + std::to_string(layer));
@@ -48,8 +52,8 @@ void BlockSource::validate() const {
   if (!tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
   if (n < 2) throw std::invalid_argument("--n must be at least 2, got " + std::to_string(n));
   if (d < 1 || mlp_ratio < 1) throw std::invalid_argument("--d and --mlp-ratio must be >= 1");
-  if (d % heads != 0)
-    throw std::invalid_argument("--d " + std::to_string(d) + " is not divisible by --heads " + std::to_string(heads));
+  if (d % init_heads() != 0)
+    throw std::invalid_argument("--d " + std::to_string(d) + " is not divisible by --heads " + std::to_string(init_heads()));
   models::parse_init_scheme(init);  // throws naming the value
   if (mlp_init != "default") models::parse_mlp_init(mlp_init);
   for (const auto& [flag, v] : {std::pair{"--alpha", alpha}, {"--beta", beta}, {"--c", c}})
@@ -78,19 +82,52 @@ BlockWeights init_weights(const std::string& init, double alpha, double beta, do
                                  logit_scale);
 }
 
+namespace {
+
+struct FileArchitecture {
+  int64_t heads = 0;
+  double ln_eps = 1e-6;
+};
+
+// What the tensors alone cannot say: the head count (and LayerNorm's eps). A checkpoint jacond
+// wrote carries them in its "config" metadata; a --heads that contradicts it is refused (analysing
+// a 6-head block as 2 heads gives a valid-looking, wrong κ); a file without it needs --heads.
+FileArchitecture file_architecture(const BlockSource& src, const std::map<std::string, std::string>& meta) {
+  const auto it = meta.find("config");
+  if (it == meta.end()) {
+    if (src.heads == 0)
+      throw std::invalid_argument(src.weights + " has no jacond config metadata: pass --heads (the block's head count)");
+    return {src.heads, 1e-6};
+  }
+  models::ViTConfig cfg;
+  try {
+    cfg = models::ViTConfig::from_json(nlohmann::json::parse(it->second));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(src.weights + ": malformed 'config' metadata: " + e.what());
+  }
+  if (src.heads != 0 && src.heads != cfg.heads)
+    throw std::invalid_argument("--heads " + std::to_string(src.heads) + " contradicts " + src.weights +
+                                "'s config (heads " + std::to_string(cfg.heads) + "); drop --heads");
+  return {cfg.heads, cfg.ln_eps};
+}
+
+}  // namespace
+
 LoadedBlock load_block(const BlockSource& src) {
   LoadedBlock out;
   if (!src.from_files()) {
     if (!src.tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
     if (src.n < 2) throw std::invalid_argument("--n must be at least 2");
-    out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.heads,
+    out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.init_heads(),
                                src.mlp_ratio * src.d, src.logit_scale);
     out.tokens = gaussian_tokens(src.n, src.d, src.seed ^ 0x5eedULL);
     return out;
   }
   if (src.tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");
-  const models::TensorMap w = models::load_safetensors(src.weights);
-  out.weights = models::block_from_timm(w, src.layer, src.heads, src.logit_scale);
+  std::map<std::string, std::string> meta;
+  const models::TensorMap w = models::load_safetensors(src.weights, &meta);
+  const FileArchitecture arch = file_architecture(src, meta);
+  out.weights = models::block_from_timm(w, src.layer, arch.heads, src.logit_scale, arch.ln_eps);
   const models::TensorMap t = models::load_safetensors(src.tokens);
   const auto it = t.find("tokens");
   if (it == t.end()) throw std::invalid_argument(src.tokens + ": no tensor named `tokens`");

@@ -16,7 +16,9 @@ struct BlockSource {
   double alpha = 2.0, beta = 0.6, c = 3.0;
   std::string mlp_init = "default";  // default | timm | dks
   uint64_t seed = 0;
-  int64_t n = 16, d = 32, heads = 2, mlp_ratio = 4;
+  int64_t n = 16, d = 32, mlp_ratio = 4;
+  int64_t heads = 0;  // 0: 2 in init mode; with --weights, from the file's jacond config
+  int64_t init_heads() const { return heads ? heads : 2; }
   // from files
   std::string weights, tokens;
   int64_t layer = 0;

@@ -319,6 +319,37 @@ TEST_F(CliTest, BlockFromFilesAgreesWithLibrary_n8_d16_h2) {
   EXPECT_NEAR(got, lib.kappa, 1e-9 * lib.kappa) << "CLI kappa(K_sa) = " << cli_kappa << ", library = " << lib.kappa;
 }
 
+// A checkpoint jacond wrote says its head count in its "config" metadata: `block --weights` reads it
+// (the default --heads 2 analysed a 4-head block as 2 heads, a valid-looking wrong κ, exit 0), a
+// contradicting --heads is refused, and a file without a config needs --heads.
+TEST_F(CliTest, BlockFromFilesTakesTheHeadCountFromTheCheckpointConfig_n8_d16_h4) {
+  const int64_t n = 8, d = 16, heads = 4;
+  const std::string wfile = path("w.safetensors"), bare = path("bare.safetensors"), tfile = path("t.safetensors");
+  const jacond::models::TensorMap t = write_weights(bare, d, heads);
+  jacond::models::ViTConfig cfg;
+  cfg.dim = d, cfg.heads = heads, cfg.depth = 1;
+  jacond::models::save_safetensors(wfile, t, {{"config", cfg.to_json().dump()}});
+  const jacond::Mat X = jacond::test::random_tokens(n, d, 11);
+  write_tokens(tfile, X);
+
+  const std::string out = path("from-config");
+  const RunResult r = run({"block", "--weights", wfile, "--tokens", tfile, "--matrices", "K_sa", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv csv = read_csv(out + "/results.csv");
+  ASSERT_EQ(csv.rows.size(), 1u);
+  EXPECT_EQ(csv.rows[0].at("heads"), "4");
+  const jacond::BlockWeights w = jacond::models::block_from_timm(t, 0, heads);
+  const jacond::Mat Y = jacond::layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps).y;
+  const jacond::ConditionReport lib =
+      jacond::condition_svd(jacond::attention_jacobian(w, jacond::attention_forward(w, Y)), "K_sa");
+  EXPECT_NEAR(to_double(csv.rows[0].at("kappa")), lib.kappa, 1e-9 * lib.kappa);
+
+  expect_one_line_error({"block", "--weights", wfile, "--tokens", tfile, "--heads", "2", "--out", path("contra")},
+                        {"--heads 2", "contradicts", "heads 4"}, path("contra") + "/results.csv");
+  expect_one_line_error({"block", "--weights", bare, "--tokens", tfile, "--out", path("bare-out")},
+                        {"bare.safetensors", "no jacond config", "--heads"}, path("bare-out") + "/results.csv");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input: one-line error, nonzero exit, nothing written.
 
