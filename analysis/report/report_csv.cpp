@@ -41,7 +41,7 @@ std::string count(Index c) { return c < 0 ? std::string() : std::to_string(c); }
 std::string report_csv_fields(const ConditionReport& r) {
   const auto& f = format_number;
   std::ostringstream os;
-  os << r.matrix << ',' << r.space << ',' << (r.head < 0 ? std::string("all") : std::to_string(r.head)) << ','
+  os << csv_escape(r.matrix) << ',' << r.space << ',' << (r.head < 0 ? std::string("all") : std::to_string(r.head)) << ','
      << r.rows << ',' << r.cols << ',' << r.dtype << ',' << r.method << ',' << to_string(r.status) << ','
      << f(r.sigma_max) << ',' << f(r.sigma_min) << ',' << f(r.kappa) << ',' << f(r.kappa_lo) << ','
      << f(r.kappa_hi) << ',' << r.rank << ',' << r.products << ',' << f(r.seconds) << ','

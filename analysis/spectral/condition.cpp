@@ -206,7 +206,7 @@ void finish_extremes_report(ConditionReport& r) {
   // Rank is not available without the full spectrum: report the lower bound we know (full rank
   // if σ_min is above the floor).
   r.rank = r.status == Status::kExact ? std::min(r.rows, r.cols) : -1;
-  if (r.status == Status::kSingular) r.note = "rank unknown (fast route); use --spectrum full";
+  if (r.status == Status::kSingular) r.note = "rank unknown (fast route); --kappa svd (Python: method='svd') gives it";
 }
 
 ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix) {

@@ -2,6 +2,8 @@
 // computes for a subset is what it computes for that matrix in the full set.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -111,6 +113,28 @@ TEST(FormatNumber, ShortestRoundTrip) {
     const double x = std::pow(10.0, U(rng)) * (i % 2 ? 1 : -1);
     ASSERT_EQ(std::strtod(format_number(x).c_str(), nullptr), x) << format_number(x) << " (seed 42, draw " << i << ")";
   }
+}
+
+// A user's matrix name (Python: condition(A, name=...)) or a note with a comma or a quote stays one
+// field: the row has as many fields as the header when read as CSV (RFC 4180 quoting).
+TEST(ReportCsv, NamesAndNotesWithCommasAndQuotesStayOneField) {
+  ConditionReport r;
+  r.matrix = "W_q,layer \"3\"";
+  r.note = "a, b";
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  const std::string row = report_csv_fields(r);
+  for (size_t i = 0; i < row.size(); ++i) {
+    const char c = row[i];
+    if (c == '"' && quoted && i + 1 < row.size() && row[i + 1] == '"') fields.back() += '"', ++i;
+    else if (c == '"') quoted = !quoted;
+    else if (c == ',' && !quoted) fields.emplace_back();
+    else fields.back() += c;
+  }
+  const std::string header = report_csv_header();
+  EXPECT_EQ(fields.size(), static_cast<size_t>(std::count(header.begin(), header.end(), ',') + 1)) << row;
+  EXPECT_EQ(fields.front(), r.matrix) << row;
+  EXPECT_EQ(fields.back(), r.note) << row;
 }
 
 TEST(AutoRoute, DenseWheneverMemoryAndPredictedTimeFit) {
