@@ -108,6 +108,13 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
           throw UsageError("--" + o->long_name() + " cannot change when resuming (the checkpoint fixes the model)");
       if (a.typed.count("seed")) throw UsageError("--seed cannot change when resuming (the checkpoint fixes the seed)");
     }
+    models::for_each_train_field(c, [&](const models::TrainField& f, const auto& field) {
+      // Negative is the "optimizer's default" these fields hold until finalize(): typed, it is an error.
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, double>)
+        if (f.shown == models::TrainField::Default::kOptimizerChosen && a.typed.count(f.flag) && field < 0)
+          throw UsageError("--" + std::string(f.flag) + " must be >= 0 (leave it out for the optimizer's default), got " +
+                           fmt(field));
+    });
     if (a.resume.empty()) {
       models::TrainConfig checked = c;  // finalize() fills in the optimizer's defaults; c stays as typed
       checked.finalize();

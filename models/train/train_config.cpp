@@ -1,6 +1,8 @@
 #include "models/train/train_config.h"
 
+#include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "analysis/report/block_report.h"
 #include "models/track/conditioning.h"
@@ -55,6 +57,10 @@ constexpr const char* kVitDefaultTracking = "K_ffn,softmax,attention";
 
 void TrainConfig::finalize() {
   require(arch == "vit" || arch == "convmixer", "arch", "must be vit or convmixer, got '" + arch + "'");
+  for_each_train_field(*this, [](const TrainField& f, const auto& field) {  // --lr inf wrote "lr": null
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, double>)
+      require(std::isfinite(field), f.key, "must be a finite number, got " + std::to_string(field));
+  });
   if (arch == "convmixer") {
     require(model.skip == SkipKind::kFull || model.skip == SkipKind::kNone, "arch",
             "convmixer: --skip must be full or none (one residual per block, around the spatial mixing)");

@@ -1,6 +1,9 @@
 // Report (jacond::ConditionReport) and the functions that make them, by the CLI's routes and options.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "analysis/report/block_report.h"
 #include "analysis/report/report_csv.h"
 #include "analysis/report/weight_report.h"
@@ -34,8 +37,9 @@ BlockReportOptions block_options(const std::string& method, const std::optional<
   if (!(lanczos_seconds > 0)) throw std::invalid_argument("lanczos_seconds must be > 0");
   if (!(lanczos_tol > 0)) throw std::invalid_argument("lanczos_tol must be > 0");
   if (lanczos_basis < 2) throw std::invalid_argument("lanczos_basis must be >= 2");
-  if (max_products < 1) throw std::invalid_argument("max_products must be >= 1");
-  if (dense_max_bytes < 0) throw std::invalid_argument("dense_max_bytes must be >= 0 (0: half of physical memory)");
+  if (max_products < 8) throw std::invalid_argument("max_products must be >= 8, got " + std::to_string(max_products));
+  if (!(dense_max_bytes >= 0) || std::isinf(dense_max_bytes))
+    throw std::invalid_argument("dense_max_bytes must be finite and >= 0 (0: half of physical memory)");
   opt.lanczos.max_seconds = lanczos_seconds;
   opt.lanczos.tolerance = lanczos_tol;
   opt.lanczos.max_basis = lanczos_basis;
@@ -44,6 +48,15 @@ BlockReportOptions block_options(const std::string& method, const std::optional<
   opt.certify = parse_certify_mode(certify);
   opt.dense_max_bytes = dense_max_bytes;
   return opt;
+}
+
+// The matrices post_norm_block_reports computes (analysis/report/block_report.cpp); asking a
+// post-norm block for another is a ValueError rather than no rows.
+void check_post_norm_matrices(const std::vector<std::string>& matrices) {
+  static const std::vector<std::string> post = {"K_sa", "B_sa", "E_sa", "attention"};
+  for (const auto& m : matrices)
+    if (std::find(post.begin(), post.end(), m) == post.end())
+      throw std::invalid_argument("norm='post': a post-norm block has only K_sa, B_sa, E_sa and attention, not " + m);
 }
 
 std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen::Ref<const Mat>& X,
@@ -57,6 +70,7 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
   if (norm != "pre" && norm != "post") throw std::invalid_argument("norm must be pre or post, got '" + norm + "'");
   BlockReportOptions opt =
       block_options(method, matrices, lanczos_seconds, lanczos_tol, lanczos_basis, max_products, certify, dense_max_bytes);
+  if (norm == "post") check_post_norm_matrices(opt.matrices);
   opt.device = dense_device(device);  // before resolve_route: `auto` asks the device what fits
   opt.route = resolve_route(opt, tokens.rows(), w.d);
   py::gil_scoped_release release;

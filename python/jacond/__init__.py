@@ -21,11 +21,14 @@ Conventions (the C++ core's, docs/design.md §2):
   * Jacobians act on vec(X) in column-major order: x = dX.ravel(order="F").
   * Every report carries its method and status: exact / certified / bracket / singular /
     not-converged. A not-converged bracket also raises the warning jacond.NotConverged.
-  * Bad input raises ValueError with the same one-line message as the CLI.
+  * Bad input raises ValueError with the same one-line message as the CLI (an argument of the
+    wrong type: a one-line TypeError naming it).
   * Long computations release the GIL: other Python threads run meanwhile.
 """
 
+import functools
 import io
+import numbers
 import warnings
 
 import numpy as np
@@ -42,7 +45,6 @@ from ._jacond import (
     get_threads,
     operator_names,
     report_csv_header,
-    set_threads,
     skip_modes,
     weight_matrix_names,
 )
@@ -63,14 +65,123 @@ class NotConverged(UserWarning):
     The report is still returned, with status "not-converged" and the bracket it reached."""
 
 
-def as_fp64(a, name="array"):
-    """A NumPy fp64 array of `a` (NumPy array, torch tensor, nested lists)."""
+def as_fp64(a, name="array", ndim=None):
+    """A NumPy fp64 array of `a` (NumPy array, torch tensor, nested lists); ValueError naming
+    `name` for anything else, or for another number of dimensions than `ndim` (when given)."""
+    if a is None:
+        raise ValueError(f"{name} is None; expected an array")
     if hasattr(a, "detach"):  # a torch tensor: leave autograd and the device
         a = a.detach().cpu().double().numpy()
     try:
-        return np.asarray(a, dtype=np.float64)
+        a = np.asarray(a, dtype=np.float64)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{name} is not a numeric array: {e}") from None
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array, got shape {a.shape}")
+    return a
+
+
+def _tokens(X):
+    """X as the n x d fp64 tokens of one image; ValueError naming the shape otherwise."""
+    X = as_fp64(X, "X")
+    if X.ndim != 2:
+        hint = ": pass X[0]" if X.ndim == 3 and X.shape[0] == 1 else ""
+        raise ValueError(f"X must be n×d (one image's tokens); got shape {X.shape}{hint}")
+    return X
+
+
+def _integer(value, name, low, high=2**63 - 1):
+    """`value` as an int in [low, high]: TypeError naming `name` for a non-integer (2.5, None),
+    ValueError outside the range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be " + (f">= {low}" if value < low else f"<= {high}") + f", got {value}")
+    return int(value)
+
+
+def _check_strings(**values):
+    """TypeError naming the first argument that is not a string (skip=None, ...)."""
+    for name, value in values.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {value!r}")
+
+
+def _matrix_selection(matrices):
+    """The names of a `matrices` argument: None for every matrix (None, "all", ["all"]), else a
+    list from "K_sa,K_sab" or a list / tuple of names. An empty selection is a ValueError."""
+    if matrices is None:
+        return None
+    if isinstance(matrices, str):
+        matrices = matrices.split(",")
+    elif not isinstance(matrices, (list, tuple)) or not all(isinstance(m, str) for m in matrices):
+        raise TypeError(f"matrices must be None, 'all', a comma-separated string or a list of names, got {matrices!r}")
+    names = [m for m in matrices if m]
+    if not names:
+        raise ValueError("matrices is empty; pass None or 'all' for every matrix")
+    return None if names == ["all"] else names
+
+
+def set_threads(n):
+    """Threads of the BLAS and of jacond's parallel loops (the CLI's --threads); the default is the
+    machine's cores. n < 1 is a ValueError; n above the BLAS's build-time cap (get_threads() after
+    the call) runs that cap, with a RuntimeWarning saying so.
+
+    Concurrent Python threads: each call of block_reports, audit, condition ... runs get_threads()
+    threads of its own, so k Python threads calling jacond at once run k x get_threads() threads,
+    which oversubscribes the cores and can be many times slower than one call after another. Call
+    set_threads(1) before parallelising over blocks or images in Python (ThreadPoolExecutor)."""
+    n = _integer(n, "threads", 1, 2**31 - 1)
+    _jacond.set_threads(n)
+    if get_threads() < n:
+        _jacond.set_threads(get_threads())  # jacond's parallel loops at the BLAS's cap too
+        warnings.warn(f"set_threads({n}): the BLAS allows at most {get_threads()} threads; using {get_threads()}",
+                      RuntimeWarning, stacklevel=2)
+
+
+_BLOCK_WEIGHTS = ("Wq", "Wk", "Wv", "Wo", "W1", "W2")
+_BLOCK_VECTORS = ("bq", "bk", "bv", "bo", "b1", "b2", "ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta")
+_core_block_init, _core_from_timm = Block.__init__, Block.from_timm
+
+
+# The Block class is the core's; these two wrappers read torch tensors (requires_grad, bf16, on a
+# GPU) and other array-likes as as_fp64 does, and check heads, before the C++ constructor sees them.
+@functools.wraps(_core_block_init)
+def _block_init(self, Wq, Wk, Wv, Wo, W1, W2, heads, **options):
+    weights = [as_fp64(a, name, ndim=2) for name, a in zip(_BLOCK_WEIGHTS, (Wq, Wk, Wv, Wo, W1, W2))]
+    options = {k: as_fp64(v, k, ndim=1) if k in _BLOCK_VECTORS and v is not None else v for k, v in options.items()}
+    _core_block_init(self, *weights, _integer(heads, "heads", 1), **options)
+
+
+class _HostArrays:
+    """A state dict whose tensors are read, on access, as NumPy arrays on the host (fp64 when
+    floating; other dtypes as they are, for the core to refuse by name)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def keys(self):
+        return self.state.keys()
+
+    def __contains__(self, key):
+        return key in self.state
+
+    def __getitem__(self, key):
+        a = self.state[key]
+        if hasattr(a, "detach"):
+            a = a.detach().cpu()
+            a = (a.double() if a.is_floating_point() else a).numpy()
+        return a
+
+
+@functools.wraps(_core_from_timm)
+def _from_timm(state, layer=0, heads=None, logit_scale=0.0, ln_eps=1e-6):
+    state = _HostArrays(state) if hasattr(state, "keys") and hasattr(state, "__getitem__") else state
+    return _core_from_timm(state, layer=_integer(layer, "layer", 0), heads=_integer(heads, "heads", 1),
+                           logit_scale=logit_scale, ln_eps=ln_eps)
+
+
+Block.__init__, Block.from_timm = _block_init, staticmethod(_from_timm)
 
 
 def _warn_not_converged(reports, where=""):
@@ -106,19 +217,22 @@ def _csv_field(x):
 def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczos_seconds=120.0,
                   lanczos_tol=0.01, lanczos_basis=96, max_products=200000, certify="none",
                   dense_max_bytes=0.0, norm="pre", device="cpu", as_frame=True):
-    """Condition reports of one block at tokens X (n x d), as `jacond block` computes them.
+    """Condition reports of one block at tokens X (n x d, one image's), as `jacond block` computes them.
 
     skip: full | none | no-ffn-skip | no-sab-skip. method: auto (dense when it fits the memory
     and the lanczos_seconds time budget, else lanczos) | dense | svd | mixed | lanczos.
-    matrices: names among block_matrix_names() (None: all). certify: none | inertia | auto.
-    norm "post": a post-norm block (K_sa, B_sa, E_sa, attention at X itself). device: cpu | cuda,
-    where the dense exact routes run (`--device`; the method column says where, e.g.
-    dense-lu-lanczos-cuda). Returns a DataFrame (as_frame) or the list of Report objects."""
-    if isinstance(matrices, str):
-        matrices = [m for m in matrices.split(",") if m]
-    reports = _jacond.block_reports(block, as_fp64(X, "X"), skip=skip, method=method, matrices=matrices,
+    matrices: names among block_matrix_names(), as a list or "K_sa,K_sab" (None or "all": all).
+    certify: none | inertia | auto. max_products >= 8 (a Lanczos bracket's budget).
+    norm "post": a post-norm block (K_sa, B_sa, E_sa, attention at X itself; other matrices are a
+    ValueError). device: cpu | cuda, where the dense exact routes run (`--device`; the method
+    column says where, e.g. dense-lu-lanczos-cuda). Returns a DataFrame (as_frame) or the list of
+    Report objects. Calling it from several Python threads at once: see set_threads (call
+    set_threads(1) first, or the threads oversubscribe the cores)."""
+    _check_strings(skip=skip, method=method, certify=certify, norm=norm, device=device)
+    reports = _jacond.block_reports(block, _tokens(X), skip=skip, method=method, matrices=_matrix_selection(matrices),
                                     lanczos_seconds=lanczos_seconds, lanczos_tol=lanczos_tol,
-                                    lanczos_basis=lanczos_basis, max_products=max_products, certify=certify,
+                                    lanczos_basis=_integer(lanczos_basis, "lanczos_basis", 2),
+                                    max_products=_integer(max_products, "max_products", 8), certify=certify,
                                     dense_max_bytes=dense_max_bytes, norm=norm, device=device)
     _warn_not_converged(reports)
     return reports_frame(reports) if as_frame else reports
@@ -143,8 +257,9 @@ def dense_jacobian(block, X, matrix, skip="full", space="full"):
     assembled from the closed forms; rows and columns in vec (column-major) order.
     space="ln-complement" (K_sab, K_ffn): nd x n(d-2), K times the per-token bases of
     span{1, x̂_i}⟂ that linear_operator(..., space="ln-complement") uses."""
-    return _dense_jacobian(block, as_fp64(X, "X"), matrix, skip, space)
+    _check_strings(matrix=matrix, skip=skip, space=space)
+    return _dense_jacobian(block, _tokens(X), matrix, skip, space)
 
 
-from .operators import linear_operator  # noqa: E402  (needs as_fp64 above)
+from .operators import linear_operator  # noqa: E402  (needs _tokens above)
 from ._audit import audit, audit_state_dict  # noqa: E402

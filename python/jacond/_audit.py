@@ -26,8 +26,10 @@ from . import _jacond
 
 
 def _heads_of(model, heads):
+    from . import _integer
+
     if heads is not None:
-        return int(heads)
+        return _integer(heads, "heads", 1)
     for owner in (model, model.blocks[0].attn if len(model.blocks) else None):
         for name in ("num_heads", "heads"):
             value = getattr(owner, name, None)
@@ -86,8 +88,8 @@ def _capture_block_inputs(model, images):
     """Tokens entering each block, [m, n, d] per block, from one eval-mode forward pass."""
     import torch
 
-    inputs = [None] * len(model.blocks)
-    hooks = [b.register_forward_pre_hook(lambda module, args, l=l: inputs.__setitem__(l, args[0].detach()))
+    inputs = [None] * len(model.blocks)  # copies: a block with an in-place residual (x += ...) overwrites its input
+    hooks = [b.register_forward_pre_hook(lambda module, args, l=l: inputs.__setitem__(l, args[0].detach().clone()))
              for l, b in enumerate(model.blocks)]
     was_training = model.training
     try:
@@ -110,20 +112,21 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
     as `jacond audit`: a DataFrame with audit.csv's columns (checkpoint and step are the values
     given). method, matrices, lanczos_seconds, certify and device (cpu | cuda: where the dense
     exact routes run) as `jacond audit`'s flags; threads sets the core's threads (None:
-    unchanged). progress: a progress bar over the blocks (tqdm)."""
-    from . import _warn_not_converged, reports_frame
+    unchanged; see set_threads before calling audit from several Python threads). progress: a
+    progress bar over the blocks (tqdm)."""
+    from . import _check_strings, _matrix_selection, _warn_not_converged, set_threads
 
     if not hasattr(model, "blocks"):
         raise ValueError("model has no `blocks`: jacond.audit takes a timm-style VisionTransformer")
-    if isinstance(matrices, str):
-        matrices = [m for m in matrices.split(",") if m and m != "all"] or None
+    _check_strings(method=method, certify=certify, device=device)
+    matrices = _matrix_selection(matrices)
     if matrices is not None:
         known = set(_jacond.block_matrix_names())
         unknown = [m for m in matrices if m not in known]
         if unknown:
             raise ValueError(f"unknown matrix '{unknown[0]}' (one of {', '.join(_jacond.block_matrix_names())})")
     if threads is not None:
-        _jacond.set_threads(int(threads))
+        set_threads(threads)
     _jacond.device_description(device)  # a bad or unusable device fails before the forward pass
     heads = _heads_of(model, heads)
     inputs = _capture_block_inputs(model, images)
@@ -149,15 +152,25 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
     finally:
         if bar is not None:
             bar.close()
-    return reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))
+    return _audit_frame(reports, prefix, checkpoint)
+
+
+def _audit_frame(reports, prefix, checkpoint):
+    """audit.csv's columns; checkpoint a string column, as pandas reads the CLI's audit.csv, also
+    when it is "" (which read_csv would make a NaN float)."""
+    import pandas as pd
+
+    from . import reports_frame
+
+    frame = reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))
+    frame["checkpoint"] = pd.Series(str(checkpoint), index=frame.index, dtype=object)
+    return frame
 
 
 def audit_state_dict(state, *, heads, layers=None, checkpoint="", step=-1, ln_eps=1e-6):
     """Data-free audit of a timm-named state dict (`jacond audit --data-free`): per layer, W_VO,
     W_VO_h, W_QK_h per head and every weight matrix, as a DataFrame with audit.csv's columns
     (probe "none"). layers: which (None: every blocks.{l} present)."""
-    from . import reports_frame
-
     if not hasattr(state, "items"):
         raise ValueError("state must be a mapping of timm names to arrays (a state_dict)")
     state = _numpy_state(state)
@@ -170,4 +183,4 @@ def audit_state_dict(state, *, heads, layers=None, checkpoint="", step=-1, ln_ep
         rs = _jacond.weight_reports(_jacond.Block.from_timm(state, layer=l, heads=heads, ln_eps=ln_eps))
         reports += rs
         prefix += [[checkpoint, step, "none", l]] * len(rs)
-    return reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))
+    return _audit_frame(reports, prefix, checkpoint)

@@ -366,6 +366,20 @@ TEST_F(TrainCli, ADistBackendThatDoesNotFitTheDeviceIsAUsageError) {
   EXPECT_EQ(expect_one_line_error({"train", "--dist-backend", "mpi", "--out", path("mpi")}, {"--dist-backend"}).code, 2);
 }
 
+// An optimizer value the user types must be a usable one: negative (the "optimizer's default"
+// these fields hold internally) or non-finite is a usage error naming the flag, before any file.
+// (--lr -1 ran with the default; --lr inf wrote checkpoints of inf weights and "lr": null.)
+TEST_F(TrainCli, NegativeOrNonFiniteOptimizerValuesAreUsageErrors) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--lr", "-1"}, {"--beta1", "-0.5"}, {"--eps", "-1"}, {"--weight-decay", "-1"},
+      {"--lr", "inf"}, {"--weight-decay", "nan"}, {"--clip-grad", "nan"}, {"--min-lr", "inf"}};
+  for (const auto& [flag, value] : bad) {
+    const RunResult r = expect_one_line_error({"train", flag, value, "--steps", "1", "--out", path("bad-opt")}, {flag, value});
+    EXPECT_EQ(r.code, 2) << r.describe();
+    EXPECT_FALSE(fs::exists(path("bad-opt"))) << flag << " " << value;
+  }
+}
+
 // Training on CUDA where this LibTorch has none (Debian's is CPU-only): exit 1 naming the flag,
 // before any run directory or output is written; on a CUDA LibTorch with a GPU (the device
 // tool's machine) the bench's tiny run goes through instead and writes its device, and a run moves
