@@ -62,6 +62,19 @@ void ensure_directory(const std::string& dir) {
   if (ec || !fs::is_directory(dir)) throw std::runtime_error("cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
 }
 
+void check_output_directory(const std::string& dir) {
+  const auto fail = [&](const std::string& why) { throw std::runtime_error("cannot write to " + dir + ": " + why); };
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) fail(ec.message());
+  while (!fs::exists(p, ec)) {  // the nearest existing ancestor is where the directory will be made
+    if (!p.has_parent_path() || p.parent_path() == p) fail("no existing parent directory");
+    p = p.parent_path();
+  }
+  if (!fs::is_directory(p, ec)) fail(p.string() + " is not a directory");
+  if (::access(p.c_str(), W_OK | X_OK) != 0) fail(p.string() + " is not writable");
+}
+
 std::string fmt(double x) { return format_number(x); }
 
 double median(std::vector<double> v) {

@@ -73,6 +73,12 @@ void write_file_atomic(const std::string& path, const std::string& contents);
 /// Creates the directory (and parents). Throws naming it on failure.
 void ensure_directory(const std::string& dir);
 
+/// Checks, creating nothing, that `dir` can be written once the results exist: an existing
+/// directory that is writable, or a new path whose nearest existing ancestor is a writable
+/// directory. Commands call it before computing (an unwritable --out found after hours of work
+/// loses them). Throws std::runtime_error "cannot write to DIR: why".
+void check_output_directory(const std::string& dir);
+
 /// A tidy results table: one row per measurement. Columns are the knobs (same for every row,
 /// given once) followed by the report fields of analysis/spectral/condition.h.
 class ResultsTable {

@@ -196,6 +196,7 @@ int run_audit(int argc, char** argv) {
   std::optional<AuditArgs> parsed = parse_audit(argc, argv);
   if (!parsed) return 0;
   AuditArgs& a = *parsed;
+  if (!a.out_dir.empty()) check_output_directory(a.out_dir);
   torch::set_num_threads(static_cast<int>(a.threads));
   set_threads(static_cast<int>(a.threads));
   select_devices(a.device, a.opts.block);

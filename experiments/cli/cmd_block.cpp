@@ -113,6 +113,7 @@ int run_block(int argc, char** argv) {
   const std::optional<BlockArgs> parsed = parse_block(argc, argv);
   if (!parsed) return 0;
   const BlockArgs& a = *parsed;
+  if (!a.out_dir.empty()) check_output_directory(a.out_dir);
   set_threads(a.threads);
   BlockReportOptions opt = a.opt;
   select_devices(a.device, opt);

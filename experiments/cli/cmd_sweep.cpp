@@ -2,6 +2,7 @@
 // grid and seeds, as a tidy CSV (one row per grid point, seed and matrix).
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -73,6 +74,8 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
     if (a.d < 1 || a.heads < 1 || a.mlp_ratio < 1 || a.d % a.heads != 0)
       throw std::invalid_argument("--d, --heads, --mlp-ratio must be >= 1 and --d divisible by --heads");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1");
+    if (!(a.logit_scale >= 0) || !std::isfinite(a.logit_scale))  // as `block` (BlockSource::validate)
+      throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(a.logit_scale));
     with_dense_flavour(KappaRoute::kFast, a.kappa);  // checks the value
     if (a.method != "auto" && a.method != "dense" && a.method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + a.method + "'");
@@ -107,6 +110,7 @@ BlockReportOptions sweep_options(const SweepArgs& a) {
 // refuses shards whose grids differ).
 void write_sweep(const SweepArgs& a, const ResultsTable& table, const BlockReportOptions& opt, size_t total,
                  const ShardRecord& record, int argc, char** argv) {
+  ensure_directory(a.out_dir);
   write_file_atomic(a.out_dir + "/sweep.csv", table.to_csv());
   nlohmann::json meta = run_metadata(argc, argv);
   meta["grid_points"] = total;
@@ -128,7 +132,7 @@ int run_sweep(int argc, char** argv) {
   if (!parsed) return 0;
   const SweepArgs& a = *parsed;
   set_threads(a.threads);
-  ensure_directory(a.out_dir);
+  check_output_directory(a.out_dir);  // made when the table is written (nothing is left on a failure)
   BlockReportOptions opt = sweep_options(a);
   std::map<std::string, GklWarmStart> warm;  // chained along the grid (lanczos route)
   opt.warm = &warm;

@@ -1132,6 +1132,28 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
   EXPECT_FALSE(fs::exists(path("report-failed") + "/README.md"));
 }
 
+// An --out that cannot be written is found before any work (block and audit made it only after
+// computing: hours lost at ViT-S), and a failed command leaves no empty directory behind.
+TEST_F(CliTest, AnUnwritableOutIsRefusedBeforeComputingAndNothingIsLeft) {
+  std::ofstream(path("a-file")) << "not a directory\n";
+  const std::string under_file = path("a-file") + "/out";
+  const std::vector<std::vector<std::string>> commands = {
+      {"block", "--n", "8", "--d", "8", "--out", under_file},
+      {"spectrum", "--matrix", "K_sa", "--n", "6", "--d", "8", "--out", under_file},
+      {"sweep", "--n", "6", "--d", "8", "--alpha", "1", "--beta", "0.5", "--out", under_file},
+      {"verify", "prop1", "--seeds", "2", "--out", under_file},
+      {"block", "--n", "8", "--d", "8", "--out", path("a-file")}};
+  for (const auto& args : commands) {
+    const RunResult r = expect_one_line_error(args, {"cannot write to", "a-file", "not a directory"});
+    EXPECT_EQ(r.code, 1) << r.describe();
+    EXPECT_EQ(r.out, "") << "computed before checking --out\n" << r.describe();  // every command prints its results
+  }
+  // A sweep that fails on its input leaves no --out directory (it is made with the table).
+  const RunResult bad = run({"sweep", "--n", "6", "--d", "8", "--alpha", "1", "--beta", "0.5", "--device", "cuda",
+                             "--out", path("no-sweep")});
+  if (bad.code != 0) EXPECT_FALSE(fs::exists(path("no-sweep"))) << bad.describe();
+}
+
 TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
   const std::string out = path("spec");
   const RunResult r = run({"spectrum", "--init", "timm", "--n", "6", "--d", "8", "--heads", "2", "--matrices",
