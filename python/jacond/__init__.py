@@ -124,7 +124,7 @@ def _matrix_selection(matrices):
 
 def set_threads(n):
     """Threads of the BLAS and of jacond's parallel loops (the CLI's --threads); the default is the
-    machine's cores. n < 1 is a ValueError; n above the BLAS's build-time cap (get_threads() after
+    machine's cores (or $OPENBLAS_NUM_THREADS). n < 1 is a ValueError; n above the BLAS's build-time cap (get_threads() after
     the call) runs that cap, with a RuntimeWarning saying so.
 
     Concurrent Python threads: each call of block_reports, audit, condition ... runs get_threads()
@@ -175,12 +175,12 @@ class _HostArrays:
 
 
 @functools.wraps(_core_from_timm)
-def _from_timm(state, layer=0, heads=None, logit_scale=0.0, ln_eps=1e-6):
+def _from_timm(state, layer=0, heads=None, **options):
     state = _HostArrays(state) if hasattr(state, "keys") and hasattr(state, "__getitem__") else state
-    return _core_from_timm(state, layer=_integer(layer, "layer", 0), heads=_integer(heads, "heads", 1),
-                           logit_scale=logit_scale, ln_eps=ln_eps)
+    return _core_from_timm(state, layer=_integer(layer, "layer", 0), heads=_integer(heads, "heads", 1), **options)
 
 
+_block_init.__qualname__, _from_timm.__qualname__ = "Block.__init__", "Block.from_timm"
 Block.__init__, Block.from_timm = _block_init, staticmethod(_from_timm)
 
 

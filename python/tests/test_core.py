@@ -153,6 +153,20 @@ def test_from_timm_round_trip_and_torch_tensors():
     np.testing.assert_allclose(from_torch.Wq, block.Wq, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_and_from_timm_read_torch_tensors_with_grad_of_any_float_dtype(dtype):
+    """As as_fp64: detached, fp64 of the tensor's values (here rounded to `dtype`)."""
+    block = random_block()
+    tensor = lambda a: torch.tensor(a, dtype=dtype, requires_grad=True)  # noqa: E731
+    rounded = lambda a: tensor(a).detach().double().numpy()  # noqa: E731
+    names = ("Wq", "Wk", "Wv", "Wo", "W1", "W2")
+    made = jacond.Block(*(tensor(getattr(block, n)) for n in names), 2, bq=tensor(block.bq), ln2_beta=tensor(block.ln2_beta))
+    read = jacond.Block.from_timm({k: tensor(v) for k, v in block.to_timm(layer=1).items()}, layer=1, heads=2)
+    for name in names + ("bq", "ln2_beta"):
+        np.testing.assert_array_equal(getattr(made, name), rounded(getattr(block, name)))
+        np.testing.assert_array_equal(getattr(read, name), rounded(getattr(block, name)))
+
+
 def test_device_cuda_runs_on_the_gpu_or_says_why_not():
     """device="cuda" as `jacond block --device cuda`: without the CUDA back end a ValueError, with it
     but no GPU (CI) a one-line RuntimeError naming the CUDA call; on a GPU the nd × nd rows come
@@ -200,6 +214,24 @@ def test_linear_operator_products_equal_the_dense_jacobian(matrix, skip):
     assert np.abs(op.T @ y - K.T @ y).max() <= 1e-13 * scale * np.abs(y).sum()
     assert np.abs(op.rmatvec(y) - K.T @ y).max() <= 1e-13 * scale * np.abs(y).sum()
     assert np.abs(op @ V - K @ V).max() <= 1e-13 * scale * np.abs(V).sum()
+
+
+@pytest.mark.parametrize("space", ["full", "ln-complement"])
+def test_linear_operator_applies_complex_vectors_as_the_dense_matrix(space):
+    block, X = random_block(), tokens()
+    K = jacond.dense_jacobian(block, X, "K_sab", skip="none", space=space)
+    op = jacond.linear_operator(block, X, "K_sab", skip="none", space=space)
+    rng = np.random.default_rng(9)
+    z = lambda *shape: rng.standard_normal(shape) + 1j * rng.standard_normal(shape)  # noqa: E731
+    x, y, V, U = z(K.shape[1]), z(K.shape[0]), z(K.shape[1], 3), z(K.shape[0], 3)
+    tol = 1e-13 * np.linalg.norm(K, 2) * K.shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning: the imaginary part is not dropped
+        assert np.abs(op @ x - K @ x).max() <= tol
+        assert np.abs(op.rmatvec(y) - K.T @ y).max() <= tol
+        assert np.abs(op.H @ y - K.conj().T @ y).max() <= tol
+        assert np.abs(op @ V - K @ V).max() <= tol
+        assert np.abs(op.H @ U - K.T @ U).max() <= tol
 
 
 def test_vec_is_column_major_and_scipy_svds_runs_on_the_operator():
@@ -282,6 +314,34 @@ def test_audit_of_the_model_equals_jacond_audit_of_its_checkpoint(jacond_bin, fa
     assert model.training is False  # load_checkpoint's eval mode, restored by audit
 
 
+def small_vit(seed=0):
+    torch.manual_seed(seed)
+    return vit.VisionTransformer(dict(dim=16, depth=2, heads=2, patch=7)), torch.randn(1, 1, 28, 28)
+
+
+def test_audit_of_a_model_with_an_in_place_residual_equals_the_out_of_place_one():
+    """x += branch(x) overwrites the block's input tensor: the hook must keep a copy of it."""
+    model, images = small_vit()
+    expected = jacond.audit(model, images, matrices="K_sab,X_in", method="dense", progress=False)
+    for block in model.blocks:
+        def forward(x, block=block):
+            x += block.attn(block.norm1(x))
+            x += block.mlp(block.norm2(x))
+            return x
+        block.forward = forward
+    mine = jacond.audit(model, images, matrices="K_sab,X_in", method="dense", progress=False)
+    columns = [c for c in mine.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(mine[columns], expected[columns], check_exact=True)
+
+
+def test_audit_checkpoint_column_holds_strings_also_when_empty():
+    model, images = small_vit()
+    for df in (jacond.audit(model, images, matrices="K_sab", progress=False),
+               jacond.audit_state_dict(model.state_dict(), heads=2)):
+        assert df.checkpoint.dtype == object and (df.checkpoint == "").all()
+    assert (jacond.audit(model, images, matrices="K_sab", checkpoint="step_6", progress=False).checkpoint == "step_6").all()
+
+
 def test_audit_restores_training_mode_and_reports_progress(jacond_bin, fashion, tmp_path, capsys):
     run(jacond_bin, "train", *TRAIN, "--out", tmp_path / "run")
     model, _ = vit.load_checkpoint(tmp_path / "run")
@@ -344,6 +404,37 @@ def bad_inputs():
         (lambda: jacond.condition(np.full((3, 3), np.inf)), "A contains NaN or inf"),
         (lambda: jacond.audit_state_dict({"head.weight": np.eye(2)}, heads=1), "no blocks"),
         (lambda: jacond.audit(torch.nn.Linear(2, 2), torch.zeros(1, 2)), "has no `blocks`"),
+        (lambda: jacond.block_reports(block, X[None]), "X must be n×d (one image's tokens); got shape (1, 6, 8): pass X[0]"),
+        (lambda: jacond.block_reports(block, X[0]), "X must be n×d (one image's tokens); got shape (8,)"),
+        (lambda: jacond.block_reports(block, None), "X is None"),
+        (lambda: jacond.linear_operator(block, X[None], "K_sab"), "pass X[0]"),
+        (lambda: jacond.dense_jacobian(block, X[None], "K_sab"), "pass X[0]"),
+        (lambda: jacond.Block(W[None], W, W, W, np.eye(8, 16), np.eye(16, 8), 2), "Wq must be a 2-D array"),
+        (lambda: jacond.block_reports(block, X, max_products=2**70), "max_products must be <="),
+        (lambda: jacond.block_reports(block, X, method="lanczos", max_products=7), "max_products must be >= 8, got 7"),
+        (lambda: jacond.block_reports(block, X, dense_max_bytes=np.nan), "dense_max_bytes must be finite"),
+        (lambda: jacond.block_reports(block, X, dense_max_bytes=np.inf), "dense_max_bytes must be finite"),
+        (lambda: jacond.set_threads(0), "threads must be >= 1, got 0"),
+        (lambda: jacond.set_threads(-1), "threads must be >= 1, got -1"),
+        (lambda: jacond.block_reports(block, X, matrices=[]), "matrices is empty; pass None or 'all'"),
+        (lambda: jacond.block_reports(block, X, matrices=""), "matrices is empty; pass None or 'all'"),
+        (lambda: jacond.block_reports(block, X, norm="post", matrices="K_sab"),
+         "norm='post': a post-norm block has only K_sa, B_sa, E_sa and attention, not K_sab"),
+        (lambda: jacond.block_reports(block, X, norm="post", matrices=["K_sa", "K_ffn"]), "not K_ffn"),
+    ]
+
+
+def bad_types():
+    block, X, W = random_block(), tokens(), np.eye(8)
+    return [
+        (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 2.5), "heads must be an integer, got 2.5"),
+        (lambda: jacond.Block.from_timm(block.to_timm(), heads=2.0), "heads must be an integer, got 2.0"),
+        (lambda: jacond.block_reports(block, X, skip=None), "skip must be a string, got None"),
+        (lambda: jacond.linear_operator(block, X, "K_sab", skip=None), "skip must be a string, got None"),
+        (lambda: jacond.block_reports(block, X, matrices={"K_sa"}), "matrices must be None, 'all', a comma-separated"),
+        (lambda: jacond.block_reports(block, X, max_products=1e5), "max_products must be an integer"),
+        (lambda: jacond.set_threads(2.0), "threads must be an integer, got 2.0"),
+        (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 2, np.zeros(8)), "takes 8 positional arguments"),
     ]
 
 
@@ -355,6 +446,42 @@ def test_bad_input_raises_a_one_line_value_error(case):
     message = str(info.value)
     assert expected in message, message
     assert "\n" not in message.strip()
+
+
+@pytest.mark.parametrize("case", range(len(bad_types())))
+def test_an_argument_of_the_wrong_type_raises_a_one_line_type_error(case):
+    call, expected = bad_types()[case]
+    with pytest.raises(TypeError) as info:
+        call()
+    message = str(info.value)
+    assert expected in message, message
+    assert "\n" not in message.strip()
+
+
+def test_set_threads_above_the_blas_cap_warns_and_runs_the_cap():
+    before = jacond.get_threads()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"the BLAS allows at most \d+ threads"):
+            jacond.set_threads(10**6)
+        assert 1 <= jacond.get_threads() < 10**6
+    finally:
+        jacond.set_threads(before)
+
+
+def test_docstrings_say_how_to_call_jacond_from_several_python_threads():
+    for f in (jacond.set_threads, jacond.block_reports):
+        assert "set_threads(1)" in f.__doc__ and "oversubscribe" in f.__doc__, f.__name__
+
+
+def test_matrices_all_as_a_list_is_every_matrix():
+    block, X = random_block(), tokens()
+    every = jacond.block_reports(block, X, method="dense")
+    for matrices in (["all"], "all", None):
+        df = jacond.block_reports(block, X, method="dense", matrices=matrices)
+        assert list(df.matrix) == list(every.matrix), matrices
+    model, images = small_vit()
+    audited = jacond.audit(model, images, matrices=["all"], progress=False)
+    assert list(audited[audited.layer == 0].matrix) == list(jacond.audit(model, images, progress=False).query("layer == 0").matrix)
 
 
 # ---------------------------------------------------------------------------------------------
