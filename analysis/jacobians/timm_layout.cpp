@@ -1,6 +1,7 @@
 // The timm layout of a block (see timm_layout.h). The Linear transpose happens here only.
 #include "analysis/jacobians/timm_layout.h"
 
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -21,14 +22,29 @@ TimmArray require(const TimmLookup& lookup, const std::string& key) {
   return std::move(*a);
 }
 
-// The array under `key` with exactly `expected` shape and finite entries.
-Mat fetch(const TimmLookup& lookup, const std::string& key, const std::vector<Index>& expected) {
-  TimmArray a = require(lookup, key);
+// `a` (stored under `key`) with exactly `expected` shape and finite entries.
+Mat checked(TimmArray a, const std::string& key, const std::vector<Index>& expected) {
   if (a.shape != expected)
     throw std::invalid_argument(key + " has wrong shape: expected " + shape_str(expected) + ", got " + shape_str(a.shape));
   if (a.values.array().isNaN().any()) throw std::invalid_argument(key + " contains NaN");
   if (!a.values.allFinite()) throw std::invalid_argument(key + " contains inf");
   return std::move(a.values);
+}
+
+Mat fetch(const TimmLookup& lookup, const std::string& key, const std::vector<Index>& expected) {
+  return checked(require(lookup, key), key, expected);
+}
+
+// x + g ∘ (h W + b) = x + h (W diag g) + g ∘ b for the branch scale stored under `key`, if any: a
+// per-feature g of shape [d] (LayerScale) or one α of shape [1] (ReZero).
+void fold_branch_scale(const TimmLookup& lookup, const std::string& key, bool per_feature, Mat& W, Vec& b) {
+  std::optional<TimmArray> a = lookup(key);
+  if (!a) return;
+  const Index d = b.size();
+  const Mat g = checked(std::move(*a), key, {per_feature ? d : 1});
+  const Vec scale = per_feature ? Vec(g.col(0)) : Vec::Constant(d, g(0, 0));
+  W = W * scale.asDiagonal();
+  b = b.cwiseProduct(scale);
 }
 
 Vec fetch_vec(const TimmLookup& lookup, const std::string& key, Index size) { return fetch(lookup, key, {size}).col(0); }
@@ -78,8 +94,24 @@ BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index
   w.b1 = fetch_vec(lookup, p + "mlp.fc1.bias", hidden);
   w.W2 = fetch(lookup, p + "mlp.fc2.weight", {d, hidden}).transpose();  // hidden × d
   w.b2 = fetch_vec(lookup, p + "mlp.fc2.bias", d);
+  fold_branch_scale(lookup, p + "ls1.gamma", true, w.Wo, w.bo);
+  fold_branch_scale(lookup, p + "rezero_attn", false, w.Wo, w.bo);
+  fold_branch_scale(lookup, p + "ls2.gamma", true, w.W2, w.b2);
+  fold_branch_scale(lookup, p + "rezero_mlp", false, w.W2, w.b2);
   w.validate();
   return w;
+}
+
+void require_known_block_keys(const std::vector<std::string>& keys, Index layer) {
+  static const std::set<std::string> known = {
+      "norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
+      "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias",
+      "ls1.gamma",    "ls2.gamma",  "rezero_attn",     "rezero_mlp"};
+  const std::string p = "blocks." + std::to_string(layer) + ".";
+  for (const std::string& key : keys)
+    if (key.rfind(p, 0) == 0 && !known.count(key.substr(p.size())))
+      throw std::invalid_argument(key + " is not a parameter of the block jacond analyses (timm names: norm1, attn.qkv, "
+                                        "attn.proj, norm2, mlp.fc1, mlp.fc2, ls1/ls2.gamma); refusing to analyse another block");
 }
 
 std::vector<std::pair<std::string, TimmArray>> block_to_timm_layout(const BlockWeights& w, Index layer) {

@@ -10,6 +10,14 @@
 //   blocks.{l}.norm2.weight, .bias    [d]       γ, β of LN2
 //   blocks.{l}.mlp.fc1.weight, .bias  [hidden, d], [hidden]  W_1ᵀ, b_1
 //   blocks.{l}.mlp.fc2.weight, .bias  [d, hidden], [d]       W_2ᵀ, b_2
+// and, when present, a scale on each residual branch:
+//   blocks.{l}.ls1.gamma, .ls2.gamma  [d]       timm's LayerScale (init_values: DeiT III, DINOv2, CaiT)
+//   blocks.{l}.rezero_attn, .rezero_mlp [1]     jacond's ReZero α₁, α₂ (models/vit/vit.h)
+// A branch scale g (per feature, or one α) is folded into the branch's last Linear,
+//   x + g ∘ (h W + b) = x + h (W diag g) + g ∘ b,
+// so the block reads as the paper's block with W^O, b_O (ls1, α₁) or W_2, b_2 (ls2, α₂) scaled.
+// Any other key under blocks.{l}. (timm's attn.q_norm, ...) is a block the paper's equations do not
+// describe: require_known_block_keys refuses it rather than analysing another function.
 #pragma once
 
 #include <functional>
@@ -40,7 +48,12 @@ using TimmLookup = std::function<std::optional<TimmArray>(const std::string& key
 BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index heads, double logit_scale = 0.0,
                                     double ln_eps = 1e-6);
 
-/// `w` (after w.validate()) as the timm-named arrays of block `layer`, in the order listed above.
+/// Throws std::invalid_argument naming the first of `keys` under "blocks.{layer}." that is not in
+/// the layout above (a parameter the analysed block does not have, e.g. attn.q_norm.weight).
+void require_known_block_keys(const std::vector<std::string>& keys, Index layer);
+
+/// `w` (after w.validate()) as the timm-named arrays of block `layer`, in the order listed above
+/// (branch scales, if the block had any, are already inside W^O, b_O, W_2, b_2).
 std::vector<std::pair<std::string, TimmArray>> block_to_timm_layout(const BlockWeights& w, Index layer);
 
 }  // namespace jacond

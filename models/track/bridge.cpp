@@ -25,27 +25,6 @@ std::string shape_str(at::IntArrayRef sizes) {
   return os.str();
 }
 
-/// Looks up `key`, checks its shape and that every entry is finite.
-const torch::Tensor& fetch(const TensorMap& tensors, const std::string& key,
-                           std::vector<int64_t> expected) {
-  auto it = tensors.find(key);
-  if (it == tensors.end()) throw std::invalid_argument("missing key " + key);
-  const torch::Tensor& t = it->second;
-  if (!t.defined()) throw std::invalid_argument(key + " is an undefined tensor");
-  if (!t.sizes().equals(expected)) {
-    throw std::invalid_argument(key + " has wrong shape: expected " + shape_str(expected) +
-                                ", got " + shape_str(t.sizes()));
-  }
-  if (!t.is_floating_point()) {
-    std::ostringstream os;
-    os << key << " has non-floating dtype " << t.scalar_type();
-    throw std::invalid_argument(os.str());
-  }
-  if (torch::isnan(t).any().item<bool>()) throw std::invalid_argument(key + " contains NaN");
-  if (torch::isinf(t).any().item<bool>()) throw std::invalid_argument(key + " contains inf");
-  return t;
-}
-
 }  // namespace
 
 jacond::Mat to_eigen(const at::Tensor& t) {
@@ -110,6 +89,10 @@ jacond::TimmLookup timm_lookup(const TensorMap& tensors) {
 
 jacond::BlockWeights block_from_timm(const TensorMap& tensors, int64_t layer, int64_t heads,
                                      double logit_scale, double ln_eps) {
+  std::vector<std::string> keys;
+  keys.reserve(tensors.size());
+  for (const auto& [key, t] : tensors) keys.push_back(key);
+  jacond::require_known_block_keys(keys, layer);
   return jacond::block_from_timm_layout(timm_lookup(tensors), layer, heads, logit_scale, ln_eps);
 }
 
@@ -120,16 +103,12 @@ void block_to_timm(const jacond::BlockWeights& w, int64_t layer, TensorMap& out)
 
 jacond::BlockWeights analysis_block(const TensorMap& state, const ViTConfig& cfg, int64_t layer,
                                     jacond::SkipMode* analysis_skip) {
-  jacond::BlockWeights w = block_from_timm(state, layer, cfg.heads, 0.0, cfg.ln_eps);
-  if (cfg.skip == SkipKind::kRezero) {
+  if (cfg.skip == SkipKind::kRezero) {  // block_from_timm folds α₁, α₂ in; without them the block is another one
     const std::string p = "blocks." + std::to_string(layer) + ".";
-    const double a1 = fetch(state, p + "rezero_attn", {1}).item<double>();
-    const double a2 = fetch(state, p + "rezero_mlp", {1}).item<double>();
-    w.Wo *= a1;
-    w.bo *= a1;
-    w.W2 *= a2;
-    w.b2 *= a2;
+    for (const char* key : {"rezero_attn", "rezero_mlp"})
+      if (!state.count(p + key)) throw std::invalid_argument("missing key " + p + key + " (the model's skip is rezero)");
   }
+  jacond::BlockWeights w = block_from_timm(state, layer, cfg.heads, 0.0, cfg.ln_eps);
   if (analysis_skip) *analysis_skip = analysis_skip_mode(cfg.skip);
   return w;
 }

@@ -26,6 +26,8 @@ at::Tensor to_torch_vec(const jacond::Vec& v);
 
 /// Reads block `layer` ("blocks.{layer}.…") into analysis weights. d is inferred from
 /// norm1.weight, hidden from mlp.fc1.weight. logit_scale 0 means 1/sqrt(d_h) (docs/design.md §2).
+/// Branch scales (LayerScale ls1/ls2.gamma, ReZero's rezero_attn/mlp) are folded in, and a key
+/// under blocks.{layer}. that the layout does not know is refused (timm_layout.h).
 /// Throws std::invalid_argument, one line naming the key, for: a missing key, a wrong shape
 /// (expected vs got), d not divisible by heads, NaN/inf values. Ends with w.validate().
 jacond::BlockWeights block_from_timm(const TensorMap& tensors, int64_t layer, int64_t heads,
@@ -35,8 +37,8 @@ jacond::BlockWeights block_from_timm(const TensorMap& tensors, int64_t layer, in
 void block_to_timm(const jacond::BlockWeights& w, int64_t layer, TensorMap& out);
 
 /// Analysis weights of block `layer` of a model state (fp64, paper convention) with ReZero's α₁,
-/// α₂ folded into W^O, b_O and W_2, b_2: x + α·(h W + b) = x + h(αW) + αb, so the block is an
-/// ordinary full-residual block for analysis. `analysis_skip` receives analysis_skip_mode(cfg.skip).
+/// α₂ folded into W^O, b_O and W_2, b_2 by block_from_timm: x + α·(h W + b) = x + h(αW) + αb, so
+/// the block is an ordinary full-residual block for analysis. `analysis_skip` receives analysis_skip_mode(cfg.skip).
 jacond::BlockWeights analysis_block(const TensorMap& state, const ViTConfig& cfg, int64_t layer,
                                     jacond::SkipMode* analysis_skip = nullptr);
 

@@ -11,8 +11,10 @@ What a model must look like: `model.blocks` a sequence of blocks with timm param
 VisionTransformer and jacond.vit.VisionTransformer. Per block it reads, when present:
   block.skip   the residuals (full | none | no-ffn-skip | no-sab-skip; default full, as timm)
   block.norm   "pre" (default) or "post"
-  rezero_attn / rezero_mlp parameters: ReZero's α₁, α₂, folded into W^O, b_O, W_2, b_2 as the
-               C++ bridge does (x + α(hW + b) = x + h(αW) + αb), analysed as a full block
+  rezero_attn / rezero_mlp (ReZero's α₁, α₂) and ls1.gamma / ls2.gamma (timm's LayerScale):
+               folded into W^O, b_O, W_2, b_2 by Block.from_timm (x + g∘(hW + b) = x + h(W diag g)
+               + g∘b), analysed as a full block; any other blocks.{l}.* parameter (timm's
+               attn.q_norm, ...) is a ValueError, not a silently different block
 The number of heads comes from `heads=`, else model.num_heads / model.heads, else
 block.attn.num_heads / block.attn.heads.
 """
@@ -45,13 +47,8 @@ def _numpy_state(state):
 
 
 def _block_of(state, layer, heads, ln_eps):
-    """Block `layer` for analysis, with ReZero's α folded in (models/track/bridge.h, analysis_block)."""
-    p = f"blocks.{layer}."
-    if p + "rezero_attn" in state:
-        state = dict(state)
-        a1, a2 = float(state[p + "rezero_attn"].reshape(-1)[0]), float(state[p + "rezero_mlp"].reshape(-1)[0])
-        for key, a in (("attn.proj.weight", a1), ("attn.proj.bias", a1), ("mlp.fc2.weight", a2), ("mlp.fc2.bias", a2)):
-            state[p + key] = state[p + key] * a
+    """Block `layer` for analysis; from_timm folds ReZero's α and LayerScale's γ into the weights
+    (analysis/jacobians/timm_layout.h) and refuses parameters the paper's block does not have."""
     return _jacond.Block.from_timm(state, layer=layer, heads=heads, ln_eps=ln_eps)
 
 

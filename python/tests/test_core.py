@@ -334,6 +334,54 @@ def test_audit_of_a_model_with_an_in_place_residual_equals_the_out_of_place_one(
     pd.testing.assert_frame_equal(mine[columns], expected[columns], check_exact=True)
 
 
+def test_audit_folds_layerscale_and_matches_autograd_of_the_scaled_block():
+    """timm's LayerScale (blocks.{l}.ls1.gamma / ls2.gamma: x + γ∘branch(x)) is part of the block:
+    K_sab and K_ffn of the audit are the autograd Jacobians of the scaled sub-blocks (it was
+    ignored: κ(K_sab) 1676 where the block's is 2.95)."""
+    model, images = small_vit()
+    model = model.double()
+    g = torch.Generator().manual_seed(3)
+    for block in model.blocks:
+        block.ls1, block.ls2 = torch.nn.Module(), torch.nn.Module()
+        block.ls1.gamma = torch.nn.Parameter(0.05 + 0.3 * torch.rand(16, generator=g, dtype=torch.float64))
+        block.ls2.gamma = torch.nn.Parameter(0.05 + 0.3 * torch.rand(16, generator=g, dtype=torch.float64))
+        sab = lambda x, b=block: x + b.ls1.gamma * b.attn(b.norm1(x))  # noqa: E731
+        ffn = lambda x, b=block: x + b.ls2.gamma * b.mlp(b.norm2(x))  # noqa: E731
+        block.sab, block.ffn = sab, ffn
+        block.forward = lambda x, sab=sab, ffn=ffn: ffn(sab(x))
+    inputs = {}
+    hooks = [b.register_forward_pre_hook(lambda m, a, l=l: inputs.__setitem__(l, a[0][0].detach().clone()))
+             for l, b in enumerate(model.blocks)]
+    df = jacond.audit(model, images.double(), matrices="K_sab,K_ffn", method="dense", progress=False)
+    for h in hooks:
+        h.remove()
+
+    def kappa(f, x):
+        n, d = x.shape
+        s = np.linalg.svd(torch.autograd.functional.jacobian(f, x).reshape(n * d, n * d).numpy(), compute_uv=False)
+        return s[0] / s[-1]
+    for layer, block in enumerate(model.blocks):
+        X = inputs[layer]
+        rows = df[(df.layer == layer) & (df.space == "full")].set_index("matrix")
+        with torch.no_grad():
+            X1 = block.sab(X[None])[0]
+        expected = {"K_sab": kappa(lambda x: block.sab(x[None])[0], X), "K_ffn": kappa(lambda x: block.ffn(x[None])[0], X1)}
+        for matrix, k in expected.items():
+            assert rows.loc[matrix, "kappa"] == pytest.approx(k, rel=1e-8), (layer, matrix)
+
+
+def test_a_block_parameter_the_paper_block_does_not_have_is_refused():
+    """timm's qk-norm (attn.q_norm, attn.k_norm) changes the block's function: read as the paper's
+    block it would be analysed silently wrong, so from_timm (and audit) refuse it by name."""
+    state = {k: v for k, v in small_vit()[0].state_dict().items()}
+    state["blocks.1.attn.q_norm.weight"] = torch.ones(8)
+    jacond.Block.from_timm(state, layer=0, heads=2)  # another block's extra key is not this block's
+    with pytest.raises(ValueError, match=r"^blocks\.1\.attn\.q_norm\.weight is not a parameter of the block"):
+        jacond.Block.from_timm(state, layer=1, heads=2)
+    with pytest.raises(ValueError, match="q_norm"):
+        jacond.audit_state_dict(state, heads=2)
+
+
 def test_audit_checkpoint_column_holds_strings_also_when_empty():
     model, images = small_vit()
     for df in (jacond.audit(model, images, matrices="K_sab", progress=False),

@@ -1151,7 +1151,9 @@ TEST_F(CliTest, AnUnwritableOutIsRefusedBeforeComputingAndNothingIsLeft) {
   // A sweep that fails on its input leaves no --out directory (it is made with the table).
   const RunResult bad = run({"sweep", "--n", "6", "--d", "8", "--alpha", "1", "--beta", "0.5", "--device", "cuda",
                              "--out", path("no-sweep")});
-  if (bad.code != 0) EXPECT_FALSE(fs::exists(path("no-sweep"))) << bad.describe();
+  if (bad.code != 0) {
+    EXPECT_FALSE(fs::exists(path("no-sweep"))) << bad.describe();
+  }
 }
 
 TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {

@@ -100,10 +100,9 @@ VisionTransformer generic_fp64_model(SkipKind skip, double a1 = 0.3, double a2 =
 }
 
 // Jacobian of block 0 by the analysis composition K_ffn(X1) · K_sab(X).
-Mat analysis_block_jacobian(const models::TensorMap& state, const ViTConfig& cfg, const Mat& X, bool fold_rezero = true) {
+Mat analysis_block_jacobian(const models::TensorMap& state, const ViTConfig& cfg, const Mat& X) {
   SkipMode mode;
-  BlockWeights w = models::analysis_block(state, cfg, 0, &mode);
-  if (!fold_rezero) w = models::block_from_timm(state, 0, cfg.heads, 0.0, cfg.ln_eps);
+  const BlockWeights w = models::analysis_block(state, cfg, 0, &mode);
   const BlockForward f = block_forward(w, X, mode);
   return ffn_jacobian(w, f).to_dense() * sab_jacobian(w, f);
 }
@@ -140,11 +139,17 @@ TEST(ViT, RezeroWithoutFoldingAlphaIsRejectedByTheSameComparison) {
   auto block = model->blocks[0]->as<models::BlockImpl>();
   const Mat J_autograd = models::torch_jacobian(
       [&](const at::Tensor& x) { return block->forward(x.unsqueeze(0)).squeeze(0); }, X);
-  // Raw weights with a plain full residual: the α scaling is missing.
+  // The state without its α (block_from_timm folds rezero_attn/mlp wherever they are) read as a
+  // plain full residual: the α scaling is missing, and the comparison says so.
+  models::TensorMap raw = model->state();
+  ASSERT_EQ(raw.erase("blocks.0.rezero_attn") + raw.erase("blocks.0.rezero_mlp"), 2u);
   ViTConfig full = model->config();
   full.skip = SkipKind::kFull;
-  const Mat wrong = analysis_block_jacobian(model->state(), full, X, false);
+  const Mat wrong = analysis_block_jacobian(raw, full, X);
   EXPECT_GT(test::rel_error(wrong, J_autograd), 1e-2);
+  // ... and a rezero config whose state lacks α is refused, not read as α = 1.
+  ViTConfig rezero = model->config();
+  EXPECT_THROW(models::analysis_block(raw, rezero, 0), std::invalid_argument);
 }
 
 // The model's own forward, same weights, a branch zeroed so the other one is alone: dropping
