@@ -154,17 +154,20 @@ ConditionReport condition_svd(const Mat& A, const std::string& matrix) {
 
 ConditionReport condition_fast(Mat A, const std::string& matrix) {
   if (!A.allFinite()) throw std::invalid_argument("condition_fast: " + matrix + " contains NaN or inf");
+  const Index given_rows = A.rows(), given_cols = A.cols();  // the report's shape: the matrix as given
   if (A.rows() < A.cols()) A.transposeInPlace();  // σ(A) = σ(Aᵀ); work with the tall side
   const Index rows = A.rows(), cols = A.cols();
   if (cols < kFastMinSize) {
     ConditionReport r = condition_svd(A, matrix);
+    r.rows = given_rows;
+    r.cols = given_cols;
     return r;
   }
   const auto t0 = Clock::now();
   ConditionReport r;
   r.matrix = matrix;
-  r.rows = rows;
-  r.cols = cols;
+  r.rows = given_rows;
+  r.cols = given_cols;
   const bool square = rows == cols;
   r.method = square ? "dense-lu-lanczos" : "dense-qr-lanczos";
 
@@ -190,8 +193,8 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     // needs the original.
     const bool exactly_singular = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular;
     ConditionReport s = square ? condition_svd(original, matrix) : condition_svd(F, matrix);
-    s.rows = rows;
-    s.cols = cols;
+    s.rows = given_rows;
+    s.cols = given_cols;
     s.note = exactly_singular ? "exactly singular pivot; dense SVD used" : "lanczos did not converge (or matrix numerically singular); dense SVD used";
     s.seconds = seconds_since(t0);
     return s;

@@ -622,7 +622,11 @@ LanczosCondition lanczos_on(const KrylovSpace& A, Index rows_in, Index cols_in, 
   const double floor = noise_floor(r.rows, r.cols, out.largest.lo);
   r.kappa_lo = out.smallest.hi > 0 ? out.largest.lo / out.smallest.hi : kInf;
   r.kappa_hi = out.smallest.lo > 0 ? out.largest.hi / out.smallest.lo : kInf;
-  if (out.smallest.hi < floor) {
+  // Singular: σ_min provably under the noise floor, or a finished σ_min bracket whose lower end is
+  // 0 (rounding-limited or exhausted: σ_min cannot be told from 0 in fp64). Either way only
+  // κ ≥ κ_lo is known, as the dense route's `singular`.
+  const bool zero_within_rounding = out.smallest.converged && !(out.smallest.lo > 0);
+  if (out.smallest.hi < floor || zero_within_rounding) {
     r.status = Status::kSingular;
     r.kappa = r.kappa_hi = kInf;
     r.rank = -1;

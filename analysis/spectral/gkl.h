@@ -129,7 +129,9 @@
 //
 // Status of the report: `bracket` when κ_hi/κ_lo ≤ 1 + tolerance was reached, or when the
 // residuals reached the rounding allowance δ (the bracket cannot shrink further; said in note); `singular` when
-// σ_min_hi < noise floor max(rows, cols)·eps·σ_max_lo (κ ≥ σ_max_lo/σ_min_hi); `not-converged`
+// σ_min_hi < noise floor max(rows, cols)·eps·σ_max_lo, or when σ_min's finished bracket reaches down to 0
+// (σ_min cannot be told from 0 in fp64; a rank-3 10 × 10 matrix was a `bracket` [κ_lo, inf] with
+// a κ of 1.7e17): κ ≥ σ_max_lo/σ_min_hi is all that is known, as the dense route's `singular`; `not-converged`
 // with the best bracket reached when products or seconds ran out.
 #pragma once
 

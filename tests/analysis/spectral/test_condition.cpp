@@ -3,6 +3,8 @@
 // becomes of LAPACK's failure codes (analysis/core/lapack.h).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <limits>
 #include <ostream>
@@ -93,6 +95,20 @@ TEST(ConditionFast, ClusteredExtremesStillAgree) {
   const Mat A = with_singular_values(s, 150, 150, 5);
   const ConditionReport fast = condition_fast(A, "A");
   EXPECT_NEAR(fast.kappa / 2000.0, 1.0, 1e-9);
+}
+
+// A wide matrix is solved through its transpose (σ(A) = σ(Aᵀ)), but reported with the shape it
+// was given, on both sides of kFastMinSize (the report said rows = 17, cols = 5 for a 5 × 17 A).
+TEST(ConditionFast, AWideMatrixKeepsItsShapeInTheReport) {
+  SCOPED_TRACE("seeds 7, 8");
+  for (const auto& [rows, cols, seed] : {std::tuple<Index, Index, uint64_t>{5, 17, 7}, {60, 140, 8}}) {
+    const Mat A = with_singular_values(geometric(rows, 1e3), rows, cols, seed);
+    const ConditionReport fast = condition_fast(A, "A"), svd = condition_svd(A, "A");
+    EXPECT_EQ(fast.rows, rows);
+    EXPECT_EQ(fast.cols, cols);
+    EXPECT_EQ(svd.rows, rows);
+    EXPECT_NEAR(fast.kappa / svd.kappa, 1.0, 1e-9) << rows << "x" << cols;
+  }
 }
 
 TEST(ConditionFast, SingularMatrixIsReportedSingular) {

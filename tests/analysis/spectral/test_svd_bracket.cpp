@@ -248,6 +248,21 @@ TEST(GklBracket, RankDeficientIsSingular) {
   EXPECT_GT(r.report.kappa_lo, 1e12);
 }
 
+// A small rank-deficient matrix exhausts the Krylov space with σ_min's bracket reaching down to 0:
+// that is `singular` (κ ≥ κ_lo only), as the dense route says, not a `bracket` whose κ (1.7e17)
+// reads as a value.
+TEST(GklBracket, AnExhaustedBracketDownToZeroIsSingular) {
+  SCOPED_TRACE("seed=10");
+  Vec s = Vec::Zero(10);
+  s.head(3) << 3.0, 2.0, 1.0;
+  const Mat A = with_spectrum(s, 10);
+  const LanczosCondition r = condition_lanczos(DenseOp{A}, "A", GklOptions{});
+  EXPECT_EQ(r.report.status, condition_svd(A, "A").status);
+  EXPECT_EQ(r.report.status, Status::kSingular) << r.report.note;
+  EXPECT_TRUE(std::isinf(r.report.kappa));
+  EXPECT_TRUE(std::isinf(r.report.kappa_hi));
+}
+
 TEST(GklBracket, WarmStartSavesProducts) {
   SCOPED_TRACE("seeds 11 (matrix), 12 (perturbation)");
   const Mat A = with_spectrum(separated(1000, 1e4), 11);
