@@ -200,6 +200,7 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
   if (!parse_options(argc, argv, desc)) return std::nullopt;
   check_usage([&] {
     if (a.steps < 1 || a.warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
+    if (cfg.batch < 1) throw std::invalid_argument("--batch must be >= 1");
     if (cfg.device == "cuda" && a.steps < 2)  // time_training: step and optimizer times from alternate steps
       throw std::invalid_argument("--steps must be >= 2 with --device cuda");
     if (cfg.device == "cuda" && !a.nproc_list.empty())
@@ -227,7 +228,14 @@ int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
   check_usage([&] {
     std::stringstream ss(a.nproc_list);
     for (std::string n; std::getline(ss, n, ',');) {
-      dp.nproc.push_back(parse_flag("--nproc", [&] { return std::stoi(n); }));
+      size_t used = 0;
+      int ranks = 0;
+      try {
+        ranks = std::stoi(n, &used);
+      } catch (const std::exception&) {
+      }
+      if (used == 0 || used != n.size()) throw UsageError("--nproc: '" + n + "' is not a number of ranks (e.g. --nproc 1,2,4)");
+      dp.nproc.push_back(ranks);
       if (dp.nproc.back() < 1 || a.cfg.batch % dp.nproc.back() != 0)
         throw UsageError("--nproc: " + n + " ranks must be >= 1 and divide --batch " + std::to_string(a.cfg.batch));
     }

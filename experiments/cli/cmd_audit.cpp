@@ -81,7 +81,15 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
   } else {
     t.cfg = models::infer_config(t.state, flags_cfg);
   }
-  if (meta.count("step")) t.step = std::stoll(meta["step"]);
+  if (meta.count("step")) {
+    size_t used = 0;
+    try {
+      t.step = std::stoll(meta["step"], &used);
+    } catch (const std::exception&) {
+    }
+    if (used == 0 || used != meta["step"].size())
+      throw std::runtime_error(path + ": its 'step' metadata is not an integer: '" + meta["step"] + "'");
+  }
   return t;
 }
 
@@ -89,7 +97,8 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
 struct AuditArgs {
   std::vector<std::string> paths;
   bool data_free = false;
-  int64_t probe_size = 0, threads = 2, heads = 0;
+  int64_t probe_size = 0, heads = 0;
+  int threads = 2;
   double lanczos_seconds = 30;
   std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full",
               norm = "pre", certify = "none", device = "cpu", shard_spec;
@@ -151,6 +160,10 @@ std::vector<models::LayerReport> audit_one(const AuditArgs& a, const std::string
                              "] images, the Fashion-MNIST probe is [1, 28, 28]: use --data-free");
   if (!test) test = models::load_fashion_mnist(a.data_dir, "test");
   const int64_t m = a.probe_size > 0 ? a.probe_size : t.probe_size;
+  const int64_t available = test->images.size(0);
+  if (m < 1 || m > available)
+    throw std::runtime_error((a.probe_size > 0 ? "--probe-size " : path + ": the run's probe_size ") + std::to_string(m) +
+                             " is not in [1, " + std::to_string(available) + "] (the Fashion-MNIST test images)");
   const torch::Tensor probe = models::token_graying(models::normalize_images(test->images.narrow(0, 0, m)),
                                                     models::parse_token_graying(t.token_graying), t.tg_eps, t.cfg.patch);
   return models::state_conditioning(t.state, t.cfg, probe, a.opts);
@@ -197,8 +210,8 @@ int run_audit(int argc, char** argv) {
   if (!parsed) return 0;
   AuditArgs& a = *parsed;
   if (!a.out_dir.empty()) check_output_directory(a.out_dir);
-  torch::set_num_threads(static_cast<int>(a.threads));
-  set_threads(static_cast<int>(a.threads));
+  torch::set_num_threads(a.threads);
+  set_threads(a.threads);
   select_devices(a.device, a.opts.block);
   std::map<std::pair<int64_t, int64_t>, std::map<std::string, jacond::GklWarmStart>> warm;  // Lanczos vectors carried forward
   a.opts.warm = &warm;

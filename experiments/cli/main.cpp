@@ -1,6 +1,10 @@
 // The `jacond` command: dispatches to one subcommand per source file (cmd_*.cpp).
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <exception>
+#include <new>
 #include <iostream>
 #include <string>
 
@@ -8,11 +12,13 @@
 #include "experiments/cli/commands.h"
 
 namespace {
+long physical_gib() { return static_cast<long>(sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) >> 30); }
+
 void print_usage(std::ostream& os) {
   os << "usage: jacond <command> [options]\n\n"
         "commands:\n"
         "  block    condition numbers of one ViT block's Jacobians (from an init or safetensors)\n"
-        "  verify   check the papers' propositions numerically: prop1 | prop2 | moments | lemma1 | eq6 | eq89 | all\n"
+        "  verify   check the papers' claims numerically: prop1 | moments | lemma1 | prop2 | eq6 | eq89 | prop41 | prop42 | all\n"
         "  sweep    grid over alpha/beta/c of the `ours` init -> tidy CSV\n"
         "  train    train a ViT (any skip mode / init, AdamW or SOAP) on Fashion-MNIST, tracking conditioning;\n"
         "           data parallel on c10d/Gloo with --nproc N, torchrun or srun\n"
@@ -50,6 +56,13 @@ int main(int argc, char** argv) {
   } catch (const jacond::cli::UsageError& e) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 2;
+  } catch (const c10::Error& e) {  // LibTorch's what() carries a C++ backtrace: the message alone
+    std::cerr << "jacond " << cmd << ": error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "jacond " << cmd << ": error: out of memory: the sizes asked for need more than this machine's "
+              << physical_gib() << " GiB\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";
     return 1;

@@ -770,6 +770,9 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"bench", "train", "--device", "cuda", "--steps", "1"}, 2, "--steps"},
       {{"bench", "train", "--device", "cuda", "--nproc", "1,2"}, 2, "--nproc"},
       {{"bench", "train", "--skip", "rezero"}, 2, "--skip-python"},
+      {{"bench", "train", "--batch", "0"}, 2, "--batch"},
+      {{"bench", "train", "--nproc", "1,two"}, 2, "--nproc: 'two'"},
+      {{"audit", "x.safetensors", "--threads", "4294967297"}, 2, "--threads"},
       {{"bench", "train", "--init", "zeros"}, 2, "--init"},
       {{"train", "--frobnicate"}, 2, "--frobnicate"},
       {{"train", "--lr", "fast"}, 2, "--lr"},
@@ -1074,12 +1077,24 @@ TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
   const RunResult format = run({"plot", block, "--format", "gif"});
   EXPECT_EQ(format.code, 2) << format.describe();
   EXPECT_NE(format.err.find("--format"), std::string::npos) << format.err;
+  // One line, not argparse's usage text or a Python traceback: an unknown flag (2), a figures/ that
+  // is a file, a table whose values are not jacond's (1).
+  EXPECT_EQ(expect_one_line_error({"plot", block, "--bogus"}, {"unrecognized arguments: --bogus"}).code, 2);
+  fs::create_directories(path("plot-file"));
+  fs::copy_file(block + "/results.csv", path("plot-file") + "/results.csv");
+  std::ofstream(path("plot-file") + "/figures") << "a file\n";
+  EXPECT_EQ(expect_one_line_error({"plot", path("plot-file")}, {"cannot write to", "figures"}).code, 1);
+  fs::create_directories(path("plot-junk"));
+  std::ofstream(path("plot-junk") + "/results.csv") << "matrix,space,head,kappa,status\nK_sa,full,all,abc,exact\n";
+  const RunResult junk = run({"plot", path("plot-junk")});
+  EXPECT_LE(nonempty_lines(junk.err).size(), 1u) << junk.describe();
+  EXPECT_EQ(junk.err.find("Traceback"), std::string::npos) << junk.describe();
 }
 
 // `jacond recipe NAME --quick`: runs its jacond commands into --work, draws, and writes the
 // report to --out: a README.md that says it is quick, links its figure (copied beside it), states
-// the verdicts and the commands that made it. An unknown recipe is usage (2); a step that fails
-// (its --work under a regular file) is one line naming the command (1) and leaves no report.
+// the verdicts and the commands that made it. An unknown recipe is usage (2); a --work under a
+// regular file is refused in one line (1) before any step runs, and leaves no report.
 // --jobs 2: the training grids (always-skip) run two at a time, the report lists them in order.
 TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
   for (const std::string name : {"prop1", "moments", "sweep", "training", "audit", "scale", "always-skip"}) {
@@ -1128,8 +1143,8 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
   const RunResult failed = run({"recipe", "prop1", "--quick", "--out", path("report-failed"), "--work", path("a-file") + "/w"});
   EXPECT_EQ(failed.code, 1) << failed.describe();
   EXPECT_EQ(nonempty_lines(failed.err).size(), 1u) << failed.err;
-  EXPECT_TRUE(contains(failed.err, "jacond verify prop1")) << failed.err;
-  EXPECT_FALSE(fs::exists(path("report-failed") + "/README.md"));
+  EXPECT_TRUE(contains(failed.err, "cannot write to " + path("a-file") + "/w")) << failed.err;  // before any step
+  EXPECT_FALSE(fs::exists(path("report-failed")));
 }
 
 // An --out that cannot be written is found before any work (block and audit made it only after

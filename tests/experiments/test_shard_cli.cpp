@@ -86,6 +86,10 @@ TEST_F(ShardCli, MergeRefusesShardsThatDoNotFit) {
   const std::string out = path("merged");
   expect_one_line_error({"merge", dirs[0], dirs[2], "--out", out}, {"shard(s) 1 of 3 missing"}, out);
   expect_one_line_error({"merge", dirs[0], dirs[1], dirs[1], dirs[2], "--out", out}, {"shard 1 is also"}, out);
+  // --out one of the shards: the merged table would replace that shard's own (usage, nothing written).
+  const std::string before = slurp(dirs[0] + "/sweep.csv");
+  EXPECT_EQ(expect_one_line_error({"merge", dirs[0], dirs[1], dirs[2], "--out", dirs[0]}, {"--out", "is the shard"}).code, 2);
+  EXPECT_EQ(slurp(dirs[0] + "/sweep.csv"), before);
   // Another grid (3 seeds), as shard 1 of 3.
   auto three_seeds = kSweep;
   *(std::find(three_seeds.begin(), three_seeds.end(), "--seeds") + 1) = "3";

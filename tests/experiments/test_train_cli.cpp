@@ -9,6 +9,7 @@
 
 #include <array>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -354,6 +355,20 @@ TEST_F(TrainCli, BadInputGivesOneLineErrors) {
     std::ofstream(path("junk.safetensors")) << "junk";
   }
   expect_one_line_error({"audit", path("junk.safetensors"), "--data-free"}, {"junk.safetensors"});
+  // More probe images than the test split has: one line naming the flag (was LibTorch's narrow()
+  // error with its C++ backtrace, 12 lines).
+  expect_one_line_error({"audit", reference_run(*this), "--probe-size", "20000", "--matrices", "X_in"},
+                        {"--probe-size 20000", "[1, 10000]"});
+  // A malformed 'step' in a checkpoint's metadata names the file (was "error: stoll").
+  std::string model;
+  for (const auto& e : fs::directory_iterator(reference_run(*this)))
+    if (e.path().filename().string().rfind("step-", 0) == 0) model = (e.path() / "model.safetensors").string();
+  ASSERT_FALSE(model.empty());
+  std::map<std::string, std::string> meta;
+  const jacond::models::TensorMap state = jacond::models::load_safetensors(model, &meta);
+  meta["step"] = "abc";
+  jacond::models::save_safetensors(path("bad-step.safetensors"), state, meta);
+  expect_one_line_error({"audit", path("bad-step.safetensors"), "--data-free"}, {"bad-step.safetensors", "'step'", "abc"});
 }
 
 // The data-parallel backend must fit the device: a usage error (2) naming the flag, before

@@ -1,5 +1,6 @@
 """What every jacond figure shares: the caption, the colours, κ as a plotted number, saving."""
 
+import argparse
 import json
 import os
 import shlex
@@ -16,6 +17,26 @@ import pandas as pd  # noqa: E402
 
 class PlotError(Exception):
     """Bad or unrecognised input: one line for the user (exit 1 from the command)."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, "PROG: error: MESSAGE", exit 2, as every other
+    jacond command's (argparse's own adds its usage text above)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def check_writable_directory(path):
+    """Raise PlotError unless `path` can be written: an existing writable directory, or a new path
+    whose nearest existing ancestor is one (checked before any work, as the C++ commands do)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p):
+        raise PlotError(f"cannot write to {path}: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise PlotError(f"cannot write to {path}: {p} is not writable")
 
 
 # One colour per status and per init, the same in every figure.

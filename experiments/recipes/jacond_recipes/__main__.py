@@ -1,10 +1,10 @@
 """jacond recipe NAME [--quick] [--out DIR] [--work DIR] [--threads N] [--jobs J]: exit 0, 1 (a step failed), 2 (usage)."""
 
-import argparse
 import os
 import sys
 
 from jacond_plots import PlotError
+from jacond_plots.common import OneLineArgumentParser, check_writable_directory
 
 from . import always_skip, audit, depth, gpu, main, moments, prop1, prop2, scale, sweep, training
 from .common import Recipe, RecipeError
@@ -13,7 +13,7 @@ RECIPES = {module.NAME: module for module in (prop1, prop2, moments, sweep, dept
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="jacond recipe", description="regenerate a report with its figures",
+    parser = OneLineArgumentParser(prog="jacond recipe", description="regenerate a report with its figures",
                                      epilog="recipes: " + "; ".join(f"{k}: {m.SUMMARY}" for k, m in RECIPES.items()))
     parser.add_argument("name", metavar="NAME", help=" | ".join(RECIPES))
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds; what CI runs)")
@@ -34,10 +34,18 @@ def main(argv=None):
     recipe = Recipe(args.name, args.out or os.path.join("reports", args.name),
                     args.work or os.path.join("results", "recipes", args.name), args.quick, args.threads, args.reuse, args.jobs)
     try:
+        check_writable_directory(recipe.out_dir)  # before hours of data, not after
+        check_writable_directory(recipe.work_dir)
         RECIPES[args.name].run(recipe)
     except (RecipeError, PlotError) as e:
         print(f"jacond recipe {args.name}: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"jacond recipe {args.name}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"jacond recipe {args.name}: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 
