@@ -39,7 +39,13 @@ void BlockSource::add_options(po::options_description& desc) {
       ("logit-scale", number_value(&logit_scale), "logit scale s; 0 = 1/sqrt(d_h)");
 }
 
-void BlockSource::validate() const {
+void BlockSource::validate(const po::variables_map* typed) const {
+  const auto given = [&](const char* flag) { return typed && typed->count(flag) && !(*typed)[flag].defaulted(); };
+  for (const char* flag : {"init", "alpha", "beta", "c", "mlp-init", "n", "d", "mlp-ratio"})
+    if (from_files() && given(flag))
+      throw std::invalid_argument(std::string("--") + flag + " sets up an init; with --weights the block comes from the file");
+  for (const char* flag : {"layer", "sample"})
+    if (!from_files() && given(flag)) throw std::invalid_argument(std::string("--") + flag + " reads a --weights file");
   if (!(logit_scale >= 0) || !std::isfinite(logit_scale))
     throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(logit_scale));
   if (heads < 0) throw std::invalid_argument("--heads must be >= 1 (0: the default), got " + std::to_string(heads));

@@ -29,8 +29,10 @@ struct BlockSource {
   bool from_files() const { return !weights.empty(); }
   void add_options(boost::program_options::options_description& desc);
   /// The flags' own consistency (sizes, names, which flags go together); throws
-  /// std::invalid_argument naming the flag. Run it under check_usage (exit 2).
-  void validate() const;
+  /// std::invalid_argument naming the flag. Run it under check_usage (exit 2). With the parsed
+  /// flags, a flag typed for the other source is refused too (--alpha with --weights, --layer
+  /// without it), instead of being silently ignored.
+  void validate(const boost::program_options::variables_map* typed = nullptr) const;
 };
 
 struct LoadedBlock {

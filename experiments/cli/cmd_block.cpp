@@ -53,9 +53,10 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
       ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/Eigen threads")
       ("out", po::value(&a.out_dir), "write DIR/results.csv and DIR/run.json");
   add_device_option(desc, &a.device);
-  if (!parse_options(argc, argv, desc)) return std::nullopt;
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return std::nullopt;
   check_usage([&] {
-    a.src.validate();
+    a.src.validate(&vm);
     with_dense_flavour(KappaRoute::kFast, a.kappa);  // checks the value
     if (a.method != "auto" && a.method != "dense" && a.method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + a.method + "'");

@@ -190,12 +190,13 @@ int run_spectrum(int argc, char** argv) {
       ("threads", po::value(&threads)->default_value(threads), "BLAS/Eigen threads")
       ("out", po::value(&o.out_dir), "write DIR/spectrum.csv (dense) or DIR/density.csv + nodes.csv (slq), and run.json");
   add_device_option(desc, &device);
-  if (!parse_options(argc, argv, desc)) return 0;
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return 0;
   std::vector<std::string> names;
   bool per_matrix_dirs = false;
   SkipMode mode{};
   check_usage([&] {
-    src.validate();
+    src.validate(&vm);
     names = requested_matrices(matrix, matrices, per_matrix_dirs);
     if (o.method != "auto" && o.method != "dense" && o.method != "slq")
       throw std::invalid_argument("--method must be auto, dense or slq, got '" + o.method + "'");

@@ -59,6 +59,19 @@ void check_post_norm_matrices(const std::vector<std::string>& matrices) {
       throw std::invalid_argument("norm='post': a post-norm block has only K_sa, B_sa, E_sa and attention, not " + m);
 }
 
+// Ctrl-C during a long matrix-free bracket (lanczos_seconds, 120 s per matrix by default): the
+// solver's progress callback, called at every estimate, takes the GIL and lets Python look at its
+// signals; a pending KeyboardInterrupt unwinds the solver (RAII all the way) as Interrupted, and is
+// raised once the GIL is back. The dense routes are LAPACK calls and finish first.
+struct Interrupted {};
+
+void interrupt_on_signal(BlockReportOptions& opt) {
+  opt.lanczos.progress = [](const GklProgress&) {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw Interrupted{};
+  };
+}
+
 std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen::Ref<const Mat>& X,
                                               const std::string& skip, const std::string& method,
                                               const std::optional<std::vector<std::string>>& matrices,
@@ -73,8 +86,13 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
   if (norm == "post") check_post_norm_matrices(opt.matrices);
   opt.device = dense_device(device);  // before resolve_route: `auto` asks the device what fits
   opt.route = resolve_route(opt, tokens.rows(), w.d);
-  py::gil_scoped_release release;
-  return norm == "pre" ? block_reports(w, tokens, mode, opt) : post_norm_block_reports(w, tokens, opt);
+  interrupt_on_signal(opt);
+  try {
+    py::gil_scoped_release release;
+    return norm == "pre" ? block_reports(w, tokens, mode, opt) : post_norm_block_reports(w, tokens, opt);
+  } catch (const Interrupted&) {
+    throw py::error_already_set();  // the KeyboardInterrupt PyErr_CheckSignals left pending
+  }
 }
 
 ConditionReport condition_of(const Eigen::Ref<const Mat>& A, const std::string& method, const std::string& name,

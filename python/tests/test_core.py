@@ -545,6 +545,25 @@ def test_a_bracket_stopped_by_its_budget_warns_not_converged():
         jacond.block_reports(block, X, skip="none", method="dense", matrices=["K_sa"])  # no warning
 
 
+def test_ctrl_c_stops_a_long_matrix_free_bracket():
+    """A notebook's interrupt (SIGINT) stops block_reports inside a Lanczos bracket, not after its
+    lanczos_seconds: the solver checks Python's signals at every estimate. This skipless K_sa
+    (n 16, d 32) does not converge in 6 s, so without the check the call runs its whole 20 s."""
+    import os
+    import signal
+
+    jacond.set_threads(1)
+    block, X = random_block(d=32, heads=2, hidden=128, seed=3), tokens(n=16, d=32, seed=4)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        jacond.block_reports(block, X, skip="none", method="lanczos", matrices=["K_sa"], lanczos_seconds=20.0,
+                             max_products=10**7)
+    timer.join()
+    assert time.monotonic() - start < 10.0, "the interrupt waited for the budget"
+
+
 def test_long_computations_release_the_gil():
     """A second Python thread keeps running while the core computes: with the GIL held, the main
     thread below could take no sample between the worker's start and end."""

@@ -738,6 +738,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"block", "--d", "32", "--heads", "3"}, 2, "--heads"},
       {{"block", "stray-argument"}, 2, "unexpected argument"},
       {{"block", "--weights", wfile}, 2, "--tokens"},
+      {{"block", "--weights", wfile, "--tokens", tfile, "--alpha", "5"}, 2, "--alpha sets up an init"},
+      {{"block", "--n", "8", "--d", "8", "--layer", "2"}, 2, "--layer reads a --weights file"},
       {{"spectrum"}, 2, "--matrix"},
       {{"spectrum", "--matrices", "K_nope"}, 2, "K_nope"},
       {{"sweep", "--alpha", "3:1:1"}, 2, "--alpha"},
