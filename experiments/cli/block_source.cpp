@@ -9,6 +9,7 @@
 #include <utility>
 #include <stdexcept>
 
+#include "analysis/spectral/dense_cost.h"
 #include "experiments/cli/cli_common.h"
 #include "models/track/bridge.h"
 #include "models/init/init.h"
@@ -124,6 +125,12 @@ LoadedBlock load_block(const BlockSource& src) {
   if (!src.from_files()) {
     if (!src.tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
     if (src.n < 2) throw std::invalid_argument("--n must be at least 2");
+    // The forward pass alone keeps heads n × n attention maps: refuse what cannot fit, at once.
+    const double forward_bytes = 8.0 * src.n * (static_cast<double>(src.init_heads()) * src.n + 8.0 * src.d);
+    if (forward_bytes > physical_memory_bytes())
+      throw std::invalid_argument("--n " + std::to_string(src.n) + " --d " + std::to_string(src.d) + ": the forward pass alone needs " +
+                                  fmt(std::round(forward_bytes / 1e9)) + " GB, more than this machine's " +
+                                  fmt(std::round(physical_memory_bytes() / 1e9)) + " GB");
     out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.init_heads(),
                                src.mlp_ratio * src.d, src.logit_scale);
     out.tokens = gaussian_tokens(src.n, src.d, src.seed ^ 0x5eedULL);

@@ -740,6 +740,7 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"block", "--weights", wfile}, 2, "--tokens"},
       {{"block", "--weights", wfile, "--tokens", tfile, "--alpha", "5"}, 2, "--alpha sets up an init"},
       {{"block", "--n", "8", "--d", "8", "--layer", "2"}, 2, "--layer reads a --weights file"},
+      {{"block", "--n", "99999999", "--d", "8"}, 1, "the forward pass alone needs"},
       {{"spectrum"}, 2, "--matrix"},
       {{"spectrum", "--matrices", "K_nope"}, 2, "K_nope"},
       {{"sweep", "--alpha", "3:1:1"}, 2, "--alpha"},
