@@ -66,7 +66,7 @@ TimmArray array_of(const Vec& v) { return {{v.size()}, v}; }
 }  // namespace
 
 BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index heads, double logit_scale,
-                                    double ln_eps) {
+                                    double ln_eps, bool fold_branch_scales) {
   const std::string p = "blocks." + std::to_string(layer) + ".";
   const Index d = leading_size(lookup, p + "norm1.weight", 1);
   if (heads <= 0) throw std::invalid_argument(p + "attn: heads must be positive (got " + std::to_string(heads) + ")");
@@ -94,10 +94,12 @@ BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index
   w.b1 = fetch_vec(lookup, p + "mlp.fc1.bias", hidden);
   w.W2 = fetch(lookup, p + "mlp.fc2.weight", {d, hidden}).transpose();  // hidden × d
   w.b2 = fetch_vec(lookup, p + "mlp.fc2.bias", d);
-  fold_branch_scale(lookup, p + "ls1.gamma", true, w.Wo, w.bo);
-  fold_branch_scale(lookup, p + "rezero_attn", false, w.Wo, w.bo);
-  fold_branch_scale(lookup, p + "ls2.gamma", true, w.W2, w.b2);
-  fold_branch_scale(lookup, p + "rezero_mlp", false, w.W2, w.b2);
+  if (fold_branch_scales) {
+    fold_branch_scale(lookup, p + "ls1.gamma", true, w.Wo, w.bo);
+    fold_branch_scale(lookup, p + "rezero_attn", false, w.Wo, w.bo);
+    fold_branch_scale(lookup, p + "ls2.gamma", true, w.W2, w.b2);
+    fold_branch_scale(lookup, p + "rezero_mlp", false, w.W2, w.b2);
+  }
   w.validate();
   return w;
 }

@@ -42,11 +42,13 @@ struct TimmArray {
 using TimmLookup = std::function<std::optional<TimmArray>(const std::string& key)>;
 
 /// Reads block `layer` ("blocks.{layer}.…"): d from norm1.weight, hidden from mlp.fc1.weight;
-/// logit_scale 0 means 1/sqrt(d_h). Throws std::invalid_argument, one line naming the key, for a
+/// logit_scale 0 means 1/sqrt(d_h). Branch scales are folded in (the block's function, for its
+/// Jacobians) unless fold_branch_scales is false (the stored weights themselves, for the
+/// data-free weight reports). Throws std::invalid_argument, one line naming the key, for a
 /// missing key, a wrong shape ("expected [..], got [..]"), d not divisible by heads, NaN or inf.
 /// Ends with w.validate().
 BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index heads, double logit_scale = 0.0,
-                                    double ln_eps = 1e-6);
+                                    double ln_eps = 1e-6, bool fold_branch_scales = true);
 
 /// Throws std::invalid_argument naming the first of `keys` under "blocks.{layer}." that is not in
 /// the layout above (a parameter the analysed block does not have, e.g. attn.q_norm.weight).

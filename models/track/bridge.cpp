@@ -88,12 +88,12 @@ jacond::TimmLookup timm_lookup(const TensorMap& tensors) {
 }  // namespace
 
 jacond::BlockWeights block_from_timm(const TensorMap& tensors, int64_t layer, int64_t heads,
-                                     double logit_scale, double ln_eps) {
+                                     double logit_scale, double ln_eps, bool fold_branch_scales) {
   std::vector<std::string> keys;
   keys.reserve(tensors.size());
   for (const auto& [key, t] : tensors) keys.push_back(key);
   jacond::require_known_block_keys(keys, layer);
-  return jacond::block_from_timm_layout(timm_lookup(tensors), layer, heads, logit_scale, ln_eps);
+  return jacond::block_from_timm_layout(timm_lookup(tensors), layer, heads, logit_scale, ln_eps, fold_branch_scales);
 }
 
 void block_to_timm(const jacond::BlockWeights& w, int64_t layer, TensorMap& out) {

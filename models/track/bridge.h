@@ -31,7 +31,7 @@ at::Tensor to_torch_vec(const jacond::Vec& v);
 /// Throws std::invalid_argument, one line naming the key, for: a missing key, a wrong shape
 /// (expected vs got), d not divisible by heads, NaN/inf values. Ends with w.validate().
 jacond::BlockWeights block_from_timm(const TensorMap& tensors, int64_t layer, int64_t heads,
-                                     double logit_scale = 0.0, double ln_eps = 1e-6);
+                                     double logit_scale = 0.0, double ln_eps = 1e-6, bool fold_branch_scales = true);
 
 /// Writes `w` (after w.validate()) as fp64 timm-named tensors of block `layer` into `out`.
 void block_to_timm(const jacond::BlockWeights& w, int64_t layer, TensorMap& out);

@@ -107,8 +107,9 @@ std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::T
 
 std::vector<LayerReport> data_free_conditioning(const TensorMap& state, const ViTConfig& cfg) {
   std::vector<LayerReport> out;
-  for (int64_t l = 0; l < cfg.depth; ++l)  // raw weights (no ReZero α)
-    for (auto& r : jacond::weight_reports(block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps))) out.push_back({-1, l, std::move(r)});
+  for (int64_t l = 0; l < cfg.depth; ++l)  // the stored weights (no ReZero α or LayerScale γ folded in)
+    for (auto& r : jacond::weight_reports(block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps, false)))
+      out.push_back({-1, l, std::move(r)});
   return out;
 }
 

@@ -96,17 +96,19 @@ Block.from_timm(state, layer, heads) reads timm names (PyTorch Linear weights ar
            py::arg("ln2_beta") = py::none(), py::arg("logit_scale") = 0.0, py::arg("ln_eps") = 1e-6)
       .def_static(
           "from_timm",
-          [](const py::object& state, Index layer, Index heads, double logit_scale, double ln_eps) {
+          [](const py::object& state, Index layer, Index heads, double logit_scale, double ln_eps, bool fold_branch_scales) {
             if (!py::hasattr(state, "keys") || !py::hasattr(state, "__getitem__"))
               throw std::invalid_argument("state must be a mapping of timm names to arrays (a state_dict)");
             std::vector<std::string> keys;
             for (const py::handle key : state.attr("keys")()) keys.push_back(py::str(key));
             require_known_block_keys(keys, layer);
-            return block_from_timm_layout(python_lookup(state), layer, heads, logit_scale, ln_eps);
+            return block_from_timm_layout(python_lookup(state), layer, heads, logit_scale, ln_eps, fold_branch_scales);
           },
           py::arg("state"), py::arg("layer") = 0, py::arg("heads"), py::arg("logit_scale") = 0.0, py::arg("ln_eps") = 1e-6,
+          py::arg("fold_branch_scales") = true,
           "Block `layer` of a timm-named state dict (blocks.{layer}.attn.qkv.weight, ...); any float arrays or tensors.\n"
-          "LayerScale (ls1/ls2.gamma) and ReZero (rezero_attn/mlp) are folded into W^O, b_O, W_2, b_2; any other\n"
+          "LayerScale (ls1/ls2.gamma) and ReZero (rezero_attn/mlp) are folded into W^O, b_O, W_2, b_2 (the block's\n"
+          "function; fold_branch_scales=False: the stored weights, as the data-free weight reports use); any other\n"
           "blocks.{layer}.* key is a ValueError (a block the paper's equations do not describe).")
       .def("to_timm", &to_timm, py::arg("layer") = 0, "This block as timm-named fp64 arrays (Linear weights transposed).")
       .def_readonly("d", &BlockWeights::d)

@@ -177,7 +177,8 @@ def audit_state_dict(state, *, heads, layers=None, checkpoint="", step=-1, ln_ep
             raise ValueError("state has no blocks.{l}.* keys")
     reports, prefix = [], []
     for l in layers:
-        rs = _jacond.weight_reports(_jacond.Block.from_timm(state, layer=l, heads=heads, ln_eps=ln_eps))
+        rs = _jacond.weight_reports(_jacond.Block.from_timm(state, layer=l, heads=heads, ln_eps=ln_eps,
+                                                            fold_branch_scales=False))  # the stored weights
         reports += rs
         prefix += [[checkpoint, step, "none", l]] * len(rs)
     return _audit_frame(reports, prefix, checkpoint)

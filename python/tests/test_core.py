@@ -370,6 +370,22 @@ def test_audit_folds_layerscale_and_matches_autograd_of_the_scaled_block():
             assert rows.loc[matrix, "kappa"] == pytest.approx(k, rel=1e-8), (layer, matrix)
 
 
+def test_data_free_reports_are_of_the_stored_weights_not_the_folded_branch_scales():
+    """The block's Jacobians use W^O α (ReZero) or W^O diag γ (LayerScale); the data-free weight
+    reports describe the stored matrices: at ReZero's init (α = 0) W_O is not reported singular."""
+    torch.manual_seed(0)
+    model = vit.VisionTransformer(dict(dim=16, depth=1, heads=2, patch=7, skip="rezero"))
+    state = model.state_dict()
+    assert float(state["blocks.0.rezero_attn"]) == 0.0
+    df = jacond.audit_state_dict(state, heads=2).set_index("matrix")
+    W_O = state["blocks.0.attn.proj.weight"].double().numpy()
+    s = np.linalg.svd(W_O, compute_uv=False)
+    assert df.loc["W_O", "status"] == "exact"
+    assert df.loc["W_O", "kappa"] == pytest.approx(s[0] / s[-1], rel=1e-10)
+    folded = jacond.Block.from_timm(state, heads=2)
+    assert np.count_nonzero(np.asarray(folded.Wo)) == 0  # the function: the branch is off at init
+
+
 def test_a_block_parameter_the_paper_block_does_not_have_is_refused():
     """timm's qk-norm (attn.q_norm, attn.k_norm) changes the block's function: read as the paper's
     block it would be analysed silently wrong, so from_timm (and audit) refuse it by name."""
