@@ -70,6 +70,8 @@ def as_fp64(a, name="array", ndim=None):
     `name` for anything else, or for another number of dimensions than `ndim` (when given)."""
     if a is None:
         raise ValueError(f"{name} is None; expected an array")
+    if (a.is_complex() if hasattr(a, "detach") else np.iscomplexobj(a)):  # casting would drop the imaginary part
+        raise ValueError(f"{name} is complex; jacond's weights, tokens and matrices are real")
     if hasattr(a, "detach"):  # a torch tensor: leave autograd and the device
         a = a.detach().cpu().double().numpy()
     try:

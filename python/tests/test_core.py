@@ -444,6 +444,8 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X[:, :5]), "X has d=5 columns but the block has d=8"),
         (lambda: jacond.block_reports(block, X[:1]), "X needs at least 2 tokens"),
         (lambda: jacond.block_reports(block, nan_X), "X contains NaN or inf"),
+        (lambda: jacond.block_reports(block, X + 1j * X), "X is complex"),
+        (lambda: jacond.condition(torch.eye(3, dtype=torch.complex128)), "A is complex"),
         (lambda: jacond.block_reports(block, X, skip="sometimes"), "sometimes"),
         (lambda: jacond.block_reports(block, X, method="magic"), "magic"),
         (lambda: jacond.block_reports(block, X, matrices=["K_xyz"]), "K_xyz"),
