@@ -39,6 +39,11 @@ const std::vector<std::string>& block_matrix_names() {
   return names;
 }
 
+const std::vector<std::string>& post_norm_matrix_names() {
+  static const std::vector<std::string> names{"K_sa", "B_sa", "E_sa", "attention"};
+  return names;
+}
+
 std::vector<std::string> parse_matrix_names(const std::string& spec, const std::vector<std::string>& valid) {
   std::vector<std::string> out;
   if (spec.empty() || spec == "all") return out;

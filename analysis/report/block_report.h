@@ -55,6 +55,9 @@ bool auto_prefers_dense(Index rows, Index cols, const DenseBudget& budget, int t
 /// "_out" with a residual carry it whatever the block's skip mode; X1 is the real SAB output).
 const std::vector<std::string>& block_matrix_names();
 
+/// The matrices post_norm_block_reports computes: K_sa B_sa E_sa attention.
+const std::vector<std::string>& post_norm_matrix_names();
+
 /// Parses a comma list such as "K_sab,K_ffn,softmax" into names, each checked against
 /// `valid` (std::invalid_argument naming the first unknown one and listing the valid ones);
 /// "" or "all" gives {} (= every matrix).

@@ -52,16 +52,9 @@ std::vector<Shape> parse_sizes(const std::string& spec) {
   std::vector<Shape> out;
   std::stringstream ss(spec);
   for (std::string item; std::getline(ss, item, ',');) {
-    size_t pos = 0;
-    long long N = 0;
-    try {
-      N = std::stoll(item, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (item.empty() || pos != item.size())
-      throw std::invalid_argument("--sizes: '" + item + "' is not an integer N = n*d");
-    auto it = standard_sizes().find(N);
+    const std::optional<int64_t> N = parse_integer(item);
+    if (!N) throw std::invalid_argument("--sizes: '" + item + "' is not an integer N = n*d");
+    auto it = standard_sizes().find(*N);
     if (it == standard_sizes().end()) {
       std::string known;
       for (const auto& [k, s] : standard_sizes())

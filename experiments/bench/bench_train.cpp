@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -228,14 +229,10 @@ int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
   check_usage([&] {
     std::stringstream ss(a.nproc_list);
     for (std::string n; std::getline(ss, n, ',');) {
-      size_t used = 0;
-      int ranks = 0;
-      try {
-        ranks = std::stoi(n, &used);
-      } catch (const std::exception&) {
-      }
-      if (used == 0 || used != n.size()) throw UsageError("--nproc: '" + n + "' is not a number of ranks (e.g. --nproc 1,2,4)");
-      dp.nproc.push_back(ranks);
+      const std::optional<int64_t> ranks = parse_integer(n);
+      if (!ranks || *ranks > std::numeric_limits<int>::max())
+        throw UsageError("--nproc: '" + n + "' is not a number of ranks (e.g. --nproc 1,2,4)");
+      dp.nproc.push_back(static_cast<int>(*ranks));
       if (dp.nproc.back() < 1 || a.cfg.batch % dp.nproc.back() != 0)
         throw UsageError("--nproc: " + n + " ranks must be >= 1 and divide --batch " + std::to_string(a.cfg.batch));
     }

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
@@ -100,22 +99,16 @@ struct FileArchitecture {
 // wrote carries them in its "config" metadata; a --heads that contradicts it is refused (analysing
 // a 6-head block as 2 heads gives a valid-looking, wrong κ); a file without it needs --heads.
 FileArchitecture file_architecture(const BlockSource& src, const std::map<std::string, std::string>& meta) {
-  const auto it = meta.find("config");
-  if (it == meta.end()) {
+  const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, src.weights);
+  if (!cfg) {
     if (src.heads == 0)
       throw std::invalid_argument(src.weights + " has no jacond config metadata: pass --heads (the block's head count)");
     return {src.heads, 1e-6};
   }
-  models::ViTConfig cfg;
-  try {
-    cfg = models::ViTConfig::from_json(nlohmann::json::parse(it->second));
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(src.weights + ": malformed 'config' metadata: " + e.what());
-  }
-  if (src.heads != 0 && src.heads != cfg.heads)
+  if (src.heads != 0 && src.heads != cfg->heads)
     throw std::invalid_argument("--heads " + std::to_string(src.heads) + " contradicts " + src.weights +
-                                "'s config (heads " + std::to_string(cfg.heads) + "); drop --heads");
-  return {cfg.heads, cfg.ln_eps};
+                                "'s config (heads " + std::to_string(cfg->heads) + "); drop --heads");
+  return {cfg->heads, cfg->ln_eps};
 }
 
 }  // namespace

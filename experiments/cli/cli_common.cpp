@@ -62,6 +62,18 @@ void ensure_directory(const std::string& dir) {
   if (ec || !fs::is_directory(dir)) throw std::runtime_error("cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
 }
 
+std::optional<int64_t> parse_integer(const std::string& text) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::logic_error&) {  // invalid_argument, out_of_range
+    return std::nullopt;
+  }
+  if (used != text.size()) return std::nullopt;
+  return value;
+}
+
 void check_output_directory(const std::string& dir) {
   const auto fail = [&](const std::string& why) { throw std::runtime_error("cannot write to " + dir + ": " + why); };
   std::error_code ec;

@@ -2,7 +2,9 @@
 // tokens, and the one-line error convention.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -69,6 +71,9 @@ bool parse_options(int argc, char** argv, const boost::program_options::options_
 /// Writes `contents` to `path` through a temporary file in the same directory and a rename,
 /// so a reader never sees half a file. Throws std::runtime_error naming the path.
 void write_file_atomic(const std::string& path, const std::string& contents);
+
+/// `text` as an integer when all of it is one (std::stoll's syntax), else nullopt.
+std::optional<int64_t> parse_integer(const std::string& text);
 
 /// Creates the directory (and parents). Throws naming it on failure.
 void ensure_directory(const std::string& dir);

@@ -72,23 +72,12 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
   }
   std::map<std::string, std::string> meta;
   t.state = models::load_safetensors(path, &meta);
-  if (meta.count("config")) {
-    try {
-      t.cfg = models::ViTConfig::from_json(nlohmann::json::parse(meta["config"]));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error(path + ": malformed 'config' metadata: " + e.what());
-    }
-  } else {
-    t.cfg = models::infer_config(t.state, flags_cfg);
-  }
+  const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
+  t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
   if (meta.count("step")) {
-    size_t used = 0;
-    try {
-      t.step = std::stoll(meta["step"], &used);
-    } catch (const std::exception&) {
-    }
-    if (used == 0 || used != meta["step"].size())
-      throw std::runtime_error(path + ": its 'step' metadata is not an integer: '" + meta["step"] + "'");
+    const std::optional<int64_t> step = parse_integer(meta["step"]);
+    if (!step) throw std::runtime_error(path + ": its 'step' metadata is not an integer: '" + meta["step"] + "'");
+    t.step = *step;
   }
   return t;
 }

@@ -1,6 +1,5 @@
 // The `jacond` command: dispatches to one subcommand per source file (cmd_*.cpp).
 #include <c10/util/Exception.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <exception>
@@ -8,12 +7,11 @@
 #include <iostream>
 #include <string>
 
+#include "analysis/spectral/dense_cost.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 
 namespace {
-long physical_gib() { return static_cast<long>(sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) >> 30); }
-
 void print_usage(std::ostream& os) {
   os << "usage: jacond <command> [options]\n\n"
         "commands:\n"
@@ -61,7 +59,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::bad_alloc&) {
     std::cerr << "jacond " << cmd << ": error: out of memory: the sizes asked for need more than this machine's "
-              << physical_gib() << " GiB\n";
+              << static_cast<long>(jacond::physical_memory_bytes()) / (1L << 30) << " GiB\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "jacond " << cmd << ": error: " << e.what() << "\n";

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "experiments/cli/cli_common.h"
+
 namespace jacond::cli {
 
 std::pair<size_t, size_t> Shard::range(size_t total) const {
@@ -19,15 +21,11 @@ Shard parse_shard(const std::string& spec) {
   const auto bad = [&] { return std::invalid_argument("--shard must be I/N with 0 <= I < N, got '" + spec + "'"); };
   const auto slash = spec.find('/');
   if (slash == std::string::npos) throw bad();
+  const std::optional<int64_t> index = parse_integer(spec.substr(0, slash)), count = parse_integer(spec.substr(slash + 1));
+  if (!index || !count) throw bad();
   Shard s;
-  try {
-    size_t used_i = 0, used_n = 0;
-    s.index = std::stoll(spec.substr(0, slash), &used_i);
-    s.count = std::stoll(spec.substr(slash + 1), &used_n);
-    if (used_i != slash || used_n != spec.size() - slash - 1) throw bad();
-  } catch (const std::logic_error&) {
-    throw bad();
-  }
+  s.index = *index;
+  s.count = *count;
   if (s.count < 1 || s.index < 0 || s.index >= s.count) throw bad();
   s.given = true;
   return s;

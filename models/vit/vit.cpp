@@ -79,6 +79,17 @@ nlohmann::json ViTConfig::to_json() const {
                     {"c", init.c}, {"mlp", to_string(init.mlp)}, {"seed", init.seed}}}};
 }
 
+std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, std::string>& metadata,
+                                                 const std::string& file) {
+  const auto it = metadata.find("config");
+  if (it == metadata.end()) return std::nullopt;
+  try {
+    return from_json(nlohmann::json::parse(it->second));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file + ": malformed 'config' metadata: " + e.what());
+  }
+}
+
 ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
   ViTConfig c;
   try {

@@ -26,6 +26,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,11 @@ struct ViTConfig {
   nlohmann::json to_json() const;
   /// Inverse of to_json; missing keys keep their defaults, wrong types throw one line.
   static ViTConfig from_json(const nlohmann::json& j);
+  /// The config a checkpoint jacond wrote keeps in its safetensors "config" metadata, or nullopt
+  /// when `metadata` has none (a foreign file). Throws std::runtime_error "FILE: malformed 'config'
+  /// metadata: ..." when it does not parse.
+  static std::optional<ViTConfig> from_metadata(const std::map<std::string, std::string>& metadata,
+                                                const std::string& file);
 };
 
 class AttentionImpl : public torch::nn::Module {

@@ -50,10 +50,10 @@ BlockReportOptions block_options(const std::string& method, const std::optional<
   return opt;
 }
 
-// The matrices post_norm_block_reports computes (analysis/report/block_report.cpp); asking a
-// post-norm block for another is a ValueError rather than no rows.
+// Asking a post-norm block for a matrix post_norm_block_reports does not compute is a ValueError
+// rather than no rows.
 void check_post_norm_matrices(const std::vector<std::string>& matrices) {
-  static const std::vector<std::string> post = {"K_sa", "B_sa", "E_sa", "attention"};
+  const std::vector<std::string>& post = post_norm_matrix_names();
   for (const auto& m : matrices)
     if (std::find(post.begin(), post.end(), m) == post.end())
       throw std::invalid_argument("norm='post': a post-norm block has only K_sa, B_sa, E_sa and attention, not " + m);

@@ -504,24 +504,22 @@ def bad_types():
     ]
 
 
-@pytest.mark.parametrize("case", range(len(bad_inputs())))
-def test_bad_input_raises_a_one_line_value_error(case):
-    call, expected = bad_inputs()[case]
-    with pytest.raises(ValueError) as info:
+def assert_one_line_error(error, call, expected):
+    with pytest.raises(error) as info:
         call()
     message = str(info.value)
     assert expected in message, message
     assert "\n" not in message.strip()
+
+
+@pytest.mark.parametrize("case", range(len(bad_inputs())))
+def test_bad_input_raises_a_one_line_value_error(case):
+    assert_one_line_error(ValueError, *bad_inputs()[case])
 
 
 @pytest.mark.parametrize("case", range(len(bad_types())))
 def test_an_argument_of_the_wrong_type_raises_a_one_line_type_error(case):
-    call, expected = bad_types()[case]
-    with pytest.raises(TypeError) as info:
-        call()
-    message = str(info.value)
-    assert expected in message, message
-    assert "\n" not in message.strip()
+    assert_one_line_error(TypeError, *bad_types()[case])
 
 
 def test_set_threads_above_the_blas_cap_warns_and_runs_the_cap():

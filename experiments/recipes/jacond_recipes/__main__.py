@@ -37,10 +37,7 @@ def main(argv=None):
         check_writable_directory(recipe.out_dir)  # before hours of data, not after
         check_writable_directory(recipe.work_dir)
         RECIPES[args.name].run(recipe)
-    except (RecipeError, PlotError) as e:
-        print(f"jacond recipe {args.name}: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
+    except (RecipeError, PlotError, OSError) as e:
         print(f"jacond recipe {args.name}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
