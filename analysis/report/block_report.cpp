@@ -40,7 +40,7 @@ const std::vector<std::string>& block_matrix_names() {
 }
 
 const std::vector<std::string>& post_norm_matrix_names() {
-  static const std::vector<std::string> names{"K_sa", "B_sa", "E_sa", "attention"};
+  static const std::vector<std::string> names{"K_sa", "B_sa", "E_sa", "softmax", "attention"};
   return names;
 }
 
@@ -255,16 +255,10 @@ void on_operator(const BlockReportOptions& opt, const BlockWeights& w, const Blo
   solve(DeviceOperator(*map, opt.operator_device->krylov_space(*map)));
 }
 
-// The matrix-free half of block_reports: every wanted nd × nd matrix through its operator.
-void lanczos_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
-                     std::vector<ConditionReport>& out) {
-  for (const auto& [name, part] : kAttentionParts)
-    if (wants(opt, name))
-      on_operator(
-          opt, w, f, name, [&, p = part] { return AttentionJacobianOp(w, f.attn, p); },
-          [&, p = part](const auto& op) {
-            out.push_back(lanczos_report(op, name, "full", opt, [&] { return attention_jacobian(w, f.attn, p); }));
-          });
+// The matrix-free half of block_reports after the attention rows (attention_reports): K_sab,
+// K_mlp, K_ffn through their operators.
+void lanczos_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
+                              std::vector<ConditionReport>& out) {
   const auto sab = [&] { return sab_jacobian(w, f); };
   const auto ffn = [&] { return ffn_jacobian(w, f).to_dense(); };
   if (wants(opt, "K_sab"))
@@ -303,17 +297,30 @@ ConditionReport mixed_report(const Op& op, const std::string& name, const BlockR
   return with_certificate(r, dense, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
 }
 
-// The dense half: each wanted nd × nd matrix assembled and solved by `route` (kFast, kSvd or
-// kMixed); the token block-diagonal K_mlp / K_ffn by their per-token blocks.
-void dense_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
-                   const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
+// K_sa, B_sa, E_sa (paper Eq. 10/13) of the attention at f.attn, by `route`: assembled and solved
+// densely (kFast, kSvd, kMixed) or through their operators (kLanczos). Reads f.X and f.attn only,
+// so a post-norm block, whose attention sees its input itself, passes a forward pass with just those.
+void attention_reports(const BlockWeights& w, const BlockForward& f, KappaRoute route, const BlockReportOptions& opt,
+                       std::vector<ConditionReport>& out) {
   for (const auto& [name, part] : kAttentionParts) {
     if (!wants(opt, name)) continue;
     const auto K = [&, p = part] { return attention_jacobian(w, f.attn, p); };
+    if (route == KappaRoute::kLanczos) {
+      on_operator(
+          opt, w, f, name, [&, p = part] { return AttentionJacobianOp(w, f.attn, p); },
+          [&, n = name](const auto& op) { out.push_back(lanczos_report(op, n, "full", opt, K)); });
+      continue;
+    }
     const auto K32 = [&, p = part] { return attention_jacobian_fp32(w, f.attn, p); };
     out.push_back(route == KappaRoute::kMixed ? mixed_report(AttentionJacobianOp(w, f.attn, part), name, opt, K, K32)
                                               : dense_report(K(), name, route, opt));
   }
+}
+
+// The dense half of block_reports after the attention rows: K_sab assembled and solved by `route`
+// (kFast, kSvd or kMixed); the token block-diagonal K_mlp / K_ffn by their per-token blocks.
+void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
+                            const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
   const Index n = f.X.rows();
   const bool can_restrict = w.d >= 3;
   if (wants(opt, "K_sab")) {
@@ -402,10 +409,11 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
   const BlockForward f = block_forward(w, X, skip);
   std::vector<ConditionReport> out;
   const KappaRoute route = resolve_route(opt, X.rows(), w.d);
+  attention_reports(w, f, route, opt, out);
   if (route == KappaRoute::kLanczos)
-    lanczos_reports(w, f, skip, opt, out);
+    lanczos_subblock_reports(w, f, skip, opt, out);
   else
-    dense_reports(w, f, skip, route, opt, out);
+    dense_subblock_reports(w, f, skip, route, opt, out);
   head_reports(w, f.attn, opt, out);
   embedding_reports(f, opt, out);
   return out;
@@ -419,18 +427,17 @@ const ConditionReport& find_report(const std::vector<ConditionReport>& reports, 
 }
 
 std::vector<ConditionReport> post_norm_block_reports(const BlockWeights& w, const Mat& Y, const BlockReportOptions& opt) {
+  w.validate();
+  const std::vector<std::string>& valid = post_norm_matrix_names();
+  for (const auto& m : opt.matrices)
+    if (std::find(valid.begin(), valid.end(), m) == valid.end())
+      throw std::invalid_argument("a post-norm block has only K_sa, B_sa, E_sa, softmax and attention, not " + m);
+  BlockForward f;  // the attention sees Y itself: attention_reports reads only X and attn
+  f.X = Y;
+  f.attn = attention_forward(w, Y);
   std::vector<ConditionReport> out;
-  const AttentionCache c = attention_forward(w, Y);
-  const std::pair<const char*, AttentionPart> parts[] = {
-      {"K_sa", AttentionPart::kFull}, {"B_sa", AttentionPart::kB}, {"E_sa", AttentionPart::kE}};
-  for (const auto& [name, part] : parts)
-    if (wants(opt, name)) out.push_back(condition_dense(attention_jacobian(w, c, part), name, opt.route, opt.device));
-  if (wants(opt, "attention"))
-    for (Index h = 0; h < w.heads; ++h) {
-      ConditionReport a = condition_svd(c.A[h], "attention");
-      a.head = static_cast<int>(h);
-      out.push_back(a);
-    }
+  attention_reports(w, f, resolve_route(opt, Y.rows(), w.d), opt, out);
+  head_reports(w, f.attn, opt, out);
   return out;
 }
 

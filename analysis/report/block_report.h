@@ -55,7 +55,7 @@ bool auto_prefers_dense(Index rows, Index cols, const DenseBudget& budget, int t
 /// "_out" with a residual carry it whatever the block's skip mode; X1 is the real SAB output).
 const std::vector<std::string>& block_matrix_names();
 
-/// The matrices post_norm_block_reports computes: K_sa B_sa E_sa attention.
+/// The matrices post_norm_block_reports computes: K_sa B_sa E_sa softmax attention.
 const std::vector<std::string>& post_norm_matrix_names();
 
 /// Parses a comma list such as "K_sab,K_ffn,softmax" into names, each checked against
@@ -97,8 +97,11 @@ struct BlockReportOptions {
 };
 
 /// The reports of a post-norm block, whose attention sees the block input Y itself (no LayerNorm
-/// before the branch): K_sa, B_sa, E_sa at Y, assembled and solved by condition_dense with
-/// opt.route, and the attention map per head; only those of opt.matrices.
+/// before the branch): K_sa, B_sa, E_sa at Y by the route block_reports would take for them
+/// (resolve_route: dense, mixed, or matrix-free with the same warm starts, operator device and
+/// certificates), and per head the softmax Jacobian and the attention map; only those of
+/// opt.matrices. Another name in opt.matrices (K_sab, ...: a post-norm block has no LayerNorm
+/// before its branches) is std::invalid_argument naming it.
 std::vector<ConditionReport> post_norm_block_reports(const BlockWeights& w, const Mat& Y, const BlockReportOptions& opt = {});
 
 /// True when `matrix` is among opt.matrices (or opt.matrices is empty).

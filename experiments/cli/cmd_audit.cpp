@@ -155,7 +155,11 @@ std::vector<models::LayerReport> audit_one(const AuditArgs& a, const std::string
                              " is not in [1, " + std::to_string(available) + "] (the Fashion-MNIST test images)");
   const torch::Tensor probe = models::token_graying(models::normalize_images(test->images.narrow(0, 0, m)),
                                                     models::parse_token_graying(t.token_graying), t.tg_eps, t.cfg.patch);
-  return models::state_conditioning(t.state, t.cfg, probe, a.opts);
+  try {
+    return models::state_conditioning(t.state, t.cfg, probe, a.opts);
+  } catch (const std::invalid_argument& e) {  // e.g. --matrices K_ffn of a post-norm model
+    throw std::runtime_error(path + ": " + e.what());
+  }
 }
 
 // The checkpoint's reports on stdout, one table per layer (the probe's mean rows).

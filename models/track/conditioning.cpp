@@ -46,6 +46,16 @@ std::vector<std::string> parse_matrix_list(const std::string& spec) {
   return jacond::parse_matrix_names(spec, known_matrices());
 }
 
+void check_matrices_for(NormPlacement norm, const std::vector<std::string>& matrices) {
+  if (norm == NormPlacement::kPre) return;
+  const std::vector<std::string>& post = jacond::post_norm_matrix_names();
+  const std::vector<std::string>& weights = jacond::weight_matrix_names();
+  for (const auto& m : matrices)
+    if (std::find(post.begin(), post.end(), m) == post.end() && std::find(weights.begin(), weights.end(), m) == weights.end())
+      throw std::invalid_argument("a post-norm model has no LayerNorm before its branches: its blocks report K_sa, B_sa, "
+                                  "E_sa, softmax and attention (and the data-free matrices), not " + m);
+}
+
 std::vector<LayerReport> state_conditioning(const TensorMap& state, const ViTConfig& cfg,
                                             const torch::Tensor& probe_images, const TrackOptions& options) {
   VisionTransformer model(cfg);
@@ -55,6 +65,7 @@ std::vector<LayerReport> state_conditioning(const TensorMap& state, const ViTCon
 
 std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torch::Tensor& probe_images,
                                             const TrackOptions& options) {
+  check_matrices_for(model->config().norm, options.matrices);
   // Only the wanted block matrices are built and solved; data-free names select none here.
   TrackOptions selected = options;
   if (!options.matrices.empty()) {

@@ -8,7 +8,8 @@
 // softmax Jacobian and attention map per head. ReZero blocks are analysed as full-residual blocks
 // with α folded into W^O, b_O, W_2, b_2 (models/track/bridge.h: analysis_block). Post-norm blocks have
 // no LayerNorm before the branches, so only the attention-level matrices at the attention's
-// input X_ℓ are reported (K_sa, B_sa, E_sa, attention per head).
+// input X_ℓ are reported (K_sa, B_sa, E_sa, softmax and attention per head); asking for another
+// is an error (check_matrices_for).
 //
 // Data-free (weights only), per layer: analysis/report/weight_report.h (W_VO, W_VO_h, W_QK_h and
 // each weight matrix).
@@ -46,6 +47,12 @@ struct TrackOptions {
   /// layer across the ranks: offset = rank, stride = number of ranks).
   int64_t layer_offset = 0, layer_stride = 1;
 };
+
+/// Refuses (std::invalid_argument naming it) a matrix name a model of this norm placement does not
+/// report: a post-norm block has K_sa, B_sa, E_sa, softmax and attention (post_norm_block_reports)
+/// and the data-free matrices, nothing of LayerNorm-preceded sub-blocks (K_sab, K_ffn, LN1_out, ...).
+/// track_conditioning calls it, so asking a post-norm model for K_ffn is an error, not an empty table.
+void check_matrices_for(NormPlacement norm, const std::vector<std::string>& matrices);
 
 /// Reports of every layer for every probe image ([m, C, H, W], already normalised).
 std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torch::Tensor& probe_images,

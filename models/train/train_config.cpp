@@ -45,8 +45,10 @@ ConvMixerConfig TrainConfig::convmixer() const {
 }
 
 std::vector<std::string> TrainConfig::tracked_matrices() const {
-  return arch == "convmixer" ? jacond::parse_matrix_names(track_matrices, convmixer_matrix_names())
-                             : parse_matrix_list(track_matrices);
+  if (arch == "convmixer") return jacond::parse_matrix_names(track_matrices, convmixer_matrix_names());
+  std::vector<std::string> names = parse_matrix_list(track_matrices);
+  check_matrices_for(model.norm, names);
+  return names;
 }
 
 namespace {
@@ -75,6 +77,9 @@ void TrainConfig::finalize() {
     if (track_matrices == kVitDefaultTracking) track_matrices = "all";
   } else {
     model.validate();
+    // A post-norm ViT has no K_ffn (no LayerNorm before its MLP): its default tracks the per-head
+    // matrices; a typed list is checked against what its blocks report.
+    if (model.norm == NormPlacement::kPost && track_matrices == kVitDefaultTracking) track_matrices = "softmax,attention";
   }
   const bool soap = optimizer == "soap";
   require(soap || optimizer == "adamw", "optimizer", "must be soap or adamw, got '" + optimizer + "'");

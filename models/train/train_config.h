@@ -78,6 +78,7 @@ struct TrainConfig {
   // is the costly one there: its exact dense κ on the full space and the LayerNorm complement
   // (an LU and a QR of 3200 × 3200) costs about 2.7 s per layer, 11 s per call (25 %); ask for
   // it with --track-matrices, as run_main does, or read it from `jacond audit` afterwards.
+  // A post-norm ViT's default is softmax,attention (its blocks have no K_ffn: finalize).
   std::string track_matrices = "K_ffn,softmax,attention";  // comma list or all, see models/track/conditioning.h
   // Data parallel: "layers" splits a ViT's tracking across the ranks by layer (rank r takes the
   // layers l ≡ r mod W; rank 0 gathers and writes the rows in the one-process order); "rank0"
@@ -188,7 +189,8 @@ void for_each_train_field(Config& c, Visit&& visit) {
         c.track_seconds);
   visit(TrainField{"track_matrices", "track-matrices", "tracking",
                    "comma list of K_sa,B_sa,E_sa,K_sab,K_mlp,K_ffn,softmax,attention, the token matrices "
-                   "X_in,LN1_out,SA_out,SAB_out,LN2_out,FFN_out,FFN_block_out, or all"},
+                   "X_in,LN1_out,SA_out,SAB_out,LN2_out,FFN_out,FFN_block_out, or all (--norm post: K_sa,B_sa,E_sa,"
+                   "softmax,attention; default softmax,attention)"},
         c.track_matrices);
   visit(TrainField{"track_split", "track-split", "tracking",
                    "data parallel: layers (each rank tracks every W-th layer) | rank0 (rank 0 tracks alone)"},

@@ -225,7 +225,7 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     and the lanczos_seconds time budget, else lanczos) | dense | svd | mixed | lanczos.
     matrices: names among block_matrix_names(), as a list or "K_sa,K_sab" (None or "all": all).
     certify: none | inertia | auto. max_products >= 8 (a Lanczos bracket's budget).
-    norm "post": a post-norm block (K_sa, B_sa, E_sa, attention at X itself; other matrices are a
+    norm "post": a post-norm block (K_sa, B_sa, E_sa, softmax, attention at X itself; others are a
     ValueError). device: cpu | cuda, where the dense exact routes run (`--device`; the method
     column says where, e.g. dense-lu-lanczos-cuda). Returns a DataFrame (as_frame) or the list of
     Report objects. Calling it from several Python threads at once: see set_threads (call

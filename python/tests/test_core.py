@@ -485,7 +485,7 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, matrices=[]), "matrices is empty; pass None or 'all'"),
         (lambda: jacond.block_reports(block, X, matrices=""), "matrices is empty; pass None or 'all'"),
         (lambda: jacond.block_reports(block, X, norm="post", matrices="K_sab"),
-         "norm='post': a post-norm block has only K_sa, B_sa, E_sa and attention, not K_sab"),
+         "a post-norm block has only K_sa, B_sa, E_sa, softmax and attention, not K_sab"),
         (lambda: jacond.block_reports(block, X, norm="post", matrices=["K_sa", "K_ffn"]), "not K_ffn"),
     ]
 

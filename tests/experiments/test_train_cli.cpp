@@ -333,6 +333,37 @@ TEST_F(TrainCli, TokenGrayingIsRecordedAndReachesTrackingAndAudit) {
   }
 }
 
+// A post-norm ViT has no LayerNorm before its branches, so its blocks report K_sa, B_sa, E_sa,
+// softmax and attention only: by default train tracks the per-head ones, and naming another matrix
+// is an error (train: a usage error before training; audit: the checkpoint named), never a table
+// silently without the rows asked for.
+TEST_F(TrainCli, PostNormRunsTrackAndAuditTheirOwnMatricesAndRefuseOthers) {
+  const std::string run_dir = path("post");
+  std::vector<std::string> args = tiny_run(run_dir, {"--norm", "post", "--skip", "full", "--init", "timm",
+                                                     "--steps", "5", "--checkpoint-every", "5"});
+  const auto typed = std::find(args.begin(), args.end(), "--track-matrices");
+  args.erase(typed, typed + 2);  // the default list
+  RunResult r = run(args);
+  ASSERT_EQ(r.code, 0) << r.describe();
+  std::set<std::string> tracked;
+  for (const auto& row : read_csv(run_dir + "/conditioning.csv").rows) tracked.insert(row.at("matrix"));
+  EXPECT_EQ(tracked, (std::set<std::string>{"softmax", "attention"}));
+  r = run({"audit", run_dir, "--matrices", "K_sa", "--threads", "1", "--out", path("post-audit")});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  std::set<std::string> layers;
+  for (const auto& row : read_csv(path("post-audit") + "/audit.csv").rows) {
+    EXPECT_EQ(row.at("matrix"), "K_sa");
+    layers.insert(row.at("layer"));
+  }
+  EXPECT_EQ(layers, (std::set<std::string>{"0", "1"}));
+  r = expect_one_line_error({"audit", run_dir, "--matrices", "K_sa,K_ffn", "--out", path("post-ffn")},
+                            {"step-0000005", "post-norm", "not K_ffn"}, path("post-ffn"));
+  EXPECT_EQ(r.code, 1);
+  r = expect_one_line_error(tiny_run(path("post-typed"), {"--norm", "post", "--track-matrices", "K_sab"}),
+                            {"--track-matrices", "not K_sab"}, path("post-typed"));
+  EXPECT_EQ(r.code, 2);
+}
+
 TEST_F(TrainCli, BadInputGivesOneLineErrors) {
   expect_one_line_error(tiny_run(path("x"), {"--skip", "sometimes"}), {"skip mode", "sometimes"});
   expect_one_line_error(tiny_run(path("y"), {"--data-dir", path("nowhere")}), {"nowhere", "not found"});

@@ -134,6 +134,17 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
   sab.arch = "convmixer";
   sab.model.skip = jacond::models::SkipKind::kSab;
   EXPECT_EQ(jacond::test::error_message([&] { sab.finalize(); }).rfind("--arch convmixer: --skip must be full or none", 0), 0u);
+  // A post-norm ViT has no K_ffn: a typed list naming it is refused, the default tracks per head.
+  TrainConfig post;
+  post.model.norm = jacond::models::NormPlacement::kPost;
+  TrainConfig post_typed = post;
+  post_typed.track_matrices = "K_sa,K_ffn";
+  const std::string post_names = jacond::test::error_message([&] { post_typed.finalize(); });
+  EXPECT_EQ(post_names.rfind("--track-matrices: ", 0), 0u) << post_names;
+  EXPECT_NE(post_names.find("not K_ffn"), std::string::npos) << post_names;
+  post.finalize();
+  EXPECT_EQ(post.track_matrices, "softmax,attention");
+  EXPECT_EQ(TrainConfig{}.track_matrices, "K_ffn,softmax,attention");
   // The backend must fit the device (auto always does).
   TrainConfig gloo_on_gpu;
   gloo_on_gpu.device = "cuda";

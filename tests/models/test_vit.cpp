@@ -306,7 +306,11 @@ TEST(ViT, PostNormForwardRuns) {
   const auto reports = models::track_conditioning(model, torch::randn({1, 1, 28, 28}), opt);
   std::set<std::string> names;
   for (const auto& r : reports) names.insert(r.report.matrix);
-  EXPECT_EQ(names, (std::set<std::string>{"K_sa", "B_sa", "E_sa", "attention"}));
+  EXPECT_EQ(names, (std::set<std::string>{"K_sa", "B_sa", "E_sa", "softmax", "attention"}));
+  opt.matrices = {"K_sa", "K_ffn"};  // a post-norm block has no LayerNorm before its MLP
+  EXPECT_NE(jacond::test::error_message([&] { models::track_conditioning(model, torch::randn({1, 1, 28, 28}), opt); })
+                .find("not K_ffn"),
+            std::string::npos);
 }
 
 }  // namespace

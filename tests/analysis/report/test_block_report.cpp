@@ -558,5 +558,72 @@ TEST(EmbeddingReports, TokenMatricesKappaMatchesAnIndependentForwardAndSvdN10D12
   }
 }
 
+// A post-norm block's attention sees its input Y itself, a pre-norm block's sees LN1(X): at
+// Y = LN1(X) (the oracle's LayerNorm) the post-norm rows are the pre-norm block's attention-level
+// rows at X, which reach the attention through block_forward instead.
+TEST(PostNormReports, AtYEqualToLn1XTheyAreThePreNormBlocksAttentionRowsN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 41);
+  const Mat X = test::random_tokens(8, 12, 42);
+  const Mat Y = oracle::layernorm(X, w.ln1_gamma, w.ln1_beta, w.ln_eps);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  const auto post = post_norm_block_reports(w, Y, opt);
+  const auto pre = block_reports(w, X, SkipMode::kNone, opt);
+  EXPECT_EQ(matrices_of(post), std::set<std::string>(post_norm_matrix_names().begin(), post_norm_matrix_names().end()));
+  EXPECT_EQ(post.size(), 3u + 3u * 3u);  // K_sa B_sa E_sa, and per head softmax (two spaces) and attention
+  for (const auto& r : post) {
+    SCOPED_TRACE(r.matrix + "/" + r.space + " head " + std::to_string(r.head));
+    const ConditionReport* p = find(pre, r);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(r.status, p->status);
+    EXPECT_EQ(r.method, p->method);
+    // Y and LN1(X) differ by rounding (≈ 1e-16 relative); κ ≤ 1e4 here moves by far less than 1e-9.
+    if (r.status != Status::kSingular) EXPECT_NEAR(r.kappa / p->kappa, 1.0, 1e-9);
+  }
+}
+
+// Past the dense budget a post-norm block takes the matrix-free route as a pre-norm one does:
+// Lanczos brackets over the operator (never the assembled matrix's memory), the caller's warm
+// starts, and inertia certificates when asked; the brackets contain the SVD's κ.
+TEST(PostNormReports, PastTheDenseBudgetTheyAreCertifiedLanczosBracketsWithWarmStartsN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 51);
+  const Mat Y = test::random_tokens(6, 8, 52);
+  BlockReportOptions svd;
+  svd.route = KappaRoute::kSvd;
+  svd.matrices = {"K_sa", "B_sa"};
+  const auto truth = post_norm_block_reports(w, Y, svd);
+  BlockReportOptions opt = svd;
+  opt.route = KappaRoute::kAuto;
+  opt.dense_max_bytes = 1;  // nothing fits: auto resolves to lanczos
+  opt.certify = CertifyMode::kInertia;
+  opt.lanczos.max_seconds = 20;
+  std::map<std::string, GklWarmStart> warm;
+  opt.warm = &warm;
+  const auto got = post_norm_block_reports(w, Y, opt);
+  ASSERT_EQ(got.size(), truth.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(got[i].matrix + ": " + got[i].note);
+    ASSERT_EQ(got[i].matrix, truth[i].matrix);
+    EXPECT_EQ(got[i].method.rfind("gkl", 0), 0u) << got[i].method;
+    EXPECT_EQ(got[i].status, Status::kCertified);
+    const double tau = 1e-9 * truth[i].kappa;
+    EXPECT_LE(got[i].kappa_lo, truth[i].kappa + tau);
+    EXPECT_GE(got[i].kappa_hi, truth[i].kappa - tau);
+    EXPECT_EQ(warm.count(got[i].matrix + "/full"), 1u);
+  }
+}
+
+TEST(PostNormReports, RefuseTheMatricesOfLayerNormPrecededSubBlocksByName) {
+  const BlockWeights w = test::random_block(8, 2, 32, 53);
+  BlockReportOptions opt;
+  opt.matrices = {"K_sa", "K_ffn"};
+  try {
+    post_norm_block_reports(w, test::random_tokens(6, 8, 54), opt);
+    FAIL() << "K_ffn of a post-norm block was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "a post-norm block has only K_sa, B_sa, E_sa, softmax and attention, not K_ffn");
+  }
+}
+
 }  // namespace
 }  // namespace jacond
