@@ -18,7 +18,7 @@ bool Shard::owns(size_t item, size_t total) const {
 
 Shard parse_shard(const std::string& spec) {
   if (spec.empty()) return {};
-  const auto bad = [&] { return std::invalid_argument("--shard must be I/N with 0 <= I < N, got '" + spec + "'"); };
+  const auto bad = [&] { return std::invalid_argument("must be I/N with 0 <= I < N, got '" + spec + "'"); };
   const auto slash = spec.find('/');
   if (slash == std::string::npos) throw bad();
   const std::optional<int64_t> index = parse_integer(spec.substr(0, slash)), count = parse_integer(spec.substr(slash + 1));

@@ -36,7 +36,7 @@ struct Shard {
 };
 
 /// "I/N" with 0 <= I < N (Slurm: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); "" is the whole
-/// grid. std::invalid_argument naming --shard otherwise.
+/// grid. std::invalid_argument otherwise (the caller prefixes the flag: parse_flag).
 Shard parse_shard(const std::string& spec);
 
 /// The rows each computed item contributed, in order, for run.json's "shard" record.

@@ -109,7 +109,7 @@ TEST_F(ShardCli, MergeRefusesShardsThatDoNotFit) {
 
 TEST_F(ShardCli, BadShardFlagsAreUsageErrors) {
   for (const std::string spec : {"4/4", "-1/2", "1/0", "1", "a/b", "1/2x"}) {
-    const RunResult r = expect_one_line_error(with(kSweep, {"--shard", spec, "--out", path("x")}), {"--shard", spec}, path("x"));
+    const RunResult r = expect_one_line_error(with(kSweep, {"--shard", spec, "--out", path("x")}), {"--shard: must be I/N", spec}, path("x"));
     EXPECT_EQ(r.code, 2) << spec;
   }
   EXPECT_EQ(expect_one_line_error({"audit", "nowhere", "--shard", "2/2"}, {"--shard"}).code, 2);

@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from jacond_plots import sweep  # noqa: E402
-from jacond_plots.common import plotted_kappa  # noqa: E402
+from jacond_plots.common import PlotError, plotted_kappa, require_columns  # noqa: E402
 
 
 def row(alpha, beta, seed, status, kappa, kappa_lo):
@@ -108,3 +108,11 @@ def test_audit_and_training_panels_count_the_not_converged_reports_they_leave_ou
     assert ax2.get_title().endswith("\n1 not-converged reports left blank")
     plt.close(fig)
     plt.close(fig2)
+
+
+@pytest.mark.parametrize("status", ["Exact", "converged", "", float("nan")])
+def test_a_table_with_a_status_jacond_does_not_write_is_refused_naming_the_row(rows, status):
+    rows.loc[3, "status"] = status
+    with pytest.raises(PlotError, match=r"^t\.csv: line 5 has status .* \(expected exact \| certified"):
+        require_columns(rows, "t.csv", ["status", "kappa"])
+    require_columns(rows.drop(index=3), "t.csv", ["status", "kappa"])  # the others are all known

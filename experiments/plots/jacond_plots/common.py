@@ -73,9 +73,18 @@ def has_rows(path):
 
 
 def require_columns(df, path, columns):
+    """PlotError naming the file unless it has `columns`; a `status` column must hold jacond's
+    statuses only, since each is drawn differently (an unknown one, say "Exact" or "converged",
+    would be drawn as no status at all, or as a κ where only κ ≥ κ_lo is known)."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise PlotError(f"{path}: missing column(s) {', '.join(missing)}")
+    if "status" in df.columns:
+        unknown = ~df["status"].isin(list(STATUS_COLOURS))
+        if unknown.any():
+            first = unknown.to_numpy().nonzero()[0][0]
+            raise PlotError(f"{path}: line {first + 2} has status {df['status'].iloc[first]!r} "
+                            f"(expected {' | '.join(STATUS_COLOURS)})")
 
 
 def command_line(directory):
