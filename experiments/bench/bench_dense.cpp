@@ -365,7 +365,7 @@ int run_bench_dense(int argc, char** argv) {
   if (!parse_bench_options(argc, argv, o)) return 0;
   set_threads(o.threads);
   if (o.device != "cpu") o.dense_device = select_dense_device(o.device);
-  ensure_directory(o.out_dir);
+  begin_output_set(o.out_dir);
   print_banner(o);
   std::vector<SizeResult> results;
   std::string error;

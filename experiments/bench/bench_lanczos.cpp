@@ -772,7 +772,7 @@ int run_bench_lanczos(int argc, char** argv) {
   const BenchLanczosArgs& a = *parsed;
   set_threads(a.threads);
   const std::shared_ptr<const OperatorDevice> products_device = bench_operator_device(a.device, a.threads);
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   const std::vector<Row> rows = measure_all(a, products_device.get());
   write_results(a, rows, products_device.get(), argc, argv);
   check_brackets(rows);

@@ -243,7 +243,7 @@ int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
   dp.batch = a.cfg.batch, dp.steps = a.steps, dp.warmup = a.warmup;
   dp.threads = static_cast<int>(a.cfg.threads);
   dp.out_dir = a.out_dir, dp.python = a.python, dp.script = a.script, dp.skip_python = a.skip_python;
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   return bench_data_parallel(dp, argc, argv);
 }
 
@@ -387,7 +387,7 @@ int run_bench_train(int argc, char** argv) {
   const BenchTrainArgs& a = *parsed;
   if (!a.nproc_list.empty()) return run_data_parallel_bench(a, argc, argv);
   const torch::Device device = models::select_device(a.cfg);  // threads too; exit 1 without CUDA
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   const models::TrainConfig& cfg = a.cfg;
   std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
             << " skip=" << a.skip << " init=" << a.init << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens()

@@ -62,6 +62,13 @@ void ensure_directory(const std::string& dir) {
   if (ec || !fs::is_directory(dir)) throw std::runtime_error("cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
 }
 
+void begin_output_set(const std::string& dir, const std::string& marker) {
+  ensure_directory(dir);
+  std::error_code ec;
+  fs::remove(fs::path(dir) / marker, ec);
+  if (ec) throw std::runtime_error("cannot remove the previous run's " + dir + "/" + marker + ": " + ec.message());
+}
+
 std::optional<int64_t> parse_integer(const std::string& text) {
   size_t used = 0;
   int64_t value = 0;

@@ -78,6 +78,13 @@ std::optional<int64_t> parse_integer(const std::string& text);
 /// Creates the directory (and parents). Throws naming it on failure.
 void ensure_directory(const std::string& dir);
 
+/// Opens `dir` for one command's set of output files: creates it (ensure_directory) and removes a
+/// previous run's `marker` (run.json; verify.json for verify), which the command writes last, after
+/// its tables. So a marker always describes the tables beside it: a run that fails or is killed
+/// after this call leaves its tables without one (jacond merge then asks whether the shard
+/// finished), never under the previous run's. Throws std::runtime_error naming what it cannot remove.
+void begin_output_set(const std::string& dir, const std::string& marker = "run.json");
+
 /// Checks, creating nothing, that `dir` can be written once the results exist: an existing
 /// directory that is writable, or a new path whose nearest existing ancestor is a writable
 /// directory. Commands call it before computing (an unwritable --out found after hours of work

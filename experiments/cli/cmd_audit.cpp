@@ -181,7 +181,7 @@ void print_audit(const AuditArgs& a, const std::string& path, const AuditTarget&
 // refuses shards whose grids differ).
 void write_audit(const AuditArgs& a, const std::string& csv, size_t rows, const std::vector<std::string>& listed,
                  const std::vector<std::string>& audited, const ShardRecord& record, int argc, char** argv) {
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   write_file_atomic(a.out_dir + "/audit.csv", csv);
   nlohmann::json meta = run_metadata(argc, argv);
   meta["rows"] = rows;

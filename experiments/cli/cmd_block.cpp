@@ -91,7 +91,7 @@ bool print_brackets(const std::vector<ConditionReport>& reports) {
 void write_block_results(const BlockArgs& a, const LoadedBlock& blk, const BlockReportOptions& opt,
                          const std::vector<ConditionReport>& reports, int argc, char** argv) {
   const BlockSource& src = a.src;
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "skip", "n", "d", "heads", "logit_scale",
                       "route"});
   const std::vector<std::string> knobs = {src.from_files() ? src.weights : "init", src.from_files() ? "" : src.init,

@@ -188,7 +188,7 @@ int run_merge(int argc, char** argv) {
   size_t rows = 0;
   const std::string table = merged.table(&rows);
   const std::string name = table_name(shards.front().meta["grid"]);
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   write_file_atomic(a.out_dir + "/" + name, table);
   json meta = run_metadata(argc, argv);
   meta["grid"] = shards.front().meta["grid"];

@@ -217,7 +217,7 @@ int run_spectrum(int argc, char** argv) {
   for (const std::string& name : names) {
     SpectrumOptions om = o;
     if (!o.out_dir.empty() && per_matrix_dirs) om.out_dir = o.out_dir + "/" + name;
-    if (!om.out_dir.empty()) ensure_directory(om.out_dir);
+    if (!om.out_dir.empty()) begin_output_set(om.out_dir);
     std::cout << "spectrum of " << name << ": n=" << blk.tokens.rows() << " d=" << w.d << " heads=" << w.heads
               << " skip=" << skip << " logit_scale=" << w.effective_logit_scale()
               << (src.from_files() ? " weights=" + src.weights : " init=" + src.init + " seed=" + std::to_string(src.seed))

@@ -110,7 +110,7 @@ BlockReportOptions sweep_options(const SweepArgs& a) {
 // refuses shards whose grids differ).
 void write_sweep(const SweepArgs& a, const ResultsTable& table, const BlockReportOptions& opt, size_t total,
                  const ShardRecord& record, int argc, char** argv) {
-  ensure_directory(a.out_dir);
+  begin_output_set(a.out_dir);
   write_file_atomic(a.out_dir + "/sweep.csv", table.to_csv());
   nlohmann::json meta = run_metadata(argc, argv);
   meta["grid_points"] = total;

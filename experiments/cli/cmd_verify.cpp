@@ -45,7 +45,10 @@ int run_verify(int argc, char** argv) {
     if (opt.seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
     if (opt.threads < 1) throw std::invalid_argument("--threads must be >= 1");
   });
-  if (!out_dir.empty()) check_output_directory(out_dir);
+  if (!out_dir.empty()) {
+    check_output_directory(out_dir);
+    begin_output_set(out_dir, "verify.json");  // the claims' tables go in as they run
+  }
   set_threads(opt.threads);
   opt.out_dir = out_dir;
 

@@ -1174,6 +1174,29 @@ TEST_F(CliTest, AnUnwritableOutIsRefusedBeforeComputingAndNothingIsLeft) {
   }
 }
 
+// run.json (verify.json) is written last and describes the tables beside it: a run into a
+// directory that holds a previous run's set removes the old marker before its first table, so a
+// run that fails while writing leaves no marker rather than the old one over new or missing tables.
+TEST_F(CliTest, AFailedRunLeavesNoPreviousRunsMarkerBesideItsTables) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> runs = {
+      {{"block", "--n", "6", "--d", "8", "--matrices", "K_sa"}, "results.csv"},
+      {{"sweep", "--n", "6", "--d", "8", "--alpha", "1", "--beta", "0.5"}, "sweep.csv"},
+      {{"verify", "prop2", "--seeds", "2"}, "prop2.csv"}};
+  for (const auto& [args, table] : runs) {
+    SCOPED_TRACE(args[0]);
+    const std::string out = path("again-" + args[0]), marker = out + (args[0] == "verify" ? "/verify.json" : "/run.json");
+    std::vector<std::string> with_out = args;
+    with_out.insert(with_out.end(), {"--out", out});
+    ASSERT_EQ(run(with_out).code, 0);
+    ASSERT_TRUE(fs::exists(marker));
+    fs::remove(out + "/" + table);
+    fs::create_directory(out + "/" + table);  // the next run cannot put its table there
+    const RunResult r = run(with_out);
+    EXPECT_EQ(r.code, 1) << r.describe();
+    EXPECT_FALSE(fs::exists(marker)) << "the previous run's marker survived a failed run\n" << r.describe();
+  }
+}
+
 TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
   const std::string out = path("spec");
   const RunResult r = run({"spectrum", "--init", "timm", "--n", "6", "--d", "8", "--heads", "2", "--matrices",
