@@ -16,6 +16,10 @@ class Verifier {
   explicit Verifier(std::string claim) : claim_(std::move(claim)) {}
   /// Prints "[PASS] name: detail" or "[FAIL] ..." and records it.
   bool check(const std::string& name, bool pass, const std::string& detail);
+  /// A check over the cases where its premise held: PASS when all `cases` passed, FAIL otherwise,
+  /// and "[N/A]" when no case met the premise. A check over nothing cannot fail, so it is never
+  /// a PASS; it is recorded (verdict "n/a" in run.json) and is not a failure.
+  bool check_cases(const std::string& name, int passed, int cases, const std::string& detail);
   void note(const std::string& text);  // an informational line (no verdict)
   bool all_passed() const { return failures_ == 0; }
   nlohmann::json to_json() const;

@@ -16,8 +16,15 @@ std::string num(double x, int precision) {
 bool Verifier::check(const std::string& name, bool pass, const std::string& detail) {
   std::cout << (pass ? "  [PASS] " : "  [FAIL] ") << name << ": " << detail << "\n";
   if (!pass) ++failures_;
-  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", pass}, {"detail", detail}});
+  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", pass}, {"verdict", pass ? "pass" : "fail"}, {"detail", detail}});
   return pass;
+}
+
+bool Verifier::check_cases(const std::string& name, int passed, int cases, const std::string& detail) {
+  if (cases > 0) return check(name, passed == cases, detail);
+  std::cout << "  [N/A] " << name << ": " << detail << " (no case met the premise)\n";
+  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", true}, {"verdict", "n/a"}, {"detail", detail}});
+  return true;
 }
 
 void Verifier::note(const std::string& text) {

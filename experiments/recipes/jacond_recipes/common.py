@@ -142,8 +142,10 @@ class Recipe:
             raise RecipeError(f"{path}: unreadable ({str(e).splitlines()[0]})") from None
 
     def checks_table(self, verify):
-        """verify.json's checks as a Markdown-ready table (verdict, check, measured)."""
-        rows = [{"verdict": "PASS" if c["pass"] else "FAIL", "check": c["check"], "measured": c["detail"]}
+        """verify.json's checks as a Markdown-ready table (verdict, check, measured): PASS, FAIL, or
+        N/A for a check whose premise no case met (it tested nothing)."""
+        rows = [{"verdict": c.get("verdict", "pass" if c["pass"] else "fail").upper(), "check": c["check"],
+                 "measured": c["detail"]}
                 for claim in verify["claims"] for c in claim["checks"]]
         return pd.DataFrame(rows)
 
