@@ -387,11 +387,16 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     e = lu_lanczos_extremes(backend);
     seconds_note = describe(backend.seconds());
   }
-  if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
+  // lu_lanczos.h's check, A v on the host (A is still there; a BLAS dgemv, ≈ 1 s at ViT-S).
+  const std::string unsupported = e.outcome == LuLanczosExtremes::Outcome::kOk
+                                      ? unsupported_sigma_min(e, (A * e.v_min).norm(), noise_floor(n, n, e.sigma_max))
+                                      : "";
+  if (e.outcome != LuLanczosExtremes::Outcome::kOk || !unsupported.empty()) {
     // The full spectrum on the device too (the LU's memory is free again): at ViT scale the CPU's
     // SVD would take hours.
     ConditionReport s = CudaDenseDevice().condition_svd(std::move(A), matrix);
-    s.note = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
+    s.note = !unsupported.empty() ? unsupported + " on the GPU; dense SVD (GPU) used"
+             : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
                  ? "exactly singular pivot on the GPU; dense SVD (GPU) used"
                  : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (GPU) used";
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -182,20 +182,26 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   Mat& S = square ? A : F;  // square matrix with the same singular values
   // Kept only for the rare SVD fallback after getrf has overwritten A (square case).
   const Mat original = square ? A : Mat();
+  // F (tall: the R of A = QR, untouched by the solves) or the kept original: A v for the check.
+  const Mat& unfactored = square ? original : F;
   CpuLuBackend backend(S, !square);
   const LuLanczosExtremes e = lu_lanczos_extremes(backend);
   r.products = e.products;
   r.sigma_max = e.sigma_max;
   r.sigma_min = e.sigma_min;
-  if (e.outcome != LuLanczosExtremes::Outcome::kOk) {
-    // Lanczos did not converge (pathological clustering, or numerically singular), or a pivot was
-    // exactly zero: answer exactly with the SVD. A was overwritten by its LU factors: the SVD
-    // needs the original.
-    const bool exactly_singular = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular;
-    ConditionReport s = square ? condition_svd(original, matrix) : condition_svd(F, matrix);
+  std::string why;  // empty: the extremes stand
+  if (e.outcome == LuLanczosExtremes::Outcome::kExactlySingular)
+    why = "exactly singular pivot";
+  else if (e.outcome != LuLanczosExtremes::Outcome::kOk)
+    why = "lanczos did not converge (or matrix numerically singular)";
+  else
+    why = unsupported_sigma_min(e, (unfactored * e.v_min).norm(), noise_floor(given_rows, given_cols, e.sigma_max));
+  if (!why.empty()) {
+    // Answer exactly with the SVD. A was overwritten by its LU factors: the SVD needs the original.
+    ConditionReport s = condition_svd(unfactored, matrix);
     s.rows = given_rows;
     s.cols = given_cols;
-    s.note = exactly_singular ? "exactly singular pivot; dense SVD used" : "lanczos did not converge (or matrix numerically singular); dense SVD used";
+    s.note = why + "; dense SVD used";
     s.seconds = seconds_since(t0);
     return s;
   }
@@ -242,7 +248,10 @@ ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::s
 
 double spectral_norm(const Mat& A) {
   if (std::min(A.rows(), A.cols()) < kFastMinSize) return singular_values(A).maxCoeff();
-  GramOp gram(A.rows() >= A.cols() ? A : Mat(A.transpose()));
+  // GramOp keeps a reference: it must be to a matrix that outlives it. (It was once given
+  // `tall ? A : Mat(Aᵀ)`, a temporary copy freed at once; the Lanczos run read freed memory.)
+  if (A.rows() < A.cols()) return spectral_norm(Mat(A.transpose()));
+  GramOp gram(A);
   double lam = 0;
   Index products = 0;
   if (!detail::top_eigenvalue(gram, &lam, &products)) return singular_values(A).maxCoeff();

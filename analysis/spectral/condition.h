@@ -16,7 +16,9 @@
 //     through an LU factorisation (square) or the R of a QR (tall): LU costs 2/3 N³ in BLAS-3.
 //     Backward stability of the solves gives σ_min with absolute error O(eps·σ_max), the same
 //     as the SVD; Lanczos stops at relative residual 1e-13 on the eigenvalues 1/σ², so both
-//     ends are correct to ~1e-12 relative when σ_min is above the noise floor.
+//     ends are correct to ~1e-12 relative when σ_min is above the noise floor. Where pivot
+//     growth (or Spectra) breaks that, σ_min falls below its Ritz vector's ‖A v‖ and the SVD
+//     answers instead (analysis/spectral/lu_lanczos.h, "The one check").
 #pragma once
 
 #include <string>

@@ -21,17 +21,37 @@
 // Vectors are host vectors of length n: a product moves 2n doubles to and from a device, against
 // the n² entries it reads there, so the Lanczos bookkeeping stays on the host for every backend.
 //
+// Scale. Spectra accepts a Ritz value θ once its residual is below tol·max(eps^(2/3), |θ|): an
+// absolute floor (≈ 4e-24 at tol 1e-13) that passes an unconverged θ at once when the operator's
+// top eigenvalue is tiny: σ_max² of a block whose branch has LayerScale γ = 1e-5, or σ_min⁻² when
+// σ_min ≥ 1e7 (κ was 7–20 % off, labelled exact). Each run therefore works on the operator times a
+// power of two (exact in binary floating point) that brings ‖op(x)‖ of one fixed unit x to [1, 2),
+// and scales θ back.
+//
+// The one check (sigma_min_supported). For every unit v, σ_min(A) ≤ ‖A v‖; for the converged Ritz
+// vector v of (AᵀA)⁻¹, ‖A v‖ = σ_min up to the route's accuracy. Two failures make the σ_min of
+// the solves smaller than what its own vector shows, and the caller then answers with the SVD:
+//   * the solves' forward error beyond backward stability: LU pivot growth (Wilkinson's 60 × 60
+//     growth matrix gave κ 28.5 for 26.8);
+//   * Spectra returning a value outside (AᵀA)⁻¹'s spectrum with status Successful (Kahan's
+//     matrix, n = 80: λ = 8.5e72 where 3.2e25 is the largest possible).
+// A `singular` claim is checked the same way: it needs ‖A v‖ ≤ the noise floor.
+//
 // Outcomes: kExactlySingular (a pivot or diagonal entry is exactly zero: the caller answers with
 // an SVD, which gives the rank), kNotConverged (Lanczos did not converge, or the solve overflowed:
 // numerically singular or pathologically clustered; the caller falls back likewise), kOk.
-// Guarded by the condition_fast tests (tests/analysis/spectral/test_condition.cpp) on the CPU and
+// Guarded by the condition_fast tests (tests/analysis/spectral/test_condition.cpp: the scale and
+// the check by TinyAndHugeMatrices*, WilkinsonGrowth*, Kahan*) on the CPU and
 // by tests/analysis/cuda/test_dense_cuda.cpp (CUDA against CPU on the same matrices) on a GPU.
 #pragma once
 
 #include <Spectra/SymEigsSolver.h>
 
 #include <cmath>
+#include <random>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "analysis/core/lapack.h"
 #include "analysis/core/types.h"
@@ -57,8 +77,30 @@ enum class FactorOutcome { kFactored, kExactlySingular };
 struct LuLanczosExtremes {
   enum class Outcome { kOk, kExactlySingular, kNotConverged } outcome = Outcome::kNotConverged;
   double sigma_max = 0, sigma_min = 0;
+  Vec v_min;           // unit Ritz vector of σ_min (kOk only): the right singular vector's estimate
   Index products = 0;  // applications of AᵀA and (AᵀA)⁻¹ together
 };
+
+/// Whether σ_min of an exact extremes route is supported by its Ritz vector: `Av_norm` = ‖A v_min‖
+/// computed in fp64 from A itself (not from its factors), `floor` = noise_floor(rows, cols, σ_max).
+/// An exact σ_min (above the floor) may not lie below ‖A v‖ by more than 1e-9 relative (the
+/// route's stated accuracy) plus the floor (the product's rounding); a singular one (at or below
+/// the floor) needs ‖A v‖ ≤ floor, which proves σ_min ≤ floor. See "The one check" above.
+inline bool sigma_min_supported(double sigma_min, double Av_norm, double floor) {
+  if (!std::isfinite(Av_norm)) return false;
+  if (sigma_min <= floor) return Av_norm <= floor;
+  return Av_norm <= sigma_min * (1 + 1e-9) + floor;
+}
+
+/// "" when sigma_min_supported holds for e (kOk), else the note's reason, with both numbers.
+inline std::string unsupported_sigma_min(const LuLanczosExtremes& e, double Av_norm, double floor) {
+  if (sigma_min_supported(e.sigma_min, Av_norm, floor)) return "";
+  std::ostringstream os;
+  os.precision(6);
+  os << "the solves' sigma_min " << e.sigma_min << " is below its Ritz vector's ||A v|| " << Av_norm
+     << " (noise floor " << floor << ")";
+  return os.str();
+}
 
 namespace detail {
 
@@ -80,13 +122,63 @@ class BackendGramOp {
   Backend& b_;
 };
 
-// Top eigenvalue of a symmetric positive semi-definite operator; false if Lanczos did not converge
-// or overflowed (NonFiniteSolve, a failed refinement in mixed_lu.h, or Spectra's tridiagonal
-// solver failing on non-finite Ritz values). A LapackError or a DeviceError is a failure and
-// propagates.
+// `op` times a power of two (the file comment's "Scale"): Spectra sees eigenvalues near 1.
 template <typename Op>
-bool top_eigenvalue(Op& op, double* value, Index* products) {
-  Spectra::SymEigsSolver<Op> eigs(op, 1, std::min<Index>(op.rows(), 24));
+class ScaledOp {
+ public:
+  using Scalar = double;
+  ScaledOp(Op& op, double scale) : op_(op), scale_(scale) {}
+  Index rows() const { return op_.rows(); }
+  Index cols() const { return op_.cols(); }
+  void perform_op(const double* x, double* y) const {
+    op_.perform_op(x, y);
+    Eigen::Map<Vec>(y, rows()) *= scale_;
+  }
+
+ private:
+  Op& op_;
+  double scale_;
+};
+
+// The power of two 2^−e with ‖op(x)‖ · 2^−e in [1, 2) for one fixed pseudo-random unit x (one
+// product, counted; not the constant vector, which Jacobians such as LayerNorm's annihilate). As
+// ‖op(x)‖ ≤ λ_max, the scaled top eigenvalue is ≥ 1, far above Spectra's floor. 1 when the product
+// is 0 (A = 0: σ_max = 0 is the answer). Throws what op throws.
+template <typename Op>
+double power_of_two_scale(Op& op, Index* products) {
+  const Index n = op.rows();
+  std::mt19937_64 rng(0x5ca1e);
+  std::normal_distribution<double> normal;
+  Vec x(n);
+  for (Index i = 0; i < n; ++i) x(i) = normal(rng);
+  x.normalize();
+  Vec y(n);
+  op.perform_op(x.data(), y.data());
+  ++*products;
+  const double size = y.norm();
+  if (!std::isfinite(size)) throw NonFiniteSolve();
+  return size > 0 ? std::ldexp(1.0, -std::ilogb(size)) : 1.0;
+}
+
+// Top eigenvalue (and its unit Ritz vector, when `vector` is given) of a symmetric positive
+// semi-definite operator, run on the operator scaled by power_of_two_scale; false if Lanczos did
+// not converge or overflowed (NonFiniteSolve, a failed refinement in mixed_lu.h, or Spectra's
+// tridiagonal solver failing on non-finite Ritz values). A LapackError or a DeviceError is a
+// failure and propagates.
+template <typename Op>
+bool top_eigenvalue(Op& op, double* value, Index* products, Vec* vector = nullptr) {
+  double scale = 1.0;
+  try {
+    scale = power_of_two_scale(op, products);
+  } catch (const LapackError&) {
+    throw;
+  } catch (const DeviceError&) {
+    throw;
+  } catch (const std::runtime_error&) {
+    return false;
+  }
+  ScaledOp<Op> scaled(op, scale);
+  Spectra::SymEigsSolver<ScaledOp<Op>> eigs(scaled, 1, std::min<Index>(op.rows(), 24));
   try {
     eigs.init();
     eigs.compute(Spectra::SortRule::LargestAlge, 500, kLuLanczosTol);
@@ -100,7 +192,8 @@ bool top_eigenvalue(Op& op, double* value, Index* products) {
   }
   *products += eigs.num_operations();
   if (eigs.info() != Spectra::CompInfo::Successful) return false;
-  *value = eigs.eigenvalues()(0);
+  *value = eigs.eigenvalues()(0) / scale;
+  if (vector) *vector = eigs.eigenvectors(1).col(0).normalized();
   return std::isfinite(*value);
 }
 
@@ -119,7 +212,7 @@ LuLanczosExtremes lu_lanczos_extremes(Backend& backend) {
     return out;
   }
   detail::BackendGramOp<Backend, true> inverse(backend);
-  if (!detail::top_eigenvalue(inverse, &lam_inv, &out.products) || !(lam_inv > 0)) return out;
+  if (!detail::top_eigenvalue(inverse, &lam_inv, &out.products, &out.v_min) || !(lam_inv > 0)) return out;
   out.sigma_min = 1.0 / std::sqrt(lam_inv);
   out.outcome = LuLanczosExtremes::Outcome::kOk;
   return out;

@@ -262,7 +262,13 @@ ConditionReport condition_mixed_with(Factor32& lu, const LinearMap& A, const std
   const LuLanczosExtremes e = lu_lanczos_extremes(backend);
   r.products = e.products;
   r.sigma_max = e.sigma_max;
+  std::string unsupported;  // lu_lanczos.h's check, with A v by the fp64 operator
   if (e.outcome == LuLanczosExtremes::Outcome::kOk) {
+    Vec Av(A.order);
+    A.apply(e.v_min.data(), Av.data());
+    unsupported = unsupported_sigma_min(e, Av.norm(), noise_floor(A.order, A.order, e.sigma_max));
+  }
+  if (e.outcome == LuLanczosExtremes::Outcome::kOk && unsupported.empty()) {
     r.sigma_min = e.sigma_min;
     finish_extremes_report(r);
     r.note += std::string(r.note.empty() ? "" : "; ") + describe(backend.stats());
@@ -271,7 +277,8 @@ ConditionReport condition_mixed_with(Factor32& lu, const LinearMap& A, const std
     r.kappa = r.kappa_lo = r.kappa_hi = std::numeric_limits<double>::quiet_NaN();
     r.rank = -1;
     const std::string& failure = backend.stats().failure;
-    r.note = e.outcome == LuLanczosExtremes::Outcome::kExactlySingular ? "a pivot of the fp32 LU is exactly zero"
+    r.note = !unsupported.empty()                                      ? unsupported
+             : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular ? "a pivot of the fp32 LU is exactly zero"
              : !failure.empty()                                        ? "fp32 LU refinement failed: " + failure
                                                                        : "lanczos did not converge";
   }

@@ -578,7 +578,9 @@ TEST(PostNormReports, AtYEqualToLn1XTheyAreThePreNormBlocksAttentionRowsN8D12) {
     EXPECT_EQ(r.status, p->status);
     EXPECT_EQ(r.method, p->method);
     // Y and LN1(X) differ by rounding (≈ 1e-16 relative); κ ≤ 1e4 here moves by far less than 1e-9.
-    if (r.status != Status::kSingular) EXPECT_NEAR(r.kappa / p->kappa, 1.0, 1e-9);
+    if (r.status != Status::kSingular) {
+      EXPECT_NEAR(r.kappa / p->kappa, 1.0, 1e-9);
+    }
   }
 }
 

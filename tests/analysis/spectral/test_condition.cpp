@@ -151,6 +151,79 @@ TEST(ConditionFast, OverflowingInverseFallsBackToTheSvd) {
   }
 }
 
+// Spectra accepts a Ritz value once its residual is under tol·max(eps^(2/3), |θ|), an absolute
+// floor that passed an unconverged θ at once for a small σ_max² or a small σ_min⁻²: κ = 1e4 came
+// out as 8858 at scale 1e-8 and 9270 at 1e12, labelled exact. Each run now scales its operator by
+// a power of two (lu_lanczos.h, "Scale"), so κ and σ do not depend on the matrix's scale.
+TEST(ConditionFast, TinyAndHugeMatricesKeepTheirKappa) {
+  SCOPED_TRACE("seeds 7, 8");
+  const Mat square = with_singular_values(geometric(80, 1e4), 80, 80, 7);
+  const Mat tall = with_singular_values(geometric(60, 1e4), 90, 60, 8);
+  for (const Mat* A : {&square, &tall}) {
+    const ConditionReport truth = condition_svd(*A, "A");
+    for (const double scale : {1e-12, 1e-8, 1e-4, 1.0, 1e6, 1e12}) {
+      const ConditionReport r = condition_fast(*A * scale, "A");
+      SCOPED_TRACE(format_report(r) + " at scale " + std::to_string(scale) + " | " + r.note);
+      EXPECT_EQ(r.method, A == &square ? "dense-lu-lanczos" : "dense-qr-lanczos");  // no fallback needed
+      EXPECT_EQ(r.status, Status::kExact);
+      EXPECT_NEAR(r.kappa / truth.kappa, 1.0, 1e-9);
+      EXPECT_NEAR(r.sigma_max / (scale * truth.sigma_max), 1.0, 1e-9);
+      EXPECT_NEAR(spectral_norm(*A * scale) / (scale * truth.sigma_max), 1.0, 1e-9);
+    }
+  }
+}
+
+// Wilkinson's growth matrix (1 on the diagonal and in the last column, −1 below the diagonal):
+// partial pivoting grows the last column to 2^(n−1), the solves lose their backward stability,
+// and κ came out 28.51 for 26.80 (n = 60), exact. σ_min of the solves then lies below its own Ritz
+// vector's ‖A v‖ (lu_lanczos.h, "The one check"), and the SVD answers.
+TEST(ConditionFast, WilkinsonsGrowthMatrixIsCaughtByTheRitzVectorCheck) {
+  for (const Index n : {60, 100}) {
+    Mat W = Mat::Identity(n, n);
+    W.triangularView<Eigen::StrictlyLower>().setConstant(-1.0);
+    W.col(n - 1).setOnes();
+    const ConditionReport r = condition_fast(W, "W"), truth = condition_svd(W, "W");
+    SCOPED_TRACE(format_report(r) + " | " + r.note);
+    EXPECT_EQ(r.status, Status::kExact);
+    EXPECT_NEAR(r.kappa / truth.kappa, 1.0, 1e-12);
+    EXPECT_EQ(r.method, "dense-svd");
+    EXPECT_NE(r.note.find("below its Ritz vector's ||A v||"), std::string::npos);
+  }
+}
+
+// Kahan's matrix (n = 80, θ = 1.2: diag(1, s, …, s^(n−1)) times the unit upper triangle with −c
+// above the diagonal): the triangular solves are so inaccurate that Spectra returned λ = 8.5e72
+// for (AᵀA)⁻¹, whose largest eigenvalue is 3.2e25, with status Successful; the report said
+// singular with κ ≥ 5.6e13, above the true κ = 4.65e13 (σ_min = 1.76e-13 is above the noise floor
+// 1.46e-13). The check sends it to the SVD.
+TEST(ConditionFast, KahansMatrixIsNotCalledSingularAboveItsTrueKappa) {
+  const Index n = 80;
+  const double s = std::sin(1.2), c = std::cos(1.2);
+  Mat K = Mat::Zero(n, n);
+  for (Index i = 0; i < n; ++i) {
+    K(i, i) = std::pow(s, static_cast<double>(i));
+    for (Index j = i + 1; j < n; ++j) K(i, j) = -c * std::pow(s, static_cast<double>(i));
+  }
+  const ConditionReport r = condition_fast(K, "K"), truth = condition_svd(K, "K");
+  SCOPED_TRACE(format_report(r) + " | " + r.note + " || " + format_report(truth));
+  ASSERT_EQ(truth.status, Status::kExact);
+  EXPECT_EQ(r.status, Status::kExact);
+  EXPECT_NEAR(r.kappa / truth.kappa, 1.0, 1e-9);
+}
+
+// A ten-fold bottom cluster (90 values 1, 10 values 1e-5): σ_min came out 9.99999908e-6, below
+// every value of the cluster (κ off by 9e-8, documented 1e-9). Caught by the same check.
+TEST(ConditionFast, ATenFoldBottomClusterKeepsKappaToItsStatedAccuracy) {
+  Vec sv = Vec::Ones(100);
+  sv.tail(10).setConstant(1e-5);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    const Mat A = with_singular_values(sv, 100, 100, seed);
+    const ConditionReport r = condition_fast(A, "A"), truth = condition_svd(A, "A");
+    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + format_report(r) + " | " + r.note);
+    EXPECT_NEAR(r.kappa / truth.kappa, 1.0, 1e-9);
+  }
+}
+
 TEST(CheckLapack, NonzeroInfoThrowsNamingTheRoutineAndTheValue) {
   EXPECT_NO_THROW(check_lapack("LAPACKE_dgetrs", 0));
   try {

@@ -66,6 +66,21 @@ TEST_P(MixedLuAcrossKappa, GivesTheConstructedKappaWithinBound1N200) {
 // 1e8: κ·u₃₂ ≈ 6, where classical refinement diverges and GMRES-IR still converges.
 INSTANTIATE_TEST_SUITE_P(Kappa, MixedLuAcrossKappa, ::testing::Values(1e2, 1e4, 1e6, 1e8));
 
+// The mixed route shares lu_lanczos.h's power-of-two scaling: at scale 1e-8 (σ_max² = 1e-16,
+// under Spectra's absolute acceptance floor) and 1e12 (σ_min⁻² = 1e-16) it gives the same κ.
+TEST(MixedLu, TinyAndHugeMatricesKeepTheirKappaN120) {
+  SCOPED_TRACE("seed=23");
+  const Mat A = with_singular_values(geometric(120, 1e4), 120, 120, 23);
+  for (const double scale : {1e-8, 1e12}) {
+    const ConditionReport r = mixed_on_dense(A * scale);
+    SCOPED_TRACE(format_report(r) + " at scale " + std::to_string(scale) + " | " + r.note);
+    EXPECT_EQ(r.status, Status::kExact);
+    EXPECT_EQ(r.method, "dense-lu32-refined-lanczos");
+    EXPECT_LT(std::abs(r.kappa - 1e4) / 1e4, kappa_tolerance(120, 1e4));
+    EXPECT_NEAR(r.sigma_max / scale, 1.0, 1e-9);
+  }
+}
+
 // The refined solve itself: (AᵀA)⁻¹ x through the fp32 factor equals the fp64 solve to κ²·√N·u
 // (two solves), and each solve's backward error meets the stopping test.
 TEST(MixedLuBackend, InverseGramMatchesTheFp64SolveAndMeetsItsBackwardErrorTestN150) {
