@@ -558,6 +558,33 @@ TEST(EmbeddingReports, TokenMatricesKappaMatchesAnIndependentForwardAndSvdN10D12
   }
 }
 
+// LayerScale γ (1e-5; 1e-9 for the floor) folded into W_O (timm_layout: DeiT III, DINOv2) scales K_sa by γ; κ
+// must not change: the fast route's σ_max² = 1e-10·… sat under Spectra's absolute acceptance
+// floor and κ(K_sa) came out 13 % low, labelled exact (analysis/spectral/lu_lanczos.h, "Scale").
+TEST(DenseRoutes, KappaOfABranchScaledByLayerScaleIsTheSvdsN8D12) {
+  BlockWeights w = test::random_block(12, 3, 48, 61);
+  const Mat X = test::random_tokens(8, 12, 62);
+  BlockReportOptions fast, svd;
+  fast.route = KappaRoute::kFast;
+  svd.route = KappaRoute::kSvd;
+  fast.matrices = svd.matrices = {"K_sa", "B_sa", "E_sa"};
+  const auto unscaled = block_reports(w, X, SkipMode::kNone, svd);
+  for (const double gamma : {1e-5, 1e-9}) {
+    BlockWeights scaled = w;
+    scaled.Wo *= gamma;
+    scaled.bo *= gamma;
+    const auto got = block_reports(scaled, X, SkipMode::kNone, fast), truth = block_reports(scaled, X, SkipMode::kNone, svd);
+    ASSERT_EQ(got.size(), truth.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(format_report(got[i]) + " gamma " + std::to_string(gamma) + " | " + got[i].note);
+      EXPECT_EQ(got[i].status, truth[i].status);
+      if (truth[i].status != Status::kExact) continue;
+      EXPECT_NEAR(got[i].kappa / truth[i].kappa, 1.0, 1e-9);
+      EXPECT_NEAR(truth[i].kappa / unscaled[i].kappa, 1.0, 1e-6);  // κ does not see γ
+    }
+  }
+}
+
 // A post-norm block's attention sees its input Y itself, a pre-norm block's sees LN1(X): at
 // Y = LN1(X) (the oracle's LayerNorm) the post-norm rows are the pre-norm block's attention-level
 // rows at X, which reach the attention through block_forward instead.
