@@ -104,6 +104,10 @@ struct CertifiedExtremes {
   double seconds = 0;
   std::string note;
   std::string where = "cpu";  // the device that factorised H_μ
+  /// A count contradicts the claim itself, not just its assumption-bearing end: N((1 + 1e-6)·σ_max_hi)
+  /// < min(rows, cols) (a singular value above the claimed σ_max), or no singular value below
+  /// 1.01 × the claimed σ_min's upper end (σ_min above it). certify_report then answers with the SVD.
+  bool refuted = false;
 };
 
 /// Replaces the assumption-bearing ends of a claimed bracket by inertia counts. `claimed` is a
@@ -126,6 +130,9 @@ std::string to_string(CertifyMode m);
 /// (κ stays the route's value), method + "+inertia" ("+inertia-cuda" where a GPU factorised
 /// H_μ), and the note saying what was counted. A `singular` report, or one whose counts do not
 /// confirm both ends, is returned with only a note. (K is not read for a `singular` report.)
+/// A report the counts refute (CertifiedExtremes::refuted: an `exact` σ_max below a counted
+/// singular value, say) is not returned under its status: the device's SVD of K answers, with a
+/// note naming the refuted route and what was counted, and is certified in turn.
 ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
                                double sigma_max_lo, double sigma_max_hi,
                                const DenseDevice& device = *cpu_dense_device());

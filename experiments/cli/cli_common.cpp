@@ -1,5 +1,7 @@
 #include "experiments/cli/cli_common.h"
 
+#include <typeinfo>
+
 #include <algorithm>
 #include <unistd.h>
 
@@ -21,6 +23,22 @@ namespace jacond::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Boost reads "-1" into an unsigned option as 2^64 − 1 (`--seed -1` ran with seed
+// 18446744073709551615): a typed value with a leading minus for an unsigned option is refused.
+void refuse_negative_unsigned(const boost::program_options::parsed_options& parsed,
+                              const boost::program_options::variables_map& vm) {
+  for (const auto& option : parsed.options) {
+    if (option.value.empty() || option.value.front().rfind('-', 0) != 0 || !vm.count(option.string_key)) continue;
+    const std::type_info& type = vm[option.string_key].value().type();
+    if (type == typeid(uint64_t) || type == typeid(unsigned) || type == typeid(size_t) || type == typeid(unsigned long long))
+      throw UsageError("--" + option.string_key + " must be a non-negative integer, got " + option.value.front());
+  }
+}
+
+}  // namespace
+
 bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
                    const boost::program_options::positional_options_description* positional,
                    boost::program_options::variables_map* vm_out) {
@@ -31,11 +49,13 @@ bool parse_options(int argc, char** argv, const boost::program_options::options_
   parser.positional(positional ? *positional : none);
   po::variables_map vm;
   try {
-    po::store(parser.run(), vm);
+    const po::parsed_options parsed = parser.run();
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << desc << "\n";
       return false;
     }
+    refuse_negative_unsigned(parsed, vm);
     po::notify(vm);
   } catch (const po::too_many_positional_options_error&) {
     throw UsageError("unexpected argument (see --help)");

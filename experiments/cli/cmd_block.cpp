@@ -58,6 +58,8 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
   check_usage([&] {
     a.src.validate(&vm);
     with_dense_flavour(KappaRoute::kFast, a.kappa);  // checks the value
+    if (a.method == "lanczos" && vm.count("kappa") && !vm["kappa"].defaulted())
+      throw std::invalid_argument("--kappa " + a.kappa + " picks the dense route's flavour; --method lanczos has none");
     if (a.method != "auto" && a.method != "dense" && a.method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + a.method + "'");
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)

@@ -248,8 +248,14 @@ def weight_reports(block, as_frame=True):
 
 def condition(A, *, method="auto", name="A", device="cpu"):
     """The condition Report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos),
-    the dense ones on `device` (cpu | cuda)."""
-    report = _jacond.condition(as_fp64(A, "A"), method=method, name=name, device=device)
+    the dense ones on `device` (cpu | cuda). A must be 2-D (a vector has no one reading as a matrix:
+    pass v[:, None] or v[None, :]). method="mixed" factorises fl32(A): entries beyond fp32's range
+    (|a| > 3.4e38) are a ValueError; use "dense" for such a matrix."""
+    a = as_fp64(A, "A")
+    if a.ndim != 2:
+        raise ValueError(f"A must be a 2-D array, got shape {a.shape}"
+                         + (" (a vector: pass v[:, None] or v[None, :])" if a.ndim == 1 else ""))
+    report = _jacond.condition(a, method=method, name=name, device=device)
     _warn_not_converged([report])
     return report
 

@@ -481,6 +481,8 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.nan), "dense_max_bytes must be finite"),
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.inf), "dense_max_bytes must be finite"),
         (lambda: jacond.set_threads(0), "threads must be >= 1, got 0"),
+        (lambda: jacond.condition(np.ones(5)), "A must be a 2-D array, got shape (5,) (a vector: pass v[:, None]"),
+        (lambda: jacond.condition(np.ones((2, 2, 2))), "A must be a 2-D array, got shape (2, 2, 2)"),
         (lambda: jacond.set_threads(-1), "threads must be >= 1, got -1"),
         (lambda: jacond.block_reports(block, X, matrices=[]), "matrices is empty; pass None or 'all'"),
         (lambda: jacond.block_reports(block, X, matrices=""), "matrices is empty; pass None or 'all'"),

@@ -759,6 +759,9 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"block", "--weights", wfile, "--tokens", tfile, "--alpha", "5"}, 2, "--alpha sets up an init"},
       {{"block", "--n", "8", "--d", "8", "--layer", "2"}, 2, "--layer reads a --weights file"},
       {{"block", "--n", "99999999", "--d", "8"}, 1, "the forward pass alone needs"},
+      {{"block", "--seed", "-1"}, 2, "--seed must be a non-negative integer, got -1"},  // was 2^64 − 1
+      {{"verify", "prop1", "--seed=-3"}, 2, "--seed must be a non-negative integer, got -3"},
+      {{"block", "--method", "lanczos", "--kappa", "svd"}, 2, "--method lanczos has none"},
       {{"spectrum"}, 2, "--matrix"},
       {{"spectrum", "--matrices", "K_nope"}, 2, "K_nope"},
       {{"sweep", "--alpha", "3:1:1"}, 2, "--alpha"},

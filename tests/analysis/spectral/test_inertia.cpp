@@ -9,6 +9,8 @@
 // test is about a shift within rounding.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -154,6 +156,36 @@ TEST(CertifyExtremes, AMissedSmallestSingularValueIsFoundNotCertifiedAway) {
   const Mat K = with_spectrum(s, 70, 6);
   const CertifiedExtremes c = certify_extremes(K, 0.99e-3, 1e-3, 1.0, 1.0);
   expect_certified_contains(c, s, "missed sigma_min");
+}
+
+// An `exact` report the counts contradict is not kept under its status: the SVD answers and is
+// certified in turn. (A review's block at weights × 1e-4, before lu_lanczos.h scaled its
+// operators, stayed `exact` with κ 2.458e12 for 2.995e12 beside "sigma_max not certified:
+// N(1.6977e-08)=63 < 64".) Both refutations: a σ_max below a counted singular value, and a σ_min
+// below the smallest one.
+TEST(CertifyReport, AnExactClaimTheCountsRefuteIsAnsweredByTheSvd) {
+  Vec s(80);
+  for (Index i = 0; i < 80; ++i) s(i) = std::pow(1e-4, static_cast<double>(i) / 79.0);
+  const Mat K = with_spectrum(s, 80, 7);
+  const ConditionReport truth = condition_svd(K, "K");
+  for (const auto& [what, max_factor, min_factor] :
+       {std::tuple<std::string, double, double>{"sigma_max 10 % low", 0.9, 1.0}, {"sigma_min halved", 1.0, 0.5}}) {
+    SCOPED_TRACE(what);
+    ConditionReport claim = truth;
+    claim.method = "dense-lu-lanczos";
+    claim.space = "ln-complement";
+    claim.sigma_max *= max_factor;
+    claim.sigma_min *= min_factor;
+    claim.kappa = claim.kappa_lo = claim.kappa_hi = claim.sigma_max / claim.sigma_min;
+    const ConditionReport got = certify_report(claim, K, claim.sigma_min, claim.sigma_min, claim.sigma_max, claim.sigma_max);
+    EXPECT_EQ(got.status, Status::kCertified) << got.note;
+    EXPECT_EQ(got.method, "dense-svd+inertia");
+    EXPECT_EQ(got.space, "ln-complement");
+    EXPECT_NEAR(got.kappa / truth.kappa, 1.0, 1e-12);
+    EXPECT_LE(got.kappa_lo, truth.kappa * (1 + 1e-9));
+    EXPECT_GE(got.kappa_hi, truth.kappa * (1 - 1e-9));
+    EXPECT_EQ(got.note.rfind("inertia refuted dense-lu-lanczos (", 0), 0u) << got.note;
+  }
 }
 
 TEST(CertifyExtremes, LooseClaimIsRefinedThenCertified) {
