@@ -33,6 +33,10 @@
 // Errors: std::invalid_argument for bad options or an empty operator; std::runtime_error when the
 // operator returns NaN or inf (checked after every product); LapackError (analysis/core/lapack.h)
 // if dgesdd fails on B_k.
+// Range: the vector norms square their entries, so an operator whose products fall below ~1e-154
+// or rise above ~1e154 underflows (α = 0 reads as a breakdown: a false `singular`) or overflows
+// (a NaN κ_lo). Jacobians of trained networks sit far inside; scale such an operator by a power
+// of two first (the dense routes do this themselves: analysis/spectral/lu_lanczos.h).
 //
 // The augmented matrix H = [0 K; Kᵀ 0] (symmetric, eigenvalues ±σ_j and rows − cols zeros)
 // carries the certificates. For z = [ũ; ṽ] with ‖ũ‖ = ‖ṽ‖ = 1, Rayleigh quotient θ = ũᵀKṽ and
