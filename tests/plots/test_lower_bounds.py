@@ -69,11 +69,11 @@ def test_the_colour_bar_names_what_the_panel_holds(rows):
     """Only the marks the panel draws: a singular K_sab on the whole space, not drawn beside its
     LN-complement panel, must not add "grey" to it."""
     _, kinds = sweep.cell_grid(rows)
-    assert sweep.colour_label(kinds) == "log10 κ (median over seeds)\n≥ hatched: lower bound; grey: singular"
+    assert sweep.colour_label(kinds, [2]) == "log10 κ (median over 2 seeds)\n≥ hatched: lower bound; grey: singular"
     _, kinds = sweep.cell_grid(rows[rows["status"] != "singular"])
-    assert sweep.colour_label(kinds) == "log10 κ (median over seeds)\n≥ hatched: lower bound"
+    assert sweep.colour_label(kinds, [2]) == "log10 κ (median over 2 seeds)\n≥ hatched: lower bound"
     _, kinds = sweep.cell_grid(rows[rows["status"] == "exact"])
-    assert sweep.colour_label(kinds) == "log10 κ (median over seeds)"
+    assert sweep.colour_label(kinds, [2]) == "log10 κ (median over 2 seeds)"
 
 
 def test_cell_edges():

@@ -1,6 +1,7 @@
 """`jacond sweep` (sweep.csv + run.json): log10 κ over the α × β grid of the `ours` init.
 
-One panel per matrix (K_sa, K_sab) and per c (rows): the median over seeds of log10 κ. A cell
+One panel per matrix (K_sa, K_sab) and per c (rows): the median over seeds of log10 κ (with one
+seed per cell, that seed's log10 κ, and the colour bar says so: colour_label). A cell
 with a singular seed (κ only bounded below, by κ_lo) is grey and labelled, outside the colour scale
 (the panel title counts the singular rows). A cell with a seed whose matrix-free bracket did not
 converge (status not-converged: σ_min not bounded away from 0, so only κ ≥ κ_lo is known) is
@@ -66,9 +67,20 @@ def mark_cells(ax, alphas, betas, kinds):
                 color="white", path_effects=[patheffects.withStroke(linewidth=2, foreground="black")])
 
 
-def panel(ax, sub, matrix, c):
+def drawn_rows(sub):
+    """The space a panel draws (the LayerNorm complement where the sweep reports it) and its rows."""
     space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
-    sub = sub[sub["space"] == space]
+    return space, sub[sub["space"] == space]
+
+
+def seeds_per_cell(sub):
+    """The distinct numbers of seeds in a panel's cells (sorted): what a cell's colour is, one κ or
+    a median over that many."""
+    return sorted(int(n) for n in sub.groupby(["beta", "alpha"])["seed"].nunique().unique())
+
+
+def panel(ax, sub, matrix, c):
+    space, sub = drawn_rows(sub)
     grid, kinds = cell_grid(sub)
     # The colour scale spans the cells with a κ or a lower bound of it; a cell with a singular seed
     # is grey (above the scale: κ there is only bounded below) and labelled, so one singular corner
@@ -99,11 +111,28 @@ def panel(ax, sub, matrix, c):
     return mesh, kinds
 
 
-def colour_label(kinds):
-    """The colour bar's label for a panel's cell kinds (cell_grid): what its colours and marks mean."""
+def cell_is(seeds):
+    """What a cell holds for seeds_per_cell: "1 seed" (a single κ: "median" would claim seeds that
+    are not there), "median over N seeds", or "median over N–M seeds" where cells differ."""
+    if not seeds:
+        return "no seeds"
+    if seeds == [1]:
+        return "1 seed"
+    if len(seeds) == 1:
+        return f"median over {seeds[0]} seeds"
+    return f"median over {seeds[0]}–{seeds[-1]} seeds"
+
+
+def colour_label(kinds, seeds):
+    """The colour bar's label for a panel's cell kinds (cell_grid) and seeds per cell
+    (seeds_per_cell): what a cell's colour is and what its marks mean."""
     marks = [text for kind, text in (("lower", "≥ hatched: lower bound"), ("singular", "grey: singular"))
              if (kinds == kind).any()]
-    return "log10 κ (median over seeds)" + ("\n" + "; ".join(marks) if marks else "")
+    return f"log10 κ ({cell_is(seeds)})" + ("\n" + "; ".join(marks) if marks else "")
+
+
+def seed_count(n):
+    return "1 seed" if n == 1 else f"{n} seeds"
 
 
 def plot(directory, formats):
@@ -118,10 +147,10 @@ def plot(directory, formats):
             sub = df[(df["c"] == c) & (df["matrix"] == matrix)]
             mesh, kinds = panel(axes[i][j], sub, matrix, c)
             fig.colorbar(mesh, ax=axes[i][j], extend="max" if (kinds == "singular").any() else "neither",
-                         label=colour_label(kinds))
+                         label=colour_label(kinds, seeds_per_cell(drawn_rows(sub)[1])))
     first = df.iloc[0]
     fig.suptitle(f"jacond sweep, {first.get('init', 'ours')} init: n {first['n']}, d {first['d']}, heads {first['heads']}, "
-                 f"skip {first['skip']}, {df['seed'].nunique()} seeds", fontsize=10)
+                 f"skip {first['skip']}, {seed_count(df['seed'].nunique())}", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     caption(fig, directory)
     paths = save(fig, directory, "sweep_kappa", formats)
