@@ -97,8 +97,12 @@ double binomial(int n, int k) {
   return b;
 }
 
-// κ of ∂F/∂θ^(0) of the depth-L prefix of the stack (one sample), over its nd rows (wide).
-double prefix_param_kappa(const Network& net, const NetworkForward& fwd, Index L) {
+// κ of ∂F/∂θ^(0) of the depth-L prefix of the stack (one sample), over its nd rows (wide), and its
+// lower bound: κ itself, or σ_max / noise floor where σ_min is under the floor (κ = inf).
+struct ParamKappa {
+  double kappa = kInf, kappa_lo = 0;
+};
+ParamKappa prefix_param_kappa(const Network& net, const NetworkForward& fwd, Index L) {
   Network prefix;
   prefix.blocks.assign(net.blocks.begin(), net.blocks.begin() + L);
   prefix.skips.assign(net.skips.begin(), net.skips.begin() + L);
@@ -107,7 +111,8 @@ double prefix_param_kappa(const Network& net, const NetworkForward& fwd, Index L
   const Mat J0 = param_jacobian_dense(prefix, pf, ParamSelection::attention(0));
   const Vec sj = singular_values(J0);
   const double tol = noise_floor(J0.rows(), J0.cols(), sj.maxCoeff());
-  return sj.minCoeff() > tol ? sj.maxCoeff() / sj.minCoeff() : kInf;
+  if (sj.minCoeff() > tol) return {sj.maxCoeff() / sj.minCoeff(), sj.maxCoeff() / sj.minCoeff()};
+  return {kInf, sj.maxCoeff() / tol};
 }
 
 // Path expansion of the residual gradient at layer 0, gᵀ ∏_j (I + B_j) = Σ_k c_k, over the 2L
@@ -127,7 +132,7 @@ std::vector<Vec> path_expansion(const std::vector<LayerFactors>& factors, const 
 // Everything measured on one stack (one init, one skip mode).
 struct StackResult {
   std::vector<Kappas> products;    // depth 1..L: κ of the Eq. 8 / Eq. 9 product
-  std::vector<double> kappa_J0;    // depth 1..L: κ(∂F/∂θ^(0))
+  std::vector<double> kappa_J0, kappa_J0_lo;  // depth 1..L: κ(∂F/∂θ^(0)) and its lower bound
   GradNorms grads;
   bool operator_matches = false;   // dense product == matrix-free stack Jacobian
   std::vector<Vec> paths;          // c_k (residual stack only)
@@ -145,7 +150,9 @@ StackResult analyse_stack(const StackConfig& cfg, const std::vector<Mat>& X, con
   for (Index L = 1; L <= cfg.depth; ++L) {
     P = factors[L - 1].K_ffn * (factors[L - 1].K_sab * P);
     r.products.push_back(kappas_of(P, ln1_comp));
-    r.kappa_J0.push_back(prefix_param_kappa(net, fwd, L));
+    const ParamKappa j0 = prefix_param_kappa(net, fwd, L);
+    r.kappa_J0.push_back(j0.kappa);
+    r.kappa_J0_lo.push_back(j0.kappa_lo);
   }
   const Mat Pop = dense_from_products(StackInputJacobianOp(net, fwd, 0));
   r.operator_matches = (P - Pop).norm() <= 1e-10 * Pop.norm();
@@ -160,7 +167,7 @@ struct Eq89Csv {
   std::ostringstream products, grads, paths;
   Eq89Csv() {
     products << "init,skip,equation,depth,n,d,heads,hidden,rows,cols,sigma_max,sigma_min,rank,kappa,kappa_lo,kappa_eff,"
-                "kappa_ln1c,kappa_ln1c_lo,status,kappa_J0\n";
+                "kappa_ln1c,kappa_ln1c_lo,status,kappa_J0,kappa_J0_lo\n";
     grads << "init,stack,layer,grad_x_norm,grad_attn_norm,grad_mlp_norm\n";
     paths << "init,depth,path_length,paths,norm\n";
   }
@@ -173,7 +180,8 @@ struct Eq89Csv {
                << "," << cfg.d << "," << cfg.heads << "," << cfg.hidden << "," << nd << "," << nd << "," << fmt(k.smax)
                << "," << fmt(k.smin) << "," << k.rank << "," << fmt(k.kappa) << "," << fmt(k.kappa_lo) << ","
                << fmt(k.kappa_eff) << "," << fmt(k.kappa_ln1c) << "," << fmt(k.kappa_ln1c_lo) << ","
-               << (k.kappa == kInf ? "singular" : "exact") << "," << fmt(r.kappa_J0[L - 1]) << "\n";
+               << (k.kappa == kInf ? "singular" : "exact") << "," << fmt(r.kappa_J0[L - 1]) << ","
+               << fmt(r.kappa_J0_lo[L - 1]) << "\n";
     }
     for (Index l = 0; l <= cfg.depth; ++l)
       grads << cfg.init << "," << (residual ? "residual" : "plain") << "," << l << "," << fmt(r.grads.x[l]) << ","

@@ -81,7 +81,7 @@ TEST_F(CliNetworkTest, VerifyEq89WritesProductsGradientsAndPaths) {
   const RunResult r = run({"verify", "eq89", "--out", out});
   ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
   const Csv prod = read_csv(out + "/eq89_products.csv");
-  for (const char* col : {"init", "equation", "depth", "kappa", "kappa_eff", "kappa_ln1c", "rank", "status", "kappa_J0"})
+  for (const char* col : {"init", "equation", "depth", "kappa", "kappa_eff", "kappa_ln1c", "rank", "status", "kappa_J0", "kappa_J0_lo"})
     EXPECT_TRUE(prod.has_column(col)) << "eq89_products.csv lacks column " << col;
   ASSERT_EQ(prod.rows.size(), 3u * 2u * 12u);
   for (const auto& row : prod.rows) {
@@ -90,6 +90,13 @@ TEST_F(CliNetworkTest, VerifyEq89WritesProductsGradientsAndPaths) {
       // Without skips the first factor goes through LayerNorm, which kills 1 per token.
       EXPECT_LE(std::stol(row.at("rank")), n * (d - 1)) << row.at("init") << " depth " << row.at("depth");
       EXPECT_EQ(row.at("status"), "singular");
+    }
+    // κ(∂F/∂θ⁽⁰⁾)'s lower bound: κ itself where finite, σ_max / noise floor (finite, > 1) where singular.
+    const double j0 = num(row.at("kappa_J0")), j0_lo = num(row.at("kappa_J0_lo"));
+    if (std::isfinite(j0)) {
+      EXPECT_EQ(j0_lo, j0);
+    } else {
+      EXPECT_TRUE(std::isfinite(j0_lo) && j0_lo > 1) << row.at("kappa_J0_lo");
     }
   }
   const Csv paths = read_csv(out + "/eq89_paths.csv");
