@@ -34,7 +34,7 @@ bool HostKrylovBasis::product(KrylovSide from, Index j) {
 
 Vec HostKrylovBasis::orthogonalise(KrylovSide side, Index j) { return orthogonalise_against(basis(side), j, work(side)); }
 
-double HostKrylovBasis::work_norm(KrylovSide side) const { return work(side).norm(); }
+double HostKrylovBasis::work_norm(KrylovSide side) const { return work(side).stableNorm(); }  // no squares: gkl.h "Range"
 
 void HostKrylovBasis::store(KrylovSide side, Index j, double alpha) { basis(side).col(j) = work(side) / alpha; }
 

@@ -57,7 +57,7 @@ Vec gaussian_unit(Index n, std::mt19937_64& rng) {
   std::normal_distribution<double> N(0.0, 1.0);
   Vec g(n);
   for (Index i = 0; i < n; ++i) g(i) = N(rng);
-  return g / g.norm();
+  return g / g.stableNorm();
 }
 
 struct SmallSvd {
@@ -147,13 +147,15 @@ struct Explicit {
 Explicit explicit_residual(const KrylovBasis& basis, const Vec& u, const Vec& v, Budget& budget) {
   const Vec Kv = apply_counted(basis, false, v, budget);
   const Vec Ktu = apply_counted(basis, true, u, budget);
-  const double nu = u.norm(), nv = v.norm();
+  // Norms by stableNorm and hypot, never through squares: an operator whose products are below
+  // ~1e-154 (or above ~1e154) would underflow (overflow) them (gkl.h, "Range").
+  const double nu = u.stableNorm(), nv = v.stableNorm();
   Explicit e;
-  e.theta = u.dot(Kv) / (nu * nv);
-  const double r1 = (Kv / nv - e.theta * u / nu).squaredNorm();
-  const double r2 = (Ktu / nu - e.theta * v / nv).squaredNorm();
-  e.eta = std::sqrt((r1 + r2) / 2.0);
-  e.norm_kv = Kv.norm() / nv;
+  e.theta = (u / nu).dot(Kv / nv);
+  const double r1 = (Kv / nv - e.theta * u / nu).stableNorm();
+  const double r2 = (Ktu / nu - e.theta * v / nv).stableNorm();
+  e.eta = std::hypot(r1, r2) / std::sqrt(2.0);
+  e.norm_kv = Kv.stableNorm() / nv;
   return e;
 }
 
@@ -211,8 +213,8 @@ double rounding_allowance(double sqrtN, double scale_hint, double theta_max) {
 // subspace), normalised.
 Vec start_vector(const Vec& start, Index n, std::mt19937_64& rng) {
   Vec p0 = gaussian_unit(n, rng);
-  if (start.size() == n && start.allFinite() && start.norm() > 0) p0 = start / start.norm() + 1e-3 * p0;
-  return p0 / p0.norm();
+  if (start.size() == n && start.allFinite() && start.stableNorm() > 0) p0 = start / start.stableNorm() + 1e-3 * p0;
+  return p0 / p0.stableNorm();
 }
 
 // What the recurrence says after j steps, before any explicit product: the SVD of B_j, the
@@ -287,7 +289,7 @@ class GklRun {
   Index steps_ = 0;         // GKL steps taken
   Index restarts_ = 0;
   double scale_;            // running estimate of ‖K‖ for the breakdown tests
-  double offband_sq_ = 0;   // before the first restart: Σ squares of B's entries above the superdiagonal
+  double offband_ = 0;      // before the first restart: the Frobenius norm of B's entries above the superdiagonal
   Index products_at_start_;
   Sweep last_;              // the sweep the run ended with (its basis is still in basis_, B_)
 };
@@ -370,7 +372,7 @@ void GklRun::left_step(Index j) {
   product(KrylovSide::kRight, j);
   const Vec c = basis_->orthogonalise(KrylovSide::kLeft, j);
   B_.col(j).head(j) = c;
-  if (restarts_ == 0 && j >= 2) offband_sq_ += c.head(j - 1).squaredNorm();  // zero in exact arithmetic
+  if (restarts_ == 0 && j >= 2) offband_ = std::hypot(offband_, c.head(j - 1).stableNorm());  // zero in exact arithmetic
   const double alpha = basis_->work_norm(KrylovSide::kLeft);
   scale_ = std::max({scale_, alpha, j > 0 ? c.cwiseAbs().maxCoeff() : 0.0});
   if (alpha <= kEps * scale_ || alpha == 0.0) {
@@ -433,7 +435,7 @@ Estimate GklRun::estimate(Index j, double beta_last, const Target& t) const {
 void GklRun::bidiagonal_estimate(Index j, double beta_last, const Target& t, Estimate& e) const {
   const Vec d = B_.diagonal().head(j);
   const Vec superdiagonal = B_.topLeftCorner(j, j).diagonal(1);
-  const double dropped = std::sqrt(offband_sq_);  // F
+  const double dropped = offband_;  // F
   for (Index s = std::max<Index>(2, keep_ + 1);; s *= 2) {
     const Selected sel = bidiagonal_select(d, superdiagonal, s, t.which);
     e.svd = sel.svd;
@@ -478,8 +480,8 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, const Target& t, Singula
   out.lo = b.lo;
   out.hi = b.hi;
   out.residual = ex.eta;
-  out.u = u / u.norm();
-  out.v = v / v.norm();
+  out.u = u / u.stableNorm();
+  out.v = v / v.stableNorm();
   out.converged = ok;
   out.bound = sw.exhausted ? "exhausted" : (!tight(b, t.rel_tol) && ok ? "weyl-rounding" : b.bound);
   out.restarts = restarts_;

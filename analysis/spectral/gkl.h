@@ -33,10 +33,12 @@
 // Errors: std::invalid_argument for bad options or an empty operator; std::runtime_error when the
 // operator returns NaN or inf (checked after every product); LapackError (analysis/core/lapack.h)
 // if dgesdd fails on B_k.
-// Range: the vector norms square their entries, so an operator whose products fall below ~1e-154
-// or rise above ~1e154 underflows (α = 0 reads as a breakdown: a false `singular`) or overflows
-// (a NaN κ_lo). Jacobians of trained networks sit far inside; scale such an operator by a power
-// of two first (the dense routes do this themselves: analysis/spectral/lu_lanczos.h).
+// Range: every norm here is Eigen's stableNorm (or std::hypot of two), never a sum of squares,
+// which underflows for products below ~1e-154 (α = 0 read as a breakdown: a false `singular`) and
+// overflows above ~1e154 (a NaN κ_lo). So the host solver brackets κ at any scale of K; guarded by
+// TinyAndHugeOperatorsKeepTheirBracketN80 (1e-300 to 1e300). A device's Krylov basis
+// (krylov_basis.h) takes its own norms: the LibTorch one keeps the ~1e±154 limit, far outside the
+// Jacobians of any network.
 //
 // The augmented matrix H = [0 K; Kᵀ 0] (symmetric, eigenvalues ±σ_j and rows − cols zeros)
 // carries the certificates. For z = [ũ; ṽ] with ‖ũ‖ = ‖ṽ‖ = 1, Rayleigh quotient θ = ũᵀKṽ and

@@ -211,6 +211,27 @@ TEST(GklBracket, ClusteredSmallSingularValuesN1500) {
   expect_tight(r, "clustered");
 }
 
+// The solver's norms never go through squares (gkl.h, "Range"): at scales 1e-200 and 1e200 the
+// squared norms underflowed (α = 0 read as a breakdown: `singular`, κ_lo = inf) or overflowed
+// (κ_lo NaN). κ = 1e4 at every scale, a tight bracket, never singular; a 1 × 1 [1e-300] is κ 1.
+TEST(GklBracket, TinyAndHugeOperatorsKeepTheirBracketN80) {
+  SCOPED_TRACE("seed=9");
+  const Mat A = with_spectrum(geometric(80, 1e4), 9);
+  for (const double scale : {1e-300, 1e-200, 1e-160, 1.0, 1e160, 1e200, 1e300}) {
+    const Mat S = A * scale;
+    const LanczosCondition r = condition_lanczos(DenseOp{S}, "A");
+    const std::string what = "scale " + std::to_string(scale);
+    EXPECT_EQ(r.report.status, Status::kBracket) << what << ": " << r.report.note;
+    EXPECT_TRUE(std::isfinite(r.report.kappa_lo) && std::isfinite(r.report.kappa_hi)) << what;
+    expect_contains(r, dense_truth(S), what);
+    EXPECT_NEAR(r.report.kappa / 1e4, 1.0, 1e-6) << what;
+  }
+  const Mat one = Mat::Constant(1, 1, 1e-300);
+  const LanczosCondition r = condition_lanczos(DenseOp{one}, "one");
+  EXPECT_NE(r.report.status, Status::kSingular) << r.report.note;
+  EXPECT_NEAR(r.report.kappa, 1.0, 1e-12);
+}
+
 // Läuchli: [1ᵀ; ε I] is (N+1) × N with σ = sqrt(N + ε²) once and ε with multiplicity N − 1.
 Mat lauchli(Index n, double eps) {
   Mat A = Mat::Zero(n + 1, n);
