@@ -124,15 +124,25 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
 }
 
 // The resumed run's config: the checkpoint's own (data: a bad one exits 1), with the flags typed
-// beside --resume overriding it (a bad value exits 2).
+// beside --resume overriding it (a bad value exits 2). A typed flag that would change what the run
+// trains on or how (models::changeable_on_resume) is a usage error unless it repeats the saved
+// value; so is --epochs on a run that counts --steps (it would be ignored).
 models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoint& checkpoint) {
   models::TrainConfig c = a.config;
-  models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
-  const nlohmann::json typed_values = c.to_json();
+  const models::TrainConfig saved = models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
+  const nlohmann::json saved_values = saved.to_json(), typed_values = c.to_json();
   nlohmann::json overrides = nlohmann::json::object();
   models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
-    if (f.saved && a.typed.count(f.flag)) overrides[f.key] = typed_values.at(f.key);
+    if (!f.saved || !a.typed.count(f.flag)) return;
+    const nlohmann::json& typed = typed_values.at(f.key);
+    if (!models::changeable_on_resume(f.key) && typed != saved_values.at(f.key))
+      throw UsageError("--" + std::string(f.flag) + " " + typed.dump() + " differs from the run's " +
+                       saved_values.at(f.key).dump() +
+                       ": a resumed run keeps what it trains on and how (start a new run to change it)");
+    overrides[f.key] = typed;
   });
+  if (a.typed.count("epochs") && !a.typed.count("steps") && saved.steps > 0)
+    throw UsageError("--epochs: this run counts --steps (" + std::to_string(saved.steps) + "); extend it with --steps");
   models::TrainConfig resumed;
   check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
   return resumed;

@@ -1,6 +1,7 @@
 #include "models/train/train_config.h"
 
 #include <cmath>
+#include <set>
 #include <stdexcept>
 #include <type_traits>
 
@@ -42,6 +43,15 @@ ConvMixerConfig TrainConfig::convmixer() const {
   c.skip = model.skip == SkipKind::kFull;
   c.seed = seed;
   return c;
+}
+
+bool changeable_on_resume(const std::string& key) {
+  static const std::set<std::string> keys = {
+      "steps",     "epochs",        "threads",     "device",      "dist_timeout",     "dist_backend",
+      "data_dir",  "out_dir",       "log_every",   "print_every", "eval_every",       "checkpoint_every",
+      "keep",      "track_every",   "probe_size",  "track_method", "track_seconds",   "track_matrices",
+      "track_split"};
+  return keys.count(key) > 0;
 }
 
 std::vector<std::string> TrainConfig::tracked_matrices() const {

@@ -118,6 +118,14 @@ struct TrainField {
   bool saved = true;  // false: run control only, not part of config.json (stop_at)
 };
 
+/// Whether a resume may change the config.json field `key`: how long the run goes (steps; epochs
+/// on a run that counts epochs), where and how it runs (threads, device, dist_timeout,
+/// dist_backend, data_dir, out_dir) and what it logs, checkpoints and tracks (log/print/eval/
+/// checkpoint periods, keep, the tracking fields). Never what it trains on or how (arch, the
+/// optimizer, batch, seed, the data's limits, augmentation, Token Graying): a resumed run repeats
+/// the uninterrupted one bit for bit, and config.json describes the whole run.
+bool changeable_on_resume(const std::string& key);
+
 /// Calls visit(row, field) for every TrainConfig field but `model`, in --help order.
 /// Groups: model | optimizer | data | run | tracking.
 /// `Config` is TrainConfig or const TrainConfig.

@@ -1,5 +1,6 @@
 #include "models/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -27,8 +28,11 @@ namespace jacond::models {
 
 double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_lr) {
   if (warmup > 0 && t <= warmup) return lr * static_cast<double>(t) / static_cast<double>(warmup);
+  // Step t of the cosine uses the progress reached before it, (t − 1 − W)/(T − W): the first step
+  // after warmup is at the peak and the last one above min_lr. (Progress (t − W)/(T − W) put the
+  // last step at min_lr, 0 by default, so it moved no weight.)
   const double span = static_cast<double>(std::max<int64_t>(T - warmup, 1));
-  const double progress = std::min(1.0, static_cast<double>(t - warmup) / span);
+  const double progress = std::clamp(static_cast<double>(t - 1 - warmup) / span, 0.0, 1.0);
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
@@ -402,6 +406,10 @@ void TrainingRun::check_schedule(const Checkpoint* resume) const {
     throw std::runtime_error(resume->dir + ": already at step " + std::to_string(start_step_) + " of " +
                              std::to_string(total_));
   if (cfg_.probe_size > test_split_.size()) throw std::invalid_argument("--probe-size exceeds the test images");
+  if (cfg_.warmup_steps >= total_ && start_step_ == 0)  // the default 50 with a short --steps: said, not refused
+    log_ << "warning: --warmup-steps " << cfg_.warmup_steps << " >= the run's " << total_
+         << " steps: the learning rate never reaches --lr " << format_number(cfg_.lr) << " (it ends at "
+         << format_number(scheduled_lr(total_, total_, cfg_.warmup_steps, cfg_.lr, cfg_.min_lr)) << ")\n";
 }
 
 void TrainingRun::restore_or_start(const Checkpoint* resume) {
@@ -413,6 +421,16 @@ void TrainingRun::restore_or_start(const Checkpoint* resume) {
   model_->load_state(resume->model);
   read_optimizer_state(resume->dir, device_, [&](torch::serialize::InputArchive& a) { optimizer_->load(a); });
   restore_generator(aug_gen_, resume->meta.at("rng").at("augment").get<std::string>());
+  if (resume->meta.contains("epoch_sums")) {  // checkpoints before it: the resumed epoch averages its own steps
+    try {
+      const nlohmann::json& sums = resume->meta.at("epoch_sums");
+      epoch_loss_ = sums.at("loss").get<double>();
+      epoch_correct_ = sums.at("correct").get<double>();
+      epoch_seen_ = sums.at("seen").get<int64_t>();
+    } catch (const nlohmann::json::exception&) {
+      throw std::runtime_error(resume->dir + "/meta.json: malformed 'epoch_sums' (expected numbers loss, correct, seen)");
+    }
+  }
   if (!main_) return;  // rank 0 cuts the logs back
   auto cut_back = [&](const char* file, bool header, const auto& step_of) {
     const int64_t dropped = truncate_log(run_ + "/" + file, header, start_step_, step_of);
@@ -530,7 +548,10 @@ void TrainingRun::save(int64_t step, double loss) {
                       {"rng", {{"augment", generator_state(aug_gen_)},
                                {"torch", "manual_seed(layer_seed(seed, step)) before each step"},
                                {"data_order", "epoch_permutation(N, seed, epoch)"}}},
-                      {"metrics", {{"loss", loss}, {"test_loss", last_eval_.loss}, {"test_acc", last_eval_.acc}}}};
+                      {"metrics", {{"loss", loss}, {"test_loss", last_eval_.loss}, {"test_acc", last_eval_.acc}}},
+                      // The epoch's running sums, so eval.csv's train_loss / train_acc after a
+                      // mid-epoch resume average the whole epoch, as the uninterrupted run's do.
+                      {"epoch_sums", {{"loss", epoch_loss_}, {"correct", epoch_correct_}, {"seen", epoch_seen_}}}};
   if (std::isnan(last_eval_.loss)) meta["metrics"]["test_loss"] = nullptr, meta["metrics"]["test_acc"] = nullptr;
   last_ckpt_ = write_checkpoint(run_, step, model_->state(),
                                 [&](torch::serialize::OutputArchive& a) { optimizer_->save(a); }, meta);

@@ -47,7 +47,9 @@
 
 namespace jacond::models {
 
-/// lr at step t (1-based) of T: linear warmup to lr over `warmup` steps, then cosine to min_lr.
+/// lr at step t (1-based) of T: linear warmup to lr over `warmup` steps (lr·t/W), then a cosine
+/// from lr (step W + 1) towards min_lr, which the step after the last would reach: progress
+/// (t − 1 − W)/(T − W).
 double scheduled_lr(int64_t t, int64_t T, int64_t warmup, double lr, double min_lr);
 
 /// AdamW (torch::optim::AdamW's arithmetic and checkpoints, stepped multi-tensor:

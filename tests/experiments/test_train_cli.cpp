@@ -134,6 +134,38 @@ TEST_F(TrainCli, ResumeReproducesTheUninterruptedLosses) {
   const Csv x = read_csv(reference_run(*this) + "/conditioning.csv"), y = read_csv(b + "/conditioning.csv");
   ASSERT_EQ(x.rows.size(), y.rows.size());
   for (size_t i = 0; i < x.rows.size(); ++i) EXPECT_EQ(x.rows[i].at("kappa"), y.rows[i].at("kappa")) << i;
+  // And eval.csv, whose train_loss / train_acc average the epoch: the resume at step 6 of a 20-step
+  // epoch carries the epoch's running sums in the checkpoint (they averaged steps 7–12 only before).
+  const Csv e = read_csv(reference_run(*this) + "/eval.csv"), f = read_csv(b + "/eval.csv");
+  ASSERT_EQ(e.rows.size(), f.rows.size());
+  ASSERT_FALSE(e.rows.empty());
+  for (size_t i = 0; i < e.rows.size(); ++i)
+    for (const char* col : {"step", "test_loss", "test_acc", "train_loss", "train_acc"})
+      EXPECT_EQ(e.rows[i].at(col), f.rows[i].at(col)) << col << " row " << i;
+}
+
+// A resume may extend the run, move it and change what it logs and tracks, but not what it trains
+// on or how: each such flag, typed with a different value, is a usage error that names the run's
+// value, and config.json is left as it was (it described the whole run). --epochs on a run that
+// counts --steps would be ignored, so it is refused too. Typing the saved value is accepted.
+TEST_F(TrainCli, AResumeRefusesToChangeWhatTheRunTrainsOnOrHow) {
+  const std::string c = path("c");
+  RunResult r = run(tiny_run(c, {"--stop-at", "3"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const std::string config_before = slurp(c + "/config.json");
+  const std::vector<std::pair<std::string, std::string>> changes = {
+      {"--batch", "64"},         {"--lr", "0.5"},          {"--optimizer", "adamw"},   {"--augment", "false"},
+      {"--token-graying", "dct"}, {"--data-limit", "320"}, {"--warmup-steps", "5"},    {"--weight-decay", "0.2"}};
+  for (const auto& [flag, value] : changes) {
+    SCOPED_TRACE(flag);
+    r = expect_one_line_error({"train", "--resume", c, flag, value}, {flag, "differs from the run's", "start a new run"});
+    EXPECT_EQ(r.code, 2);
+  }
+  r = expect_one_line_error({"train", "--resume", c, "--epochs", "3"}, {"--epochs", "counts --steps (12)", "--steps"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(slurp(c + "/config.json"), config_before);
+  r = run({"train", "--resume", c, "--batch", "32", "--stop-at", "4"});  // the saved value: accepted
+  EXPECT_EQ(r.code, 0) << r.describe();
 }
 
 // --arch convmixer (the CNN control): trains, tracks its four token matrices per layer, records

@@ -4,11 +4,13 @@
 // independently of the table.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <stdexcept>
 #include <string>
 
 #include "models/train/train_config.h"
+#include "models/train/trainer.h"
 #include "support/error_message.h"
 
 namespace {
@@ -171,6 +173,24 @@ TEST(TrainConfig, WrongJsonTypeIsOneLine) {
   const std::string m = jacond::test::error_message([] { TrainConfig::from_json(json{{"batch", "many"}}); });
   EXPECT_EQ(m.rfind("train config: ", 0), 0u) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+}  // namespace
+
+namespace {
+
+// Warmup lr·t/W, then a cosine from the peak at step W + 1 towards min_lr, which the step after
+// the last would reach: the last step still moves the weights (it was at min_lr, 0 by default).
+TEST(Schedule, WarmupThenACosineWhoseLastStepStillMoves) {
+  using jacond::models::scheduled_lr;
+  EXPECT_DOUBLE_EQ(scheduled_lr(1, 10, 2, 1.0, 0.1), 0.5);
+  EXPECT_DOUBLE_EQ(scheduled_lr(2, 10, 2, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(scheduled_lr(3, 10, 2, 1.0, 0.1), 1.0);  // progress 0
+  EXPECT_NEAR(scheduled_lr(10, 10, 2, 1.0, 0.1), 0.1 + 0.45 * (1 + std::cos(M_PI * 7.0 / 8.0)), 1e-15);
+  EXPECT_GT(scheduled_lr(10, 10, 2, 1.0, 0.0), 0.0);
+  for (int64_t t = 3; t < 10; ++t) EXPECT_GE(scheduled_lr(t, 10, 2, 1.0, 0.1), scheduled_lr(t + 1, 10, 2, 1.0, 0.1)) << t;
+  EXPECT_DOUBLE_EQ(scheduled_lr(1, 4, 0, 2.0, 0.0), 2.0);  // no warmup: the first step at the peak
+  EXPECT_NEAR(scheduled_lr(4, 4, 0, 2.0, 0.0), 1.0 + std::cos(M_PI * 3.0 / 4.0), 1e-15);
 }
 
 }  // namespace
