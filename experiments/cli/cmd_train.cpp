@@ -132,19 +132,24 @@ models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoi
   const models::TrainConfig saved = models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
   const nlohmann::json saved_values = saved.to_json(), typed_values = c.to_json();
   nlohmann::json overrides = nlohmann::json::object();
+  std::vector<std::string> fixed;  // typed flags a resume may not change (checked once the values are valid)
   models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
     if (!f.saved || !a.typed.count(f.flag)) return;
-    const nlohmann::json& typed = typed_values.at(f.key);
-    if (!models::changeable_on_resume(f.key) && typed != saved_values.at(f.key))
-      throw UsageError("--" + std::string(f.flag) + " " + typed.dump() + " differs from the run's " +
+    overrides[f.key] = typed_values.at(f.key);
+    if (!models::changeable_on_resume(f.key)) fixed.push_back(f.key);
+  });
+  models::TrainConfig resumed;
+  check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });  // a bad value first
+  const nlohmann::json resumed_values = resumed.to_json();
+  models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
+    if (std::find(fixed.begin(), fixed.end(), f.key) == fixed.end()) return;
+    if (resumed_values.at(f.key) != saved_values.at(f.key))
+      throw UsageError("--" + std::string(f.flag) + " " + typed_values.at(f.key).dump() + " differs from the run's " +
                        saved_values.at(f.key).dump() +
                        ": a resumed run keeps what it trains on and how (start a new run to change it)");
-    overrides[f.key] = typed;
   });
   if (a.typed.count("epochs") && !a.typed.count("steps") && saved.steps > 0)
     throw UsageError("--epochs: this run counts --steps (" + std::to_string(saved.steps) + "); extend it with --steps");
-  models::TrainConfig resumed;
-  check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });
   return resumed;
 }
 
