@@ -155,43 +155,43 @@ double power_of_two_scale(Op& op, Index* products) {
   Vec y(n);
   op.perform_op(x.data(), y.data());
   ++*products;
-  const double size = y.norm();
+  const double size = y.stableNorm();  // no squares: a tiny operator's norm would underflow to 0
   if (!std::isfinite(size)) throw NonFiniteSolve();
   return size > 0 ? std::ldexp(1.0, -std::ilogb(size)) : 1.0;
 }
 
+// Runs `step` and says whether it finished: an outcome it throws (NonFiniteSolve, a failed
+// refinement in mixed_lu.h, Spectra's tridiagonal solver failing on non-finite Ritz values: a
+// std::runtime_error) is false, while a LapackError or a DeviceError is a failure and propagates.
+template <typename Step>
+bool finished(Step&& step) {
+  try {
+    step();
+  } catch (const LapackError&) {
+    throw;
+  } catch (const DeviceError&) {
+    throw;
+  } catch (const std::runtime_error&) {
+    return false;
+  }
+  return true;
+}
+
 // Top eigenvalue (and its unit Ritz vector, when `vector` is given) of a symmetric positive
 // semi-definite operator, run on the operator scaled by power_of_two_scale; false if Lanczos did
-// not converge or overflowed (NonFiniteSolve, a failed refinement in mixed_lu.h, or Spectra's
-// tridiagonal solver failing on non-finite Ritz values). A LapackError or a DeviceError is a
-// failure and propagates.
+// not converge or overflowed (`finished`).
 template <typename Op>
 bool top_eigenvalue(Op& op, double* value, Index* products, Vec* vector = nullptr) {
   double scale = 1.0;
-  try {
-    scale = power_of_two_scale(op, products);
-  } catch (const LapackError&) {
-    throw;
-  } catch (const DeviceError&) {
-    throw;
-  } catch (const std::runtime_error&) {
-    return false;
-  }
+  if (!finished([&] { scale = power_of_two_scale(op, products); })) return false;
   ScaledOp<Op> scaled(op, scale);
   Spectra::SymEigsSolver<ScaledOp<Op>> eigs(scaled, 1, std::min<Index>(op.rows(), 24));
-  try {
+  const bool ran = finished([&] {
     eigs.init();
     eigs.compute(Spectra::SortRule::LargestAlge, 500, kLuLanczosTol);
-  } catch (const LapackError&) {
-    throw;
-  } catch (const DeviceError&) {
-    throw;
-  } catch (const std::runtime_error&) {
-    *products += eigs.num_operations();
-    return false;
-  }
+  });
   *products += eigs.num_operations();
-  if (eigs.info() != Spectra::CompInfo::Successful) return false;
+  if (!ran || eigs.info() != Spectra::CompInfo::Successful) return false;
   *value = eigs.eigenvalues()(0) / scale;
   if (vector) *vector = eigs.eigenvectors(1).col(0).normalized();
   return std::isfinite(*value);

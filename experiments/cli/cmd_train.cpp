@@ -132,17 +132,14 @@ models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoi
   const models::TrainConfig saved = models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
   const nlohmann::json saved_values = saved.to_json(), typed_values = c.to_json();
   nlohmann::json overrides = nlohmann::json::object();
-  std::vector<std::string> fixed;  // typed flags a resume may not change (checked once the values are valid)
   models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
-    if (!f.saved || !a.typed.count(f.flag)) return;
-    overrides[f.key] = typed_values.at(f.key);
-    if (!models::changeable_on_resume(f.key)) fixed.push_back(f.key);
+    if (f.saved && a.typed.count(f.flag)) overrides[f.key] = typed_values.at(f.key);
   });
   models::TrainConfig resumed;
   check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });  // a bad value first
   const nlohmann::json resumed_values = resumed.to_json();
   models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
-    if (std::find(fixed.begin(), fixed.end(), f.key) == fixed.end()) return;
+    if (!overrides.contains(f.key) || models::changeable_on_resume(f.key)) return;
     if (resumed_values.at(f.key) != saved_values.at(f.key))
       throw UsageError("--" + std::string(f.flag) + " " + typed_values.at(f.key).dump() + " differs from the run's " +
                        saved_values.at(f.key).dump() +

@@ -438,13 +438,6 @@ TEST_F(CliBadInputTest, UnknownCommand) {
 // ---------------------------------------------------------------------------------------------
 // jacond verify
 
-// No verify line passes on nothing: a "[PASS]" over "0/0" cases would be a check that cannot fail.
-void expect_no_vacuous_pass(const std::string& out) {
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);)
-    if (line.find("[PASS]") != std::string::npos) EXPECT_EQ(line.find(" 0/0 "), std::string::npos) << line;
-}
-
 // prop1 with --out: every draw of the four experiments in prop1_draws.csv with both bounds of
 // the proposition holding where they apply, and Fig. 5's two softmax matrices in
 // prop1_examples.csv: row-stochastic, the peaked one near the identity, and the κ written beside
