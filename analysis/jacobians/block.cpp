@@ -179,6 +179,14 @@ BlockForward block_forward(const BlockWeights& w, const Mat& X, SkipMode skip) {
   f.ln2 = layernorm_forward(f.X1, w.ln2_gamma, w.ln2_beta, w.ln_eps);
   f.mlp = mlp_forward(w, f.ln2.y);
   f.X2 = ffn_residual(skip) ? Mat(f.X1 + f.mlp.out) : f.mlp.out;
+  // Finite weights and tokens can still overflow fp64 (logits s·q·k past 1.8e308 make the softmax
+  // inf − inf = NaN): every Jacobian at such a point is NaN, so say where, once, here.
+  if (!f.attn.out.allFinite())
+    throw std::invalid_argument("the attention branch overflows fp64 at these weights and tokens (softmax logits "
+                                "s Q_h K_h^T or A V W_O not finite): the weights are too large");
+  if (!f.X2.allFinite())
+    throw std::invalid_argument("the block's output overflows fp64 at these weights and tokens (the MLP branch is "
+                                "not finite): the weights are too large");
   return f;
 }
 

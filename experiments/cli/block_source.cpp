@@ -127,6 +127,12 @@ LoadedBlock load_block(const BlockSource& src) {
     out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.init_heads(),
                                src.mlp_ratio * src.d, src.logit_scale);
     out.tokens = gaussian_tokens(src.n, src.d, src.seed ^ 0x5eedULL);
+    try {  // flags whose weights overflow the forward pass are named here, not as "K_sa contains NaN" later
+      block_forward(out.weights, out.tokens, SkipMode::kFull);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--init " + src.init + " --alpha " + fmt(src.alpha) + " --beta " + fmt(src.beta) + " --c " +
+                       fmt(src.c) + ": " + e.what());
+    }
     return out;
   }
   if (src.tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");

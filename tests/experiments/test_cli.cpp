@@ -419,6 +419,24 @@ TEST_F(CliBadInputTest, HeadsNotDividingD) {
                           {"heads", "3", "16"}, out);
 }
 
+// Finite flags whose weights overflow the forward pass in fp64 (logits past 1e308: softmax NaN)
+// are named as flags (usage, 2), not reported later as "K_sa contains NaN or inf"; weights from a
+// file that overflow are bad data (1) and say where the overflow is.
+TEST_F(CliBadInputTest, WeightsThatOverflowTheForwardPass) {
+  const RunResult big_c = expect_one_line_error(
+      {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--c", "1e200", "--out", out},
+      {"--c 1e+200", "overflows fp64", "attention"}, (fs::path(out) / "results.csv").string());
+  EXPECT_EQ(big_c.code, 2) << big_c.describe();
+
+  jacond::models::TensorMap t = write_weights(wfile, 16, 2);
+  t["blocks.0.attn.qkv.weight"] = t["blocks.0.attn.qkv.weight"] * 1e160;  // Q, K entries ~1e159: logits ~1e320
+  const std::string huge = path("huge.safetensors");
+  jacond::models::save_safetensors(huge, t);
+  const RunResult from_file = expect_one_line_error(from_files(huge, tfile), {"overflows fp64", "too large"},
+                                                    (fs::path(out) / "results.csv").string());
+  EXPECT_EQ(from_file.code, 1) << from_file.describe();
+}
+
 TEST_F(CliBadInputTest, UnknownFlag) {
   expect_one_line_failure({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--frobnicate",
                            "--out", out},
@@ -560,6 +578,48 @@ TEST_F(CliTest, VerifyMomentsWritesTheTableWithThePapersMisprints_30seeds) {
   const RunResult plot = run({"plot", out, "--format", "png"});
   ASSERT_EQ(plot.code, 0) << plot.describe();
   EXPECT_TRUE(is_figure(out + "/figures/moments.png"));
+}
+
+// lemma1 with --out: every (α, β, seed) in lemma1.csv. Checked from the rows, independently of the
+// claim's code: the softmax Jacobian's norm is at most 1/2 (Gershgorin: row k of diag(p) − ppᵀ sums
+// to 2p_k(1 − p_k) ≤ 1/2), the bound column is 2(n − 1)e^{−γ} exactly where γ > 0 and holds there,
+// and at every α the softmax Jacobian at β = 12 is at least 10× below its value at β = 4.
+TEST_F(CliTest, VerifyLemma1WritesEveryDrawAndItsBound_100seeds) {
+  const std::string out = path("lemma1");
+  const RunResult r = run({"verify", "lemma1", "--seeds", "100", "--out", out});
+  ASSERT_TRUE(r.exited) << r.describe();
+  EXPECT_EQ(r.code, 0) << r.describe();
+  const Csv t = read_csv(out + "/lemma1.csv");
+  ASSERT_EQ(t.rows.size(), 3u * 13u * 5u);  // α ∈ {1, 2, 4}, β = 0 … 12, max(5, 100 / 20) seeds
+  std::map<std::pair<double, double>, double> sum_log_dA_dM;
+  int dominant = 0;
+  for (const auto& row : t.rows) {
+    const double alpha = to_double(row.at("alpha")), beta = to_double(row.at("beta"));
+    const double gamma = to_double(row.at("gamma")), dA_dM = to_double(row.at("norm_dA_dM"));
+    SCOPED_TRACE("alpha " + row.at("alpha") + " beta " + row.at("beta") + " seed " + row.at("seed"));
+    EXPECT_GT(dA_dM, 0.0);
+    EXPECT_LE(dA_dM, 0.5 * (1 + 1e-12));
+    EXPECT_GT(to_double(row.at("norm_dA_dX")), 0.0);
+    EXPECT_NEAR(to_double(row.at("alpha_exp_minus_beta")), alpha * std::exp(-beta), 1e-12 * alpha);
+    if (gamma > 0) {
+      ++dominant;
+      const double bound = to_double(row.at("bound_dA_dM"));
+      EXPECT_NEAR(bound, 2.0 * 15.0 * std::exp(-gamma), 1e-12 * bound);  // n = 16
+      EXPECT_LE(dA_dM, bound * (1 + 1e-12));
+    } else {
+      EXPECT_TRUE(std::isnan(to_double(row.at("bound_dA_dM"))));
+    }
+    sum_log_dA_dM[{alpha, beta}] += std::log(dA_dM);
+  }
+  EXPECT_GT(dominant, 100);
+  for (const double alpha : {1.0, 2.0, 4.0}) {
+    SCOPED_TRACE("alpha " + std::to_string(alpha));
+    const double decay = sum_log_dA_dM[std::make_pair(alpha, 12.0)] - sum_log_dA_dM[std::make_pair(alpha, 4.0)];
+    EXPECT_LT(decay, 5 * std::log(0.1));  // the 5 seeds' geometric means fall 10× or more
+  }
+  const RunResult plot = run({"plot", out, "--format", "png"});
+  ASSERT_EQ(plot.code, 0) << plot.describe();
+  EXPECT_TRUE(is_figure(out + "/figures/lemma1.png"));
 }
 
 // prop2 with --out: every split (the checks and the β sweep of `ours` beside `mimetic` and
@@ -1114,7 +1174,7 @@ TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
 // regular file is refused in one line (1) before any step runs, and leaves no report.
 // --jobs 2: the training grids (always-skip) run two at a time, the report lists them in order.
 TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
-  for (const std::string name : {"prop1", "moments", "sweep", "training", "audit", "scale", "always-skip"}) {
+  for (const std::string name : {"prop1", "moments", "lemma1", "sweep", "training", "audit", "scale", "always-skip"}) {
     const std::string out = path("report-" + name), work = path("work-" + name);
     const RunResult r = run({"recipe", name, "--quick", "--jobs", "2", "--out", out, "--work", work});
     ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
@@ -1125,7 +1185,7 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
       EXPECT_TRUE(contains(slurp(out + "/README.md"), "](quick-run.md)"));
     }
     // The report's main figure, linked and copied beside it.
-    const std::map<std::string, std::string> figure = {{"prop1", "prop1"}, {"moments", "moments"},
+    const std::map<std::string, std::string> figure = {{"prop1", "prop1"}, {"moments", "moments"}, {"lemma1", "lemma1"},
                                                        {"sweep", "sweep_vits_sweep_brackets"},
                                                        {"training", "training_compare"},
                                                        {"audit", "quick-run-data"},
@@ -1142,7 +1202,7 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
       EXPECT_TRUE(contains(md, "Every certified and matrix-free interval contains the exact κ.")) << md;
       EXPECT_TRUE(contains(md, "no GPU number")) << md;
     }
-    if (name == "prop1" || name == "always-skip") {
+    if (name == "prop1" || name == "lemma1" || name == "always-skip") {
       EXPECT_TRUE(contains(md, "| PASS |")) << md;
     }
     if (name == "always-skip") {  // the grid's commands in the order given, though two ran at a time
