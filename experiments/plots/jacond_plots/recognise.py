@@ -2,7 +2,7 @@
 
 import os
 
-from . import audit, bench_dense, bench_lanczos, block, depth, moments, prop1, prop2, prop41, spectrum, sweep, training
+from . import audit, bench_dense, bench_lanczos, block, depth, lemma1, moments, prop1, prop2, prop41, spectrum, sweep, training
 from .common import PlotError
 
 # kind -> (the file that identifies it, the columns that confirm it, its renderer)
@@ -18,6 +18,7 @@ KINDS = {
     # jacond verify CLAIM --out DIR: one kind per claim that writes a table
     "verify-prop1": ("prop1_draws.csv", ("experiment", "beta", "kappa", "upper_bound", "lower_bound"), prop1.plot),
     "verify-prop2": ("prop2.csv", ("init", "kappa_K", "kappa_B", "e_norm", "premise"), prop2.plot),
+    "verify-lemma1": ("lemma1.csv", ("alpha", "beta", "gamma", "norm_dA_dM", "norm_dA_dX"), lemma1.plot),
     "verify-moments": ("moments.csv", ("equation", "statistic", "measured", "derived", "paper"), moments.plot),
     "verify-eq89": ("eq89_products.csv", ("init", "equation", "depth", "kappa_ln1c"), depth.plot),
     "verify-prop41": ("prop41.csv", ("init", "kappa_x", "output", "skip", "kappa_out"), prop41.plot),

@@ -6,10 +6,10 @@ import sys
 from jacond_plots import PlotError
 from jacond_plots.common import OneLineArgumentParser, check_writable_directory
 
-from . import always_skip, audit, depth, gpu, main, moments, prop1, prop2, scale, sweep, training
+from . import always_skip, audit, depth, gpu, lemma1, main, moments, prop1, prop2, scale, sweep, training
 from .common import Recipe, RecipeError
 
-RECIPES = {module.NAME: module for module in (prop1, prop2, moments, sweep, depth, training, audit, scale, always_skip, gpu, main)}
+RECIPES = {module.NAME: module for module in (prop1, prop2, moments, lemma1, sweep, depth, training, audit, scale, always_skip, gpu, main)}
 
 
 def main(argv=None):

@@ -6,13 +6,13 @@ import shutil
 
 import pandas as pd
 
-from . import depth, moments, prop1, prop2
+from . import depth, lemma1, moments, prop1, prop2
 from .common import Recipe, RecipeError
 
 NAME = "main"
 SUMMARY = "the main job: verify all, the claim reports, a small sweep, a tracked skipless training run, its audit"
 
-CLAIMS = (prop1, prop2, moments, depth)
+CLAIMS = (prop1, prop2, moments, lemma1, depth)
 SWEEP = ["--alpha", "0:3:0.5", "--beta", "0:2:0.5", "--c", 3, "--seeds", 2, "--n", 16, "--d", 32, "--heads", 2]
 SWEEP_QUICK = ["--alpha", "1:3:1", "--beta", "0:1:0.5", "--c", 3, "--seeds", 1, "--n", 4, "--d", 8, "--heads", 2]
 TRAIN = ["--dim", 64, "--depth", 4, "--heads", 2, "--patch", 4, "--batch", 128, "--steps", 400, "--warmup-steps", 40,

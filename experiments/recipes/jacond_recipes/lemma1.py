@@ -1,0 +1,95 @@
+"""lemma1: Lemma 1 of *Cutting the Skip* (App. A.2.2): ‖∂vec A/∂vec X‖₂ = O(α e^{−β}), what its proof
+establishes (the softmax Jacobian bounded by 2(n−1)e^{−γ}), and how the two derivatives decay in β and
+scale with α."""
+
+import numpy as np
+
+NAME = "lemma1"
+SUMMARY = "Lemma 1 (App. A.2.2): the softmax and attention-map Jacobians against β and α, the proof's bound"
+
+TAIL = 4.0  # β from which the decay rates are fitted (before it the norms still rise: the O() is asymptotic)
+
+
+def decay_rates(df):
+    """Per α: the fitted slope of ln(median over seeds) against β on β ≥ TAIL for both norms, and the
+    mean γ/β there (e^{−γ} predicts a slope of about −γ/β for the softmax Jacobian)."""
+    rows = []
+    for alpha, g in df.groupby("alpha"):
+        tail = g[g["beta"] >= TAIL]
+        med = tail.groupby("beta")[["norm_dA_dM", "norm_dA_dX"]].median()
+        rows.append({"α": alpha,
+                     "slope ln‖∂A/∂M‖": np.polyfit(med.index, np.log(med["norm_dA_dM"]), 1)[0],
+                     "slope ln‖∂A/∂X‖": np.polyfit(med.index, np.log(med["norm_dA_dX"]), 1)[0],
+                     "mean γ/β": (tail["gamma"] / tail["beta"]).mean(),
+                     "lemma's slope (e^−β)": -1.0})
+    return rows
+
+
+def bound_held(df):
+    """(held, cases) of ‖∂A/∂M‖₂ ≤ 2(n−1)e^{−γ} over every draw with γ > 0, all α."""
+    dominant = df[df["gamma"] > 0]
+    return int((dominant["norm_dA_dM"] <= dominant["bound_dA_dM"] * (1 + 1e-12)).sum()), len(dominant)
+
+
+def run(r):
+    import pandas as pd
+
+    data = r.work("verify")
+    r.run("verify", "lemma1", "--seeds", 100 if r.quick else 200, "--threads", r.threads, "--out", data)
+    figures = r.plot(data)
+    verify = r.verify_json(data)
+    df = r.read_csv(f"{data}/lemma1.csv")
+    first = df.iloc[0]
+    rates = pd.DataFrame(decay_rates(df))
+    held, cases = bound_held(df)
+    top = df["beta"].max()
+    at_top = df[df["beta"] == top].groupby("alpha")["norm_dA_dX"].median()
+    smallest = at_top.index.min()
+    alpha_ratio = ", ".join(f"{at_top[a] / at_top[smallest]:.2f}" for a in at_top.index)
+    lemma_ratio = ", ".join(f"{a / smallest:g}" for a in at_top.index)
+
+    report = r.start_report("Lemma 1: the softmax Jacobian under the `ours` init (App. A.2.2)")
+    report.text(f"""
+**The claim** (*Cutting the Skip*, App. A.2.2, Lemma 1). With W^Q W^Kᵀ = αZ + βI (Eq. 11) and
+A = softmax(M), M = X W^Q W^Kᵀ Xᵀ, "the 2-norm of the derivative scales" as
+‖∂vec A/∂vec X‖₂ = O(α e^{{−β}}). The proof bounds it by the softmax Jacobian ‖∂vec A/∂vec M‖₂ (Eq. 21)
+and bounds that by the off-diagonal mass of the diagonally dominant rows (Eqs. 22–28). Prop. 2 uses the
+lemma to make ‖E‖ small (Eq. 31).
+
+`jacond verify lemma1` (experiments/claims/verify_lemma1.cpp) builds one head of the `ours` init at
+n = {int(first['n'])}, d = {int(first['d'])}, α ∈ {{{', '.join(f'{a:g}' for a in sorted(df['alpha'].unique()))}}},
+β = 0 … {top:g}, {df['seed'].nunique()} seeds each, on LayerNorm'd Gaussian tokens with logit scale 1/d, and
+computes both norms exactly: ‖∂A/∂M‖₂ as the largest row-softmax Jacobian norm (the Jacobian is block
+diagonal), ‖∂A/∂X‖₂ by a dense SVD of the n² × nd attention-map Jacobian (analysis/jacobians). γ is the
+smallest diagonal gap min_i (M_ii − max_{{j≠i}} M_ij).""")
+    report.section("Checks")
+    report.table(r.checks_table(verify))
+    report.section("Figure")
+    for png in figures:
+        r.add_figure(report, png, "Lemma 1: both Jacobian norms and the gap against beta, per alpha",
+                     caption="Left: the softmax Jacobian with the bound 2(n−1)e^(−γ); middle: the lemma's ∂A/∂X "
+                             "with α e^(−β); right: γ/β. Medians over seeds, bars min to max")
+    report.section("Decay rates")
+    report.text(f"Slopes of ln(median over seeds) against β on β ≥ {TAIL:g}, per α:")
+    report.table(rates, floatfmt="{:.3g}")
+    rate2 = rates.set_index("α").loc[2.0] if 2.0 in set(rates["α"]) else rates.iloc[0]
+    report.section("Findings")
+    report.text(f"""
+- **The proof's bound holds**: ‖∂A/∂M‖₂ ≤ 2(n−1)e^(−γ) in {held} of {cases} diagonally dominant draws (γ > 0),
+  every α. The constant 2(n−1) is made explicit here; the paper's Eq. 27 gives d·O(α e^(−β)).
+- **The decay is e^(−γ), not e^(−β).** γ is the smallest gap between a diagonal logit and its row's other
+  logits, which the proof idealises as β. With n tokens of dimension d, ⟨x_i, x_j⟩/d is not small
+  ({rates['mean γ/β'].min():.2f} ≤ γ/β ≤ {rates['mean γ/β'].max():.2f} on β ≥ {TAIL:g} here), so
+  ‖∂A/∂M‖₂ decays with slope {rate2['slope ln‖∂A/∂M‖']:.2f} per unit β at α = 2, against the lemma's −1.
+- **∂A/∂X decays more slowly still** (slope {rate2['slope ln‖∂A/∂X‖']:.2f} at α = 2): Eq. 21 drops the factor
+  ‖∂vec M/∂vec X‖₂, which grows like β‖X‖²/d, so the lemma's quantity is O(β e^(−γ)). For β below about
+  {TAIL:g} both norms still rise with β: the O() holds only asymptotically.
+- **α enters less than linearly**: at β = {top:g}, ‖∂A/∂X‖₂ for α = {', '.join(f'{a:g}' for a in at_top.index)}
+  is in the ratio {alpha_ratio} (O(α e^(−β)) says {lemma_ratio}); α acts mostly through the gap γ, which
+  it lowers.
+- What Prop. 2 needs survives: both norms do vanish as β grows, exponentially, at any α measured. What does
+  not: the rate e^(−β) and the factor α, so ‖E‖ ≪ ‖B‖ needs a larger β than the lemma suggests (at
+  n = 197 the gap shrinks further; the moments report, App. A.2.1, measures how).""")
+    for note in r.notes(verify):
+        report.text(f"> {note}")
+    r.finish(report)
