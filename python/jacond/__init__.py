@@ -109,6 +109,14 @@ def _check_strings(**values):
             raise TypeError(f"{name} must be a string, got {value!r}")
 
 
+def _block(block):
+    """The block itself, or a TypeError naming what was passed instead (the core's would list overloads)."""
+    if not isinstance(block, Block):
+        raise TypeError(f"block must be a jacond.Block (Block(Wq, ..., heads=h) or Block.from_timm(state_dict)), "
+                        f"got {type(block).__name__}")
+    return block
+
+
 def _matrix_selection(matrices):
     """The names of a `matrices` argument: None for every matrix (None, "all", ["all"]), else a
     list from "K_sa,K_sab" or a list / tuple of names. An empty selection is a ValueError."""
@@ -231,7 +239,7 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     Report objects. Calling it from several Python threads at once: see set_threads (call
     set_threads(1) first, or the threads oversubscribe the cores)."""
     _check_strings(skip=skip, method=method, certify=certify, norm=norm, device=device)
-    reports = _jacond.block_reports(block, _tokens(X), skip=skip, method=method, matrices=_matrix_selection(matrices),
+    reports = _jacond.block_reports(_block(block), _tokens(X), skip=skip, method=method, matrices=_matrix_selection(matrices),
                                     lanczos_seconds=lanczos_seconds, lanczos_tol=lanczos_tol,
                                     lanczos_basis=_integer(lanczos_basis, "lanczos_basis", 2),
                                     max_products=_integer(max_products, "max_products", 8), certify=certify,
@@ -242,7 +250,7 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
 
 def weight_reports(block, as_frame=True):
     """Data-free reports of one block (`jacond audit --data-free`): W_VO, W_VO_h, W_QK_h, W_Q ... W_2."""
-    reports = _jacond.weight_reports(block)
+    reports = _jacond.weight_reports(_block(block))
     return reports_frame(reports) if as_frame else reports
 
 
@@ -251,6 +259,7 @@ def condition(A, *, method="auto", name="A", device="cpu"):
     the dense ones on `device` (cpu | cuda). A must be 2-D (a vector has no one reading as a matrix:
     pass v[:, None] or v[None, :]). method="mixed" factorises fl32(A): entries beyond fp32's range
     (|a| > 3.4e38) are a ValueError; use "dense" for such a matrix."""
+    _check_strings(method=method, name=name, device=device)
     a = as_fp64(A, "A")
     if a.ndim != 2:
         raise ValueError(f"A must be a 2-D array, got shape {a.shape}"
@@ -266,7 +275,7 @@ def dense_jacobian(block, X, matrix, skip="full", space="full"):
     space="ln-complement" (K_sab, K_ffn): nd x n(d-2), K times the per-token bases of
     span{1, x̂_i}⟂ that linear_operator(..., space="ln-complement") uses."""
     _check_strings(matrix=matrix, skip=skip, space=space)
-    return _dense_jacobian(block, _tokens(X), matrix, skip, space)
+    return _dense_jacobian(_block(block), _tokens(X), matrix, skip, space)
 
 
 from .operators import linear_operator  # noqa: E402  (needs _tokens above)

@@ -24,10 +24,10 @@ class JacobianLinearOperator(LinearOperator):
     """A block Jacobian (K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn) at tokens X as a LinearOperator."""
 
     def __init__(self, block, X, matrix, skip="full", space="full"):
-        from . import _check_strings, _tokens
+        from . import _block, _check_strings, _tokens
 
         _check_strings(matrix=matrix, skip=skip, space=space)
-        self.core = _jacond.JacobianOperator(block, _tokens(X), matrix, skip, space)
+        self.core = _jacond.JacobianOperator(_block(block), _tokens(X), matrix, skip, space)
         self.matrix = matrix
         self.space = space
         super().__init__(dtype=np.float64, shape=self.core.shape)

@@ -503,6 +503,12 @@ def bad_types():
         (lambda: jacond.block_reports(block, X, max_products=1e5), "max_products must be an integer"),
         (lambda: jacond.set_threads(2.0), "threads must be an integer, got 2.0"),
         (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 2, np.zeros(8)), "takes 8 positional arguments"),
+        (lambda: jacond.condition(W, method=5), "method must be a string, got 5"),
+        (lambda: jacond.condition(W, device=None), "device must be a string, got None"),
+        (lambda: jacond.block_reports(block.to_timm(), X), "block must be a jacond.Block"),
+        (lambda: jacond.weight_reports("block"), "block must be a jacond.Block (Block(Wq, ..., heads=h) or"),
+        (lambda: jacond.dense_jacobian(None, X, "K_sa"), "got NoneType"),
+        (lambda: jacond.linear_operator([block], X, "K_sa"), "got list"),
     ]
 
 
