@@ -5,7 +5,9 @@ block's output is X + SA(LN₁X) when the block keeps its skip and SA(LN₁X) wh
 same for the FFN block. `sub_block_kappa` picks, per run, the matrix the network actually passes on
 (SAB_out or SA_out, FFN_block_out or FFN_out of the run's conditioning.csv; docs/design.md §7a) and
 summarises ln κ (natural log, as the paper's tables) per step as the median over probe images and
-layers.
+layers. A singular report (σ_min under the fp64 noise floor: κ = ∞ in fp64) enters that median as
++∞, so a step whose median report is singular has ln κ = inf, never ln κ_lo as if it were a value;
+the figures draw such a step hollow, at the median with singular reports at their lower bound κ_lo.
 
     skip_ablation(runs, out_dir)   final test accuracy per skip mode (dots), one group per
                                    (init, optimizer) and per ConvMixer control; and ln κ of the
@@ -40,32 +42,39 @@ def outputs_passed_on(skip):
 
 
 def conditioning(directory):
-    """The run's conditioning.csv with ln κ (singular matrices at κ_lo) and `singular` columns."""
+    """The run's conditioning.csv with ln_kappa (singular matrices at κ_lo: what a figure can draw),
+    ln_kappa_or_inf (singular matrices at +∞: what a median may take) and `singular` columns."""
     path = os.path.join(directory, "conditioning.csv")
     cond = read_csv(path)
     require_columns(cond, path, ["step", "probe", "layer", "matrix", "kappa", "kappa_lo"])
-    return cond.assign(ln_kappa=np.log(plotted_kappa(cond)),
-                       singular=cond["status"] == "singular" if "status" in cond.columns else False)
+    singular = cond["status"] == "singular" if "status" in cond.columns else pd.Series(False, index=cond.index)
+    ln_kappa = np.log(plotted_kappa(cond))
+    return cond.assign(ln_kappa=ln_kappa, ln_kappa_or_inf=np.where(singular, np.inf, ln_kappa), singular=singular)
 
 
 def sub_block_kappa(directory, layer=None):
     """Per tracked step: ln κ of the SAB's and the FFN block's outputs (columns sab, ffn), the
-    median over probe images and layers (or at one `layer`), with the share of those reports that
-    are singular (sab_singular, ffn_singular: σ_min under the fp64 noise floor, a rank collapse),
-    and of the first block's input tokens (x_in, layer 0) and the last block's output (out).
-    Singular matrices count at κ_lo."""
+    median over probe images and layers (or at one `layer`), of the first block's input tokens
+    (x_in, layer 0) and of the last block's output (out). A singular report counts as κ = ∞, so a
+    median is inf when at least half the reports are singular. sab_singular, ffn_singular: the share
+    of singular reports (σ_min under the fp64 noise floor, a rank collapse); sab_drawn, ffn_drawn:
+    the medians with singular reports at their κ_lo, the finite value a figure draws."""
     cond = conditioning(directory)
     skip = run_config(directory).get("model", {}).get("skip", "full")
     sab, ffn = outputs_passed_on(skip)
     last = cond["layer"].max()
     pick = cond if layer is None else cond[cond["layer"] == layer]
+    def per_step(rows, column="ln_kappa_or_inf"):
+        return rows.groupby("step")[column].median()
     columns = {
         "sab_singular": pick[pick["matrix"] == sab].groupby("step")["singular"].mean(),
         "ffn_singular": pick[pick["matrix"] == ffn].groupby("step")["singular"].mean(),
-        "sab": pick[pick["matrix"] == sab].groupby("step")["ln_kappa"].median(),
-        "ffn": pick[pick["matrix"] == ffn].groupby("step")["ln_kappa"].median(),
-        "x_in": cond[(cond["matrix"] == "X_in") & (cond["layer"] == 0)].groupby("step")["ln_kappa"].median(),
-        "out": cond[(cond["matrix"] == ffn) & (cond["layer"] == last)].groupby("step")["ln_kappa"].median(),
+        "sab": per_step(pick[pick["matrix"] == sab]),
+        "ffn": per_step(pick[pick["matrix"] == ffn]),
+        "sab_drawn": per_step(pick[pick["matrix"] == sab], "ln_kappa"),
+        "ffn_drawn": per_step(pick[pick["matrix"] == ffn], "ln_kappa"),
+        "x_in": per_step(cond[(cond["matrix"] == "X_in") & (cond["layer"] == 0)]),
+        "out": per_step(cond[(cond["matrix"] == ffn) & (cond["layer"] == last)]),
     }
     table = pd.DataFrame(columns)
     if table.empty or table[["sab", "ffn"]].isna().all().all():
@@ -122,7 +131,11 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
                 continue
             t = sub_block_kappa(runs[(skip, init, opt)])
             for row, column in enumerate(["sab", "ffn"]):
-                axes[row][j].plot(t.index, t[column], marker=".", color=SKIP_COLOURS[skip], label=SKIP_LABELS[skip])
+                ax, colour = axes[row][j], SKIP_COLOURS[skip]
+                ax.plot(t.index, t[f"{column}_drawn"], color=colour, label=SKIP_LABELS[skip])
+                singular = ~np.isfinite(t[column])  # the median report is singular: hollow, at its κ_lo
+                ax.plot(t.index[~singular], t[f"{column}_drawn"][~singular], ".", color=colour)
+                ax.plot(t.index[singular], t[f"{column}_drawn"][singular], "o", mfc="none", ms=5, color=colour)
         axes[0][j].set_title(f"{init}, {opt}", fontsize=9)
         axes[1][j].set_xlabel("training step")
     for row, what in enumerate(["SAB output", "FFN block output"]):
@@ -131,10 +144,10 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
             for level in (3, 6):  # the paper's e³ (with the SAB skip) and e⁶ (without)
                 ax.axhline(level, color="black", lw=0.6, ls=":", label="paper: e³, e⁶" if level == 3 else None)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("κ of the token matrices the sub-blocks pass on (ln κ ≈ 32: singular in fp64, a rank collapse, "
-                 "drawn at its lower bound)", fontsize=9)
+    fig.suptitle("κ of the token matrices the sub-blocks pass on\nhollow: the median report is singular in fp64 "
+                 "(a rank collapse, κ = ∞),\ndrawn at its lower bound κ_lo", fontsize=9)
     fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.96))
+    fig.tight_layout(rect=(0, 0.03, 1, 0.93))
     return paths + save(fig, out_dir, "skip_ablation_kappa", formats)
 
 

@@ -98,7 +98,9 @@ matrices X with prescribed singular values (κ(X) from 1 to 1024, several n, d a
 them through each init's weights, and fits ln κ(out) against ln κ(X).""")
     report.table(r.checks_table(r.verify_json(data41)))
     for png in figures:
-        r.add_figure(report, png, "kappa of attention and FFN outputs against kappa(X), log-log, fitted slopes")
+        r.add_figure(report, png, "kappa of attention and FFN outputs against kappa(X), log-log, fitted slopes",
+                     caption="κ of each output against κ(X), per init, with the fitted slopes over κ(X) ≥ 32 "
+                             "(data: `jacond verify prop41`)")
     report.text(f"Slopes of ln κ(out) against ln κ(X) over κ(X) ≥ {tail['min_kappa_x'].max():g}, per init:")
     report.table(slopes.reset_index(), floatfmt="{:.2f}")
     report.text("\n".join(f"- {n}" for n in r.notes(r.verify_json(data41))))
@@ -110,7 +112,39 @@ inputs and weights, checks the bound (4.2) κ(XM + X) ≤ κ(X)·κ(I + M) and w
     verify42 = r.verify_json(data42)
     report.table(r.checks_table(verify42))
     report.text("\n".join(f"- {n}" for n in r.notes(verify42)))
-    return slopes
+    gains = skip_gains(r.read_csv(f"{data41}/prop41.csv"))
+    report.text("""
+Per init, over the same draws (prop41.csv: `verify prop42` draws the same inputs and weights), the
+median gain κ(XM)/κ(XM + X) and what decides it, with M = W_Q W_Kᵀ Xᵀ X W_V. Since
+XM + X = X(I + M), the skip helps as far as I + M is better conditioned than M. With ‖M‖ ≲ 1
+(`timm`) I + M is near I; with ‖M‖ in the hundreds or thousands (`ours` and `mimetic`, the inits
+built for skipless blocks) adding I lifts only the singular values of M below 1, κ(I + M) stays
+within a few times κ(M), and XM + X is about as ill-conditioned as XM:""")
+    report.table(gains, floatfmt="{:.3g}")
+    return slopes, gains
+
+
+def skip_gains(draws):
+    """Prop. 4.2 per init from prop41.csv's rows: the median over draws of κ(XM)/κ(XM + X) for linear
+    and softmax attention, the share of draws where it is ≥ 10, and the medians of ‖M‖, κ(M), κ(I + M)."""
+    keys = ["init", "n", "d", "seed", "kappa_target", "output"]
+    attention = draws[draws["output"].isin(["linear_attention", "softmax_attention"])]
+    without = attention[attention["skip"] == "without"].set_index(keys)["kappa_out"]
+    with_skip = attention[attention["skip"] == "with"].set_index(keys)["kappa_out"]
+    if not len(with_skip):
+        raise RecipeError("prop41.csv: no rows with the skip (skip = with): written by an older jacond?")
+    gain = (without / with_skip).rename("gain").reset_index()
+    per_init = gain.pivot_table(index="init", columns="output", values="gain", aggfunc="median")
+    tenfold = gain[gain["output"] == "linear_attention"].groupby("init")["gain"].apply(lambda g: (g >= 10).mean())
+    linear = draws[(draws["output"] == "linear_attention") & (draws["skip"] == "without")].groupby("init")
+    return pd.DataFrame({
+        "init": per_init.index,
+        "median κ(XM)/κ(XM + X), linear": per_init["linear_attention"].to_numpy(),
+        "draws ≥ 10×, linear (%)": 100 * tenfold.reindex(per_init.index).to_numpy(),
+        "median κ(SA)/κ(X + SA), softmax": per_init["softmax_attention"].to_numpy(),
+        "median ‖M‖": linear["norm_m"].median().reindex(per_init.index).to_numpy(),
+        "median κ(M)": linear["kappa_m"].median().reindex(per_init.index).to_numpy(),
+        "median κ(I + M)": linear["kappa_i_plus_m"].median().reindex(per_init.index).to_numpy()})
 
 
 def skip_section(r, report, runs):
@@ -127,6 +161,7 @@ def skip_section(r, report, runs):
         kappa_rows.append({"skip": label[skip], "init": init, "optimizer": optimizer,
                            "ln κ SAB out, init": k["sab"].iloc[0], "ln κ SAB out, end": k["sab"].iloc[-1],
                            "ln κ SAB out, max": k["sab"].max(),
+                           "SAB out singular, init (%)": 100 * k["sab_singular"].iloc[0],
                            "SAB out singular, end (%)": 100 * k["sab_singular"].iloc[-1],
                            "ln κ FFN out, init": k["ffn"].iloc[0], "ln κ FFN out, end": k["ffn"].iloc[-1],
                            "FFN out singular, end (%)": 100 * k["ffn_singular"].iloc[-1]})
@@ -146,22 +181,32 @@ SAB outputs climbs from about e³ to e⁶ while training diverges after 30 epoch
 token matrix each sub-block passes on (X + SA(LN₁X) with the SAB skip, SA(LN₁X) without; likewise
 for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over images and layers.""")
     report.table(acc.reset_index(), floatfmt="{:.1f}")
+    captions = {"skip_ablation_accuracy": ("final test accuracy per skip mode",
+                                           "Final test accuracy per skip mode, per (init, optimizer) and for the "
+                                           "ConvMixer control (one seed each)"),
+                "skip_ablation_kappa": ("ln kappa of the SAB and FFN block outputs over training",
+                                        "Median ln κ of the SAB outputs (top) and FFN block outputs (bottom) over "
+                                        "training, one line per skip mode; hollow: the median report is singular")}
     for png in figures:
-        r.add_figure(report, png, "skip ablation: accuracy and kappa of the sub-block outputs")
+        alt, caption = captions[os.path.splitext(os.path.basename(png))[0]]
+        r.add_figure(report, png, alt, caption=caption)
     report.text("ln κ of the token matrices the sub-blocks pass on, at initialisation, at the end, and the SAB's "
-                "maximum over training; \"singular\" is the share of (probe, layer) reports at the end whose σ_min is "
-                "under the fp64 noise floor (a rank collapse: κ is then drawn at its lower bound κ_lo, which is why "
-                "such rows sit near ln κ ≈ 32):")
-    report.table(kappas, floatfmt="{:.2f}")
+                "maximum over training, each the median over the (probe, layer) reports of that step. A report whose "
+                "σ_min is under the fp64 noise floor is singular (a rank collapse: κ = ∞ in fp64, only κ ≥ κ_lo "
+                "is known) and enters the median as ∞; \"singular\" in an ln κ column means the median report "
+                "is, i.e. at least half of them. The % columns give the share of singular reports at the end:")
+    shown = kappas.drop(columns=["SAB out singular, init (%)"])
+    report.table(with_singular_cells(shown, [c for c in shown.columns if c.startswith("ln κ")]), floatfmt="{:.2f}")
     without = kappas[kappas["skip"].isin(["w/o SAB skip", "no skips"])]
     collapse = without.groupby("init")["SAB out singular, end (%)"].mean()
+    at_init = without.groupby("init")["SAB out singular, init (%)"].mean()
     with_skip_singular = kappas[kappas["skip"].isin(["full", "w/o FFN skip"])]["SAB out singular, end (%)"].mean()
-    at_init = without.groupby("init")["ln κ SAB out, init"].median()
-    report.text("Without the SAB skip, the attention outputs are (near) rank-deficient from the start (median ln κ at init: " +
-                ", ".join(f"`{i}` {v:.1f}" for i, v in at_init.items()) + "), and at the end of training " +
+    report.text("Without the SAB skip, the attention outputs are rank-deficient in fp64 from the start (singular "
+                "reports at init: " + ", ".join(f"{v:.0f} % with `{i}`" for i, v in at_init.items()) +
+                "), and at the end of training " +
                 ", ".join(f"{v:.0f} % of them are still singular with `{i}`" for i, v in collapse.items()) +
-                ". That is the paper's e⁶ taken to its end: the attention outputs are numerically rank-deficient "
-                "(σ_min under the fp64 noise floor), so κ is infinite rather than large. With the SAB skip, "
+                ". That is the paper's e⁶ taken to its end: σ_min is under the fp64 noise floor, so κ is infinite "
+                "rather than large. With the SAB skip, "
                 f"{with_skip_singular:.0f} % of the X + SA(X) matrices are singular at the end.")
     control = control_table(controls)
     report.text("""
@@ -172,6 +217,28 @@ convolution (with or without its residual) and a 1 × 1 one, trained the same wa
 probes and layers, at the end:""")
     report.table(control, floatfmt="{:.2f}")
     return acc, kappas, control
+
+
+def with_singular_cells(df, columns):
+    """The table with +∞ in `columns` (a median over reports at least half of which are singular) shown
+    as "singular": ln κ of a rank-deficient matrix has no finite value to print."""
+    shown = df.copy()
+    for column in columns:
+        shown[column] = [("singular" if v == float("inf") else f"{v:.2f}") if isinstance(v, float) else v
+                         for v in df[column]]
+    return shown
+
+
+def finite_range(values, what):
+    """The range of the finite values and how many are singular (∞), e.g. '17.5–21.5, singular in 2
+    of 8 runs (their median report is)'."""
+    finite = values[values < float("inf")]
+    singular = len(values) - len(finite)
+    if not len(finite):
+        return f"singular in all {len(values)} {what} (their median report is)"
+    low, high = f"{finite.min():.1f}", f"{finite.max():.1f}"
+    span = low if low == high else f"{low}–{high}"
+    return span + (f", singular in {singular} of {len(values)} {what} (their median report is)" if singular else "")
 
 
 def control_table(controls):
@@ -216,9 +283,11 @@ and the ungrayed run at three seeds for the run-to-run spread. κ_in is the toke
 κ_out those leaving the last, on 4 test images (grayed as in training), at the end of training; "at
 init" is κ_in before the first step, where every run has the same patch embedding, so it isolates
 what the graying does to the tokens.""")
-    report.table(shown, floatfmt="{:.2f}")
+    report.table(with_singular_cells(shown, ["ln κ_in at init", "ln κ_in", "ln κ_out"]), floatfmt="{:.2f}")
     for png in figures:
-        r.add_figure(report, png, "Token Graying: accuracy and kappa against epsilon")
+        r.add_figure(report, png, "Token Graying: accuracy and kappa against epsilon",
+                     caption="Accuracy, ln κ_in and ln κ_out against ε for SVD-TG and DCT-TG; grey band: the ungrayed "
+                             "run's seeds (min to max); dashed: the paper's ViT-B values")
     patch_dim, dim = token_dimensions(table.attrs["directory"])
     if patch_dim < dim:
         report.text(f"""
@@ -263,7 +332,22 @@ graying alone, per image at this size and at ImageNet's (3 × 224 × 224, where 
     return rows
 
 
-def verdicts(slopes, acc, kappas, control, eps_table, overhead):
+def prop42_verdict(gains):
+    """Prop. 4.2's "κ(XM + X) ≪ κ(XM)" per init: holds where the median linear gain is ≥ 10."""
+    g = gains.set_index("init")
+    linear, softmax = g["median κ(XM)/κ(XM + X), linear"], g["median κ(SA)/κ(X + SA), softmax"]
+    holds = [i for i in g.index if linear[i] >= 10]
+    fails = [i for i in g.index if linear[i] < 10]
+    why = ("; not for " + ", ".join(fails) + ": their ‖M‖ (median " +
+           ", ".join(f"{g['median ‖M‖'][i]:.3g}" for i in fails) + ") makes I + M nearly as ill-conditioned as M "
+           "(κ(I + M) " + ", ".join(f"{g['median κ(I + M)'][i]:.2g}" for i in fails) + ")") if fails else ""
+    return {"claim": "Prop. 4.2: the skip regularises the attention output, κ(XM + X) ≪ κ(XM)",
+            "here": "median κ(XM)/κ(XM + X), linear / softmax: " +
+                    "; ".join(f"{i} {linear[i]:.3g} / {softmax[i]:.3g}" for i in g.index),
+            "holds": ("for " + ", ".join(holds) if holds else "for no init") + " (a median gain ≥ 10 in linear attention)" + why}
+
+
+def verdicts(slopes, gains, acc, kappas, control, eps_table, overhead):
     """One row per claim of the paper: what it says, what was measured here, and whether it holds."""
     rows = []
     lin, ffn = slopes["linear_attention"], slopes["linear_ffn"]
@@ -272,6 +356,7 @@ def verdicts(slopes, acc, kappas, control, eps_table, overhead):
                          f"softmax attention {slopes['softmax_attention'].min():.2f}–{slopes['softmax_attention'].max():.2f}",
                  "holds": "yes for linear attention; softmax attention is not cubic"
                  if slopes["softmax_attention"].max() < 2 else "yes"})
+    rows.append(prop42_verdict(gains))
     settings = [c for c in acc.columns if not c.startswith("paper")]
     full, no_ffn, no_sab = acc.loc["full"], acc.loc["w/o FFN skip"], acc.loc["w/o SAB skip"]
     # "Much more": removing the SAB skip loses at least MUCH_MORE points more than removing the FFN skip
@@ -288,16 +373,17 @@ def verdicts(slopes, acc, kappas, control, eps_table, overhead):
     without = without_runs["ln κ SAB out, end"]
     ffn_skip = k[k.index.get_level_values("skip").isin(["full", "w/o SAB skip"])]
     ffn_end = ffn_skip["ln κ FFN out, end"]
-    def singular_share(column, runs):  # a singular report enters the medians at ln κ_lo: say how many
+    def singular_share(column, runs):  # the share of singular reports behind the medians
         lo, hi = f"{runs[column].min():.0f}", f"{runs[column].max():.0f}"
-        return "" if hi == "0" else f" ({lo if lo == hi else lo + '–' + hi} % of the reports singular, at ln κ_lo)"
+        return "" if hi == "0" else f"; {lo if lo == hi else lo + '–' + hi} % of the reports singular"
     rows.append({"claim": "without the SAB skip, κ of the SAB outputs reaches ≈ e⁶; with it, ≈ e³",
-                 "here": f"ln κ(SAB out) at the end {with_skip.min():.1f}–{with_skip.max():.1f} with the skip, "
-                         f"{without.min():.1f}–{without.max():.1f} without"
+                 "here": f"ln κ(SAB out) at the end, per run: with the skip {finite_range(with_skip, 'runs')}; "
+                         f"without {finite_range(without, 'runs')}"
                          + singular_share("SAB out singular, end (%)", without_runs)
-                         + f"; FFN block outputs with their skip {ffn_end.min():.1f}–{ffn_end.max():.1f}"
+                         + f". FFN block outputs with their skip {finite_range(ffn_end, 'runs')}"
                          + singular_share("FFN out singular, end (%)", ffn_skip),
-                 "holds": "direction yes" if without.median() > with_skip.median() else "no"})
+                 "holds": "direction yes (without the skip κ is larger, or infinite)"
+                 if without.median() > with_skip.median() else "no"})
     c = control.set_index(["skip", "optimizer"])["accuracy (%)"]
     changes = {opt: c.get(("none", opt)) - c.get(("full", opt)) for opt in control["optimizer"].unique()
                if ("none", opt) in c.index and ("full", opt) in c.index}
@@ -313,7 +399,8 @@ def verdicts(slopes, acc, kappas, control, eps_table, overhead):
     rows.append({"claim": "Token Graying lifts accuracy a little (+0.4 points at ε 0.6–0.7)",
                  "here": f"best {best['graying']}-TG at ε {best['eps']:g}: {best['accuracy']:.1f} % vs the ungrayed "
                          f"{base['accuracy'].mean():.1f} % (mean of {len(base)} seeds, spread {spread:.1f})",
-                 "holds": "within seed noise" if abs(lift) <= spread else ("yes" if lift > 0 else "no")})
+                 "holds": "undecided: one ungrayed seed, no spread to compare with" if len(base) < 2 else
+                          "within seed noise" if abs(lift) <= spread else ("yes" if lift > 0 else "no")})
     patch_dim, dim = token_dimensions(eps_table.attrs["directory"])
     base0 = base[base["seed"] == 0]
     for graying in GRAYINGS:
@@ -345,7 +432,7 @@ def run(r):
     runs = grid(r)
     train_all(r, runs)
     body = Report("")
-    slopes = propositions(r, body)
+    slopes, gains = propositions(r, body)
     acc, kappas, control = skip_section(r, body, runs)
     eps_table = eps_section(r, body, runs)
     overhead = overhead_section(r, body)
@@ -363,6 +450,6 @@ therefore ruins training while removing the FFN's does not; and that "Token Gray
 input image, helps a little. This page checks each claim with jacond, on synthetic matrices for the
 propositions and on Fashion-MNIST ViTs for the rest.""")
     report.section("Verdict, claim by claim")
-    report.table(verdicts(slopes, acc, kappas, control, eps_table, overhead))
+    report.table(verdicts(slopes, gains, acc, kappas, control, eps_table, overhead))
     report.parts += body.parts[1:]
     r.finish(report)

@@ -44,8 +44,9 @@ class Report:
     def section(self, heading):
         self.parts.append(f"## {heading}\n")
 
-    def figure(self, relative_png, alt, made_by):
-        self.parts.append(f"![{alt}]({relative_png})\n\n*Made by* `{made_by}`\n")
+    def figure(self, relative_png, alt, made_by, caption=None):
+        said = f"{caption.rstrip('.')}. " if caption else ""
+        self.parts.append(f"![{alt}]({relative_png})\n\n{said}*Made by* `{made_by}`\n")
 
     def table(self, df, floatfmt="{:.4g}"):
         self.parts.append(markdown_table(df, floatfmt) + "\n")
@@ -159,13 +160,13 @@ class Recipe:
                         "without it.")
         return report
 
-    def add_figure(self, report, png, alt, name=None):
+    def add_figure(self, report, png, alt, name=None, caption=None):
         """Copies the PNG into OUT/figures (as `name`, default its own) and links it, captioned with
-        the recipe's command."""
+        `caption` (what it shows, optional) and the recipe's command."""
         os.makedirs(os.path.join(self.out_dir, "figures"), exist_ok=True)
         name = name or os.path.basename(png)
         shutil.copyfile(png, os.path.join(self.out_dir, "figures", name))
-        report.figure(f"figures/{name}", alt, self.recipe_command())
+        report.figure(f"figures/{name}", alt, self.recipe_command(), caption)
 
     def recipe_command(self):
         return f"jacond recipe {self.name}" + (" --quick" if self.quick else "")

@@ -1,0 +1,73 @@
+"""jacond_plots.always_skip against hand-built runs: a singular report (σ_min under the fp64 noise
+floor) enters the per-step median of ln κ as +∞, so a step whose median report is singular has
+ln κ = inf, not ln κ_lo printed as if it were a value; the figure's series stays finite (singular
+reports at κ_lo) and draws those steps hollow."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from jacond_plots import always_skip  # noqa: E402
+
+
+def write_run(directory, skip, statuses_per_step):
+    """A run with SA_out (skipless SAB) or SAB_out reports: at each step one report per status given,
+    κ = 10^(i + 1) for the i-th non-singular one, and κ_lo = 1e14 for the singular ones."""
+    rows = []
+    sab = "SAB_out" if skip == "full" else "SA_out"
+    ffn = "FFN_block_out"
+    for step, statuses in statuses_per_step.items():
+        for i, status in enumerate(statuses):
+            singular = status == "singular"
+            kappa = np.inf if singular else 10.0 ** (i + 1)
+            for matrix in (sab, ffn):
+                rows.append(dict(step=step, probe=i, layer=0, matrix=matrix, kappa=kappa,
+                                 kappa_lo=1e14 if singular else kappa, status=status))
+        rows.append(dict(step=step, probe=0, layer=0, matrix="X_in", kappa=5.0, kappa_lo=5.0, status="exact"))
+    directory.mkdir()
+    pd.DataFrame(rows).to_csv(directory / "conditioning.csv", index=False)
+    (directory / "config.json").write_text(json.dumps({"model": {"skip": skip}}))
+    return str(directory)
+
+
+def test_a_median_over_half_singular_reports_is_infinite_not_ln_kappa_lo(tmp_path):
+    run = write_run(tmp_path / "run", "no-sab-skip", {
+        0: ["exact", "exact", "exact", "singular"],        # median of 10, 100, 1000, ∞: between 100 and 1000
+        100: ["exact", "exact", "singular", "singular"],   # the two middle reports: 100 and ∞
+        200: ["singular", "singular", "singular", "exact"]})
+    t = always_skip.sub_block_kappa(run)
+    assert np.isclose(t.loc[0, "sab"], (np.log(100) + np.log(1000)) / 2)
+    assert t.loc[100, "sab"] == np.inf and t.loc[200, "sab"] == np.inf
+    assert list(t["sab_singular"]) == [0.25, 0.5, 0.75]
+    # What the figure draws: the same medians with singular reports at κ_lo = 1e14, finite.
+    assert np.isclose(t.loc[100, "sab_drawn"], (np.log(100) + np.log(1e14)) / 2)
+    assert np.isclose(t.loc[200, "sab_drawn"], np.log(1e14))
+    assert np.isclose(t.loc[0, "x_in"], np.log(5.0))
+
+
+def test_the_figure_draws_singular_medians_hollow_and_finite_ones_filled(tmp_path):
+    runs = {("no-sab-skip", "timm", "adamw"): write_run(tmp_path / "a", "no-sab-skip", {
+                0: ["singular", "singular", "exact"], 100: ["exact", "exact", "singular"]}),
+            ("full", "timm", "adamw"): write_run(tmp_path / "b", "full", {
+                0: ["exact", "exact", "exact"], 100: ["exact", "exact", "exact"]})}
+    for directory in runs.values():
+        pd.DataFrame({"step": [100], "test_acc": [0.8]}).to_csv(f"{directory}/eval.csv", index=False)
+    captured = {}
+    original = always_skip.save
+    def keep(fig, out_dir, name, formats):
+        captured[name] = fig
+        return original(fig, out_dir, name, formats)
+    always_skip.save = keep
+    try:
+        always_skip.skip_ablation(runs, str(tmp_path / "out"))
+    finally:
+        always_skip.save = original
+    ax = captured["skip_ablation_kappa"].axes[0]  # the SAB row
+    hollow = [line for line in ax.lines if line.get_marker() == "o" and line.get_markerfacecolor() == "none"]
+    hollow_steps = sorted(x for line in hollow for x in line.get_xdata())
+    assert hollow_steps == [0]  # only the skipless run's step 0 has a singular median report
+    assert all(np.isfinite(y) for line in ax.lines for y in line.get_ydata())
