@@ -37,8 +37,9 @@
 // which underflows for products below ~1e-154 (α = 0 read as a breakdown: a false `singular`) and
 // overflows above ~1e154 (a NaN κ_lo). So the host solver brackets κ at any scale of K; guarded by
 // TinyAndHugeOperatorsKeepTheirBracketN80 (1e-300 to 1e300). A device's Krylov basis
-// (krylov_basis.h) takes its own norms: the LibTorch one keeps the ~1e±154 limit, far outside the
-// Jacobians of any network.
+// (krylov_basis.h) takes its own norms: the LibTorch one rescales by max|w_i| where ATen's sum of
+// squares would leave [1e-140, 1e140] (models/device/torch_operator_device.cpp), guarded by
+// TorchOperatorDevice.CpuLanczosKeepsItsBracketAtTinyAndHugeScales.
 //
 // The augmented matrix H = [0 K; Kᵀ 0] (symmetric, eigenvalues ±σ_j and rows − cols zeros)
 // carries the certificates. For z = [ũ; ṽ] with ‖ũ‖ = ‖ṽ‖ = 1, Rayleigh quotient θ = ũᵀKṽ and

@@ -1,6 +1,7 @@
 // The block's operators on a LibTorch device; the math is in models/device/torch_operator_device.h.
 #include "models/device/torch_operator_device.h"
 
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 
@@ -224,8 +225,20 @@ class TorchKrylovBasis final : public KrylovBasis {
       return to_eigen_vec(c);
     });
   }
+  // ‖w‖ at any scale: ATen's norm sums squares, which underflow for entries below ~1e-154 (a false
+  // breakdown, α = 0) and overflow above ~1e154 (inf). A result inside [1e-140, 1e140] is exact to
+  // rounding (its largest entry's square is then a normal number, N ≤ 1e8, and entries whose squares
+  // underflow are below it by 1e-10 or more, under 1e-20 of the sum); outside it, s‖w/s‖ with
+  // s = max|w_i|, as Eigen's stableNorm does on the host. One extra reduction only out there.
   double work_norm(KrylovSide side) const override {
-    return on_device("GKL norm", dev_, [&] { return work(side).norm().item<double>(); });
+    return on_device("GKL norm", dev_, [&] {
+      const at::Tensor& w = work(side);
+      const double plain = w.norm().item<double>();
+      if (plain > 1e-140 && plain < 1e140) return plain;
+      const double scale = w.abs().max().item<double>();
+      if (scale == 0 || !std::isfinite(scale)) return scale;  // 0, or inf / NaN for GKL to refuse
+      return scale * (w / scale).norm().item<double>();
+    });
   }
   void store(KrylovSide side, Index j, double alpha) override {
     on_device("GKL store", dev_, [&] { basis(side)[j].copy_(work(side) / alpha); });

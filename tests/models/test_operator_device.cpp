@@ -5,6 +5,7 @@
 // block_reports through either device (products and basis there) against the dense exact κ.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -173,6 +174,33 @@ void expect_lanczos_reports_bracket_the_exact_kappa(const std::shared_ptr<const 
 
 TEST(TorchOperatorDevice, CpuLanczosReportsBracketTheExactKappa_n8_d16_h2) {
   expect_lanczos_reports_bracket_the_exact_kappa(std::make_shared<TorchOperatorDevice>(torch::kCPU));
+}
+
+// The device's Krylov basis at any scale (gkl.h, "Range"). K_mlp is linear in W_2: scaling W_2 by
+// a power of two s scales K_mlp by s exactly and leaves κ alone. At s = 2^-660 (~2e-199) ATen's sum
+// of squares underflows to 0 (a false breakdown: `singular`), at 2^660 it overflows (inf, a NaN
+// bracket); with the rescaled norm every run is a bracket around the dense κ at s = 1.
+TEST(TorchOperatorDevice, CpuLanczosKeepsItsBracketAtTinyAndHugeScales) {
+  const Mat X = test::random_tokens(8, 16, 29);
+  BlockReportOptions exact_opt;
+  exact_opt.matrices = {"K_mlp"};
+  BlockReportOptions opt = exact_opt;
+  opt.route = KappaRoute::kLanczos;
+  opt.operator_device = std::make_shared<TorchOperatorDevice>(torch::kCPU);
+  BlockWeights w = test::random_block(16, 2, 64, 23);
+  const auto exact = block_reports(w, X, SkipMode::kFull, exact_opt);
+  ASSERT_EQ(exact.size(), 1u);
+  const double kappa = exact[0].kappa;
+  const Mat W2 = w.W2;
+  for (const int power : {0, -660, 660}) {
+    w.W2 = std::ldexp(1.0, power) * W2;
+    const auto scaled = block_reports(w, X, SkipMode::kFull, opt);
+    ASSERT_EQ(scaled.size(), 1u);
+    EXPECT_EQ(scaled[0].status, Status::kBracket) << "2^" << power;
+    EXPECT_LE(scaled[0].kappa_lo, kappa * (1 + 1e-10)) << "2^" << power;
+    EXPECT_GE(scaled[0].kappa_hi, kappa * (1 - 1e-10)) << "2^" << power;
+    EXPECT_LE(scaled[0].kappa_hi, 1.02 * scaled[0].kappa_lo) << "2^" << power;  // the default 1 % target, met
+  }
 }
 
 // GKL's basis on the device: every operation against its dense meaning
