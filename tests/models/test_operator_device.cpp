@@ -180,13 +180,13 @@ TEST(TorchOperatorDevice, CpuLanczosReportsBracketTheExactKappa_n8_d16_h2) {
 // a power of two s scales K_mlp by s exactly and leaves κ alone. At s = 2^-660 (~2e-199) ATen's sum
 // of squares underflows to 0 (a false breakdown: `singular`), at 2^660 it overflows (inf, a NaN
 // bracket); with the rescaled norm every run is a bracket around the dense κ at s = 1.
-TEST(TorchOperatorDevice, CpuLanczosKeepsItsBracketAtTinyAndHugeScales) {
+void expect_lanczos_keeps_its_bracket_at_tiny_and_huge_scales(const std::shared_ptr<const OperatorDevice>& device) {
   const Mat X = test::random_tokens(8, 16, 29);
   BlockReportOptions exact_opt;
   exact_opt.matrices = {"K_mlp"};
   BlockReportOptions opt = exact_opt;
   opt.route = KappaRoute::kLanczos;
-  opt.operator_device = std::make_shared<TorchOperatorDevice>(torch::kCPU);
+  opt.operator_device = device;
   BlockWeights w = test::random_block(16, 2, 64, 23);
   const auto exact = block_reports(w, X, SkipMode::kFull, exact_opt);
   ASSERT_EQ(exact.size(), 1u);
@@ -201,6 +201,10 @@ TEST(TorchOperatorDevice, CpuLanczosKeepsItsBracketAtTinyAndHugeScales) {
     EXPECT_GE(scaled[0].kappa_hi, kappa * (1 - 1e-10)) << "2^" << power;
     EXPECT_LE(scaled[0].kappa_hi, 1.02 * scaled[0].kappa_lo) << "2^" << power;  // the default 1 % target, met
   }
+}
+
+TEST(TorchOperatorDevice, CpuLanczosKeepsItsBracketAtTinyAndHugeScales) {
+  expect_lanczos_keeps_its_bracket_at_tiny_and_huge_scales(std::make_shared<TorchOperatorDevice>(torch::kCPU));
 }
 
 // GKL's basis on the device: every operation against its dense meaning
@@ -301,6 +305,11 @@ TEST(OperatorDeviceCuda, LanczosReportsBracketTheExactKappa_n8_d16_h2) {
   ASSERT_TRUE(device);
   EXPECT_EQ(device->name(), "cuda");
   expect_lanczos_reports_bracket_the_exact_kappa(device);
+}
+
+TEST(OperatorDeviceCuda, LanczosKeepsItsBracketAtTinyAndHugeScales) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  expect_lanczos_keeps_its_bracket_at_tiny_and_huge_scales(models::cuda_operator_device());
 }
 
 TEST(OperatorDeviceCuda, WithoutAGpuTheHostRunsTheProductsAndSaysWhy) {
