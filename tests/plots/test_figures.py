@@ -3,7 +3,10 @@
 The depth figure names only the (init, equation) pairs that are singular, draws their points hollow
 instead of ending the line, and keeps its legend off the panels; the sweep's colour bar says what a
 cell is (one seed's κ or a median over N); prop2 draws a visible Weyl bracket where the premise holds
-and labels β in a legend, not in text piled on the points."""
+and labels β in a legend, not in text piled on the points; a figure of several runs is captioned with
+their merged command, not the first one and a count."""
+
+import json
 
 import matplotlib
 
@@ -163,3 +166,22 @@ def test_prop2_says_so_where_the_premise_holds_nowhere():
     assert not right.containers and "holds nowhere" in right.get_title()
     assert any("no Weyl bracket" in t.get_text() for t in right.texts)
     plt.close(fig)
+
+
+def write_run(directory, command):
+    directory.mkdir()
+    (directory / "run.json").write_text(json.dumps({"command": command}))
+    return str(directory)
+
+
+def test_a_figure_of_several_runs_is_captioned_with_their_merged_command(tmp_path):
+    """The flags the runs share once, a differing value as {a|b}, --out as the number of directories;
+    runs whose flags differ in kind fall back to the first command and a count."""
+    from jacond_plots.common import merged_command
+    a = write_run(tmp_path / "a", ["jacond", "train", "--skip", "full", "--steps", "100", "--out", "r/a"])
+    b = write_run(tmp_path / "b", ["jacond", "train", "--skip", "none", "--steps", "100", "--out", "r/b"])
+    c = write_run(tmp_path / "c", ["jacond", "train", "--skip", "none", "--steps", "100", "--out", "r/c"])
+    assert merged_command([a, b, c]) == "jacond train --skip {full|none} --steps 100 --out {3 directories}"
+    assert merged_command([a]) == "jacond train --skip full --steps 100 --out r/a"
+    other = write_run(tmp_path / "d", ["jacond", "train", "--skip", "full", "--augment", "1", "--out", "r/d"])
+    assert merged_command([a, other]) == "jacond train --skip full --steps 100 --out r/a   |   and 1 more run(s)"

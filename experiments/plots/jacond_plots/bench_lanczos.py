@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .common import PlotError, caption, read_csv, require_columns, save
+from .common import PlotError, caption_runs, read_csv, require_columns, save
 
 VIT_ND = {"ViT-S": 197 * 384, "ViT-B": 197 * 768}
 METHOD_COLUMNS = ["size", "init", "matrix", "method", "nd", "products", "products_to_1pct", "dense_sigma_min"]
@@ -93,7 +93,7 @@ def draw(directories, out_dir, formats):
     products_panel(left, methods)
     trace_panel(right, trace, methods)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    caption(fig, directories[0], "" if len(directories) == 1 else f"and {len(directories) - 1} more run(s)")
+    caption_runs(fig, directories)
     return save(fig, out_dir, "bench_lanczos_methods", formats)
 
 

@@ -109,6 +109,35 @@ def caption(fig, directory, extra=""):
     fig.text(0.005, 0.005, text, fontsize=7, family="monospace", ha="left", va="bottom", wrap=True)
 
 
+def merged_command(directories):
+    """One command line for the runs of a figure that draws several: the flags they share as they
+    are, a flag whose value differs as {a|b|…} (its values in order of first appearance), --out as
+    {N directories}. When the runs' flags are not the same list (another subcommand, a flag only some
+    runs have), the first command and "and N more run(s)"."""
+    commands = [shlex.split(command_line(d)) for d in directories]
+    if len(commands) == 1:
+        return shlex.join(commands[0])
+    shape = [[t if t.startswith("--") or i < 2 else None for i, t in enumerate(c)] for c in commands]
+    if any(s != shape[0] for s in shape):
+        return shlex.join(commands[0]) + f"   |   and {len(commands) - 1} more run(s)"
+    merged = []
+    for i, tokens in enumerate(zip(*commands)):
+        values = list(dict.fromkeys(tokens))
+        if len(values) == 1:
+            merged.append(shlex.quote(values[0]))
+        elif i > 0 and commands[0][i - 1] == "--out":
+            merged.append(f"{{{len(commands)} directories}}")
+        else:
+            merged.append("{" + "|".join(values) + "}")
+    return " ".join(merged)
+
+
+def caption_runs(fig, directories):
+    """caption() for a figure drawn from several runs: their merged command (merged_command)."""
+    fig.text(0.005, 0.005, "$ " + merged_command(directories), fontsize=7, family="monospace", ha="left",
+             va="bottom", wrap=True)
+
+
 def plotted_kappa(df):
     """κ to draw: κ itself, or κ_lo, the only claim (κ ≥ κ_lo), where the row is singular (κ = inf)
     or not converged (its κ column is the solver's last estimate, not κ)."""

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .common import PlotError, caption, has_rows, kappa_scale, plotted_kappa, read_csv, require_columns, save
+from .common import PlotError, caption, caption_runs, has_rows, kappa_scale, plotted_kappa, read_csv, require_columns, save
 
 EVAL_COLUMNS = ["step", "test_loss", "test_acc", "train_loss", "train_acc"]
 CONDITIONING_COLUMNS = ["step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
@@ -177,5 +177,5 @@ def compare(runs, out_dir, name="training_compare", formats=("png",)):
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    caption(fig, next(iter(runs.values())), f"and {len(runs) - 1} more run(s)" if len(runs) > 1 else "")
+    caption_runs(fig, list(runs.values()))
     return save(fig, out_dir, name, formats)
