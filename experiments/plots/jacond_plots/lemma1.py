@@ -9,7 +9,6 @@ one colour per α, each point the median over seeds (bars: min to max):
 """
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 from .common import caption, read_csv, require_columns, save
 

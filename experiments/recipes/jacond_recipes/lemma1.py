@@ -3,6 +3,7 @@ establishes (the softmax Jacobian bounded by 2(n−1)e^{−γ}), and how the two
 scale with α."""
 
 import numpy as np
+import pandas as pd
 
 NAME = "lemma1"
 SUMMARY = "Lemma 1 (App. A.2.2): the softmax and attention-map Jacobians against β and α, the proof's bound"
@@ -32,8 +33,6 @@ def bound_held(df):
 
 
 def run(r):
-    import pandas as pd
-
     data = r.work("verify")
     r.run("verify", "lemma1", "--seeds", 100 if r.quick else 200, "--threads", r.threads, "--out", data)
     figures = r.plot(data)
