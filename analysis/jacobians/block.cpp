@@ -183,10 +183,10 @@ BlockForward block_forward(const BlockWeights& w, const Mat& X, SkipMode skip) {
   // inf − inf = NaN): every Jacobian at such a point is NaN, so say where, once, here.
   if (!f.attn.out.allFinite())
     throw std::invalid_argument("the attention branch overflows fp64 at these weights and tokens (softmax logits "
-                                "s Q_h K_h^T or A V W_O not finite): the weights are too large");
+                                "s Q_h K_h^T or A V W_O not finite): the weights or tokens are too large");
   if (!f.X2.allFinite())
-    throw std::invalid_argument("the block's output overflows fp64 at these weights and tokens (the MLP branch is "
-                                "not finite): the weights are too large");
+    throw std::invalid_argument("the block's output overflows fp64 at these weights and tokens (X + SA, the MLP "
+                                "branch or their sum not finite): the weights or tokens are too large");
   return f;
 }
 

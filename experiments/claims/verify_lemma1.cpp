@@ -148,7 +148,7 @@ bool verify_lemma1(const VerifyOptions& opt, Verifier& v) {
               num(-gap_over_beta.back(), 3) + ")");
   const double sx = slope(betas, log_dA_dX, 4.0);
   v.note("FINDING: ||dA/dX||_2 decays with fitted slope " + num(sx, 3) +
-         " on [4, 12]: Eq. 21 omits ||dM/dX|| ~ beta ||X||^2 / d, so the full derivative is O(beta e^-gamma), "
+         " on [4, 12]: Eq. 21 omits ||dM/dX|| <= 2 ||T|| ||X|| / d ~ 2 beta ||X|| / d, so the full derivative is O(beta e^-gamma), "
          "not O(alpha e^-beta); it does vanish for large beta, which is what Prop. 2 needs.");
   // The α dependence at the largest β: O(α e^{−β}) predicts ‖∂A/∂X‖ ∝ α (1 : 2 : 4).
   std::string by_alpha;

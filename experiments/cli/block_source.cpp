@@ -131,7 +131,8 @@ LoadedBlock load_block(const BlockSource& src) {
       block_forward(out.weights, out.tokens, SkipMode::kFull);
     } catch (const std::invalid_argument& e) {
       throw UsageError("--init " + src.init + " --alpha " + fmt(src.alpha) + " --beta " + fmt(src.beta) + " --c " +
-                       fmt(src.c) + ": " + e.what());
+                       fmt(src.c) + (src.logit_scale != 0 ? " --logit-scale " + fmt(src.logit_scale) : "") + ": " +
+                       e.what());
     }
     return out;
   }

@@ -113,7 +113,7 @@ def _block(block):
     """The block itself, or a TypeError naming what was passed instead (the core's would list overloads)."""
     if not isinstance(block, Block):
         raise TypeError(f"block must be a jacond.Block (Block(Wq, ..., heads=h) or Block.from_timm(state_dict)), "
-                        f"got {type(block).__name__}")
+                        f"got {type(block).__module__}.{type(block).__qualname__}")
     return block
 
 

@@ -507,8 +507,8 @@ def bad_types():
         (lambda: jacond.condition(W, device=None), "device must be a string, got None"),
         (lambda: jacond.block_reports(block.to_timm(), X), "block must be a jacond.Block"),
         (lambda: jacond.weight_reports("block"), "block must be a jacond.Block (Block(Wq, ..., heads=h) or"),
-        (lambda: jacond.dense_jacobian(None, X, "K_sa"), "got NoneType"),
-        (lambda: jacond.linear_operator([block], X, "K_sa"), "got list"),
+        (lambda: jacond.dense_jacobian(None, X, "K_sa"), "got builtins.NoneType"),
+        (lambda: jacond.linear_operator([block], X, "K_sa"), "got builtins.list"),
     ]
 
 

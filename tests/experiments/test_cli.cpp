@@ -427,6 +427,10 @@ TEST_F(CliBadInputTest, WeightsThatOverflowTheForwardPass) {
       {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--c", "1e200", "--out", out},
       {"--c 1e+200", "overflows fp64", "attention"}, (fs::path(out) / "results.csv").string());
   EXPECT_EQ(big_c.code, 2) << big_c.describe();
+  const RunResult big_scale = expect_one_line_error(
+      {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--logit-scale", "1e308", "--out", out},
+      {"--logit-scale 1e+308", "overflows fp64"}, (fs::path(out) / "results.csv").string());
+  EXPECT_EQ(big_scale.code, 2) << big_scale.describe();
 
   jacond::models::TensorMap t = write_weights(wfile, 16, 2);
   t["blocks.0.attn.qkv.weight"] = t["blocks.0.attn.qkv.weight"] * 1e160;  // Q, K entries ~1e159: logits ~1e320

@@ -185,3 +185,7 @@ def test_a_figure_of_several_runs_is_captioned_with_their_merged_command(tmp_pat
     assert merged_command([a]) == "jacond train --skip full --steps 100 --out r/a"
     other = write_run(tmp_path / "d", ["jacond", "train", "--skip", "full", "--augment", "1", "--out", "r/d"])
     assert merged_command([a, other]) == "jacond train --skip full --steps 100 --out r/a   |   and 1 more run(s)"
+    unknown = str(tmp_path / "no-run-json")
+    assert merged_command([unknown, a]).startswith("command unknown (no readable run.json or verify.json)   |   and 1")
+    quoted = write_run(tmp_path / "e", "jacond train --out 'r/e")  # a stored string with an unbalanced quote
+    assert merged_command([quoted, a]) == "jacond train --out 'r/e   |   and 1 more run(s)"

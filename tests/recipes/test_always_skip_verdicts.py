@@ -32,12 +32,15 @@ def test_skip_gains_pair_each_draw_with_its_skip_twin():
     assert np.isclose(gains.loc["timm", "median κ(SA)/κ(X + SA), softmax"], 10.0)
     assert gains.loc["timm", "draws ≥ 10×, linear (%)"] == 100 and gains.loc["ours", "draws ≥ 10×, linear (%)"] == 0
     assert gains.loc["ours", "median ‖M‖"] == 2000.0 and gains.loc["ours", "median κ(I + M)"] == 5e3
+    assert gains.loc["ours", "median σ_min(M)"] == 0.2 and gains.loc["timm", "draws ≥ 10×, softmax (%)"] == 100
 
 
 def test_prop42_holds_only_for_the_init_whose_skip_gains_tenfold():
     verdict = always_skip.prop42_verdict(always_skip.skip_gains(draws()))
     assert verdict["holds"].startswith("for timm ")
-    assert "not for ours" in verdict["holds"] and "2e+03" in verdict["holds"]
+    assert "not for ours in linear attention" in verdict["holds"] and "2e+03" in verdict["holds"]
+    assert "κ(I + M)/κ(M) 0.5" in verdict["holds"]  # 5e3 / 1e4
+    assert "softmax attention gains" not in verdict["holds"]  # ours' softmax gain is 2: nothing to add
     assert "ours 1.5 / 2" in verdict["here"] and "timm 1e+03 / 10" in verdict["here"]
 
 
@@ -46,7 +49,7 @@ def test_a_singular_median_is_printed_as_singular_and_ranges_count_it():
     shown = always_skip.with_singular_cells(table, ["ln κ"])
     assert list(shown["ln κ"]) == ["6.25", "singular"] and list(shown["share"]) == [0.0, 75.0]
     assert always_skip.finite_range(pd.Series([17.5, np.inf, 21.46]), "runs") == \
-        "17.5–21.5, singular in 1 of 3 runs (their median report is)"
+        "17.5–21.5, singular in 1 of 3 runs (more than half their reports)"
     assert always_skip.finite_range(pd.Series([np.inf, np.inf]), "runs") == \
-        "singular in all 2 runs (their median report is)"
+        "singular in all 2 runs (more than half their reports)"
     assert always_skip.finite_range(pd.Series([5.91, 5.94]), "runs") == "5.9"

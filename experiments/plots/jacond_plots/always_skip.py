@@ -5,9 +5,10 @@ block's output is X + SA(LN₁X) when the block keeps its skip and SA(LN₁X) wh
 same for the FFN block. `sub_block_kappa` picks, per run, the matrix the network actually passes on
 (SAB_out or SA_out, FFN_block_out or FFN_out of the run's conditioning.csv; docs/design.md §7a) and
 summarises ln κ (natural log, as the paper's tables) per step as the median over probe images and
-layers. A singular report (σ_min under the fp64 noise floor: κ = ∞ in fp64) enters that median as
-+∞, so a step whose median report is singular has ln κ = inf, never ln κ_lo as if it were a value;
-the figures draw such a step hollow, at the median with singular reports at their lower bound κ_lo.
+layers, the lower median (of an even count, the smaller middle value). A singular report (σ_min
+under the fp64 noise floor: κ = ∞ in fp64) enters that median as +∞, so a step where more than half
+the reports are singular has ln κ = inf, never ln κ_lo as if it were a value; the figures draw such
+a step hollow, at the same median with singular reports at their lower bound κ_lo.
 
     skip_ablation(runs, out_dir)   final test accuracy per skip mode (dots), one group per
                                    (init, optimizer) and per ConvMixer control; and ln κ of the
@@ -55,8 +56,9 @@ def conditioning(directory):
 def sub_block_kappa(directory, layer=None):
     """Per tracked step: ln κ of the SAB's and the FFN block's outputs (columns sab, ffn), the
     median over probe images and layers (or at one `layer`), of the first block's input tokens
-    (x_in, layer 0) and of the last block's output (out). A singular report counts as κ = ∞, so a
-    median is inf when at least half the reports are singular. sab_singular, ffn_singular: the share
+    (x_in, layer 0) and of the last block's output (out). Medians are lower medians and a singular
+    report counts as κ = ∞, so a median is inf when more than half the reports are singular (a tie
+    shows the finite half's largest). sab_singular, ffn_singular: the share
     of singular reports (σ_min under the fp64 noise floor, a rank collapse); sab_drawn, ffn_drawn:
     the medians with singular reports at their κ_lo, the finite value a figure draws."""
     cond = conditioning(directory)
@@ -65,7 +67,7 @@ def sub_block_kappa(directory, layer=None):
     last = cond["layer"].max()
     pick = cond if layer is None else cond[cond["layer"] == layer]
     def per_step(rows, column="ln_kappa_or_inf"):
-        return rows.groupby("step")[column].median()
+        return rows.groupby("step")[column].apply(lower_median)
     columns = {
         "sab_singular": pick[pick["matrix"] == sab].groupby("step")["singular"].mean(),
         "ffn_singular": pick[pick["matrix"] == ffn].groupby("step")["singular"].mean(),
@@ -81,6 +83,13 @@ def sub_block_kappa(directory, layer=None):
         raise PlotError(f"{directory}/conditioning.csv: no {sab}/{ffn} rows (was the run tracked with "
                         f"--track-matrices {sab},{ffn}?)")
     return table
+
+
+def lower_median(values):
+    """The ⌈m/2⌉-th smallest of m values: finite while at most half of them are +∞ (pandas' median
+    of an even count averages the two middle values, ∞ as soon as half are)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    return v[(len(v) - 1) // 2] if len(v) else np.nan
 
 
 def final_accuracy(directory):
@@ -133,7 +142,7 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
             for row, column in enumerate(["sab", "ffn"]):
                 ax, colour = axes[row][j], SKIP_COLOURS[skip]
                 ax.plot(t.index, t[f"{column}_drawn"], color=colour, label=SKIP_LABELS[skip])
-                singular = ~np.isfinite(t[column])  # the median report is singular: hollow, at its κ_lo
+                singular = ~np.isfinite(t[column])  # more than half singular: hollow, drawn with their κ_lo
                 ax.plot(t.index[~singular], t[f"{column}_drawn"][~singular], ".", color=colour)
                 ax.plot(t.index[singular], t[f"{column}_drawn"][singular], "o", mfc="none", ms=5, color=colour)
         axes[0][j].set_title(f"{init}, {opt}", fontsize=9)
@@ -144,8 +153,9 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
             for level in (3, 6):  # the paper's e³ (with the SAB skip) and e⁶ (without)
                 ax.axhline(level, color="black", lw=0.6, ls=":", label="paper: e³, e⁶" if level == 3 else None)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("κ of the token matrices the sub-blocks pass on\nhollow: the median report is singular in fp64 "
-                 "(a rank collapse, κ = ∞),\ndrawn at its lower bound κ_lo", fontsize=9)
+    fig.suptitle("κ of the token matrices the sub-blocks pass on (lower median over probes and layers)\nhollow: more "
+                 "than half the reports are singular in fp64 (a rank collapse, κ = ∞),\ndrawn at the median with "
+                 "κ_lo, their lower bound, for the singular ones", fontsize=9)
     fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
     fig.tight_layout(rect=(0, 0.03, 1, 0.93))
     return paths + save(fig, out_dir, "skip_ablation_kappa", formats)

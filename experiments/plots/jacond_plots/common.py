@@ -87,6 +87,9 @@ def require_columns(df, path, columns):
                             f"(expected {' | '.join(STATUS_COLOURS)})")
 
 
+UNKNOWN_COMMAND = "command unknown (no readable run.json or verify.json)"
+
+
 def command_line(directory):
     """The command that wrote `directory` (the "command" of run.json, or of verify.json for
     `jacond verify`), or a note that it is unknown."""
@@ -100,7 +103,7 @@ def command_line(directory):
             return shlex.join(str(a) for a in command)
         if command:
             return str(command)
-    return "command unknown (no readable run.json or verify.json)"
+    return UNKNOWN_COMMAND
 
 
 def caption(fig, directory, extra=""):
@@ -113,13 +116,20 @@ def merged_command(directories):
     """One command line for the runs of a figure that draws several: the flags they share as they
     are, a flag whose value differs as {a|b|…} (its values in order of first appearance), --out as
     {N directories}. When the runs' flags are not the same list (another subcommand, a flag only some
-    runs have), the first command and "and N more run(s)"."""
-    commands = [shlex.split(command_line(d)) for d in directories]
+    runs have, an unknown or unparsable command), the first command and "and N more run(s)"."""
+    lines = [command_line(d) for d in directories]
+    fallback = lines[0] + (f"   |   and {len(lines) - 1} more run(s)" if len(lines) > 1 else "")
+    try:
+        commands = [shlex.split(line) for line in lines if line != UNKNOWN_COMMAND]
+    except ValueError:  # a stored command string with an unbalanced quote
+        return fallback
+    if len(commands) < len(lines):
+        return fallback
     if len(commands) == 1:
         return shlex.join(commands[0])
     shape = [[t if t.startswith("--") or i < 2 else None for i, t in enumerate(c)] for c in commands]
     if any(s != shape[0] for s in shape):
-        return shlex.join(commands[0]) + f"   |   and {len(commands) - 1} more run(s)"
+        return fallback
     merged = []
     for i, tokens in enumerate(zip(*commands)):
         values = list(dict.fromkeys(tokens))

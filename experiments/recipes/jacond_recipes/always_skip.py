@@ -116,10 +116,12 @@ inputs and weights, checks the bound (4.2) κ(XM + X) ≤ κ(X)·κ(I + M) and w
     report.text("""
 Per init, over the same draws (prop41.csv: `verify prop42` draws the same inputs and weights), the
 median gain κ(XM)/κ(XM + X) and what decides it, with M = W_Q W_Kᵀ Xᵀ X W_V. Since
-XM + X = X(I + M), the skip helps as far as I + M is better conditioned than M. With ‖M‖ ≲ 1
-(`timm`) I + M is near I; with ‖M‖ in the hundreds or thousands (`ours` and `mimetic`, the inits
-built for skipless blocks) adding I lifts only the singular values of M below 1, κ(I + M) stays
-within a few times κ(M), and XM + X is about as ill-conditioned as XM:""")
+XM + X = X(I + M), the skip helps as far as I + M is better conditioned than M (per draw, the log
+gain follows ln κ(M)/κ(I + M)). With ‖M‖ ≲ 1 (`timm`) I + M is near I. With ‖M‖ in the hundreds
+or thousands (`ours`, `mimetic`) the identity is a relative perturbation of size 1/‖M‖; Weyl's
+inequality lets each singular value move by at most 1, and M is not symmetric positive
+semidefinite, so nothing makes I + M lift M's small singular values (σ_min(M) below) to 1, and here
+it does not: κ(I + M) stays of the order of κ(M), and XM + X about as ill-conditioned as XM:""")
     report.table(gains, floatfmt="{:.3g}")
     return slopes, gains
 
@@ -135,16 +137,23 @@ def skip_gains(draws):
         raise RecipeError("prop41.csv: no rows with the skip (skip = with): written by an older jacond?")
     gain = (without / with_skip).rename("gain").reset_index()
     per_init = gain.pivot_table(index="init", columns="output", values="gain", aggfunc="median")
-    tenfold = gain[gain["output"] == "linear_attention"].groupby("init")["gain"].apply(lambda g: (g >= 10).mean())
-    linear = draws[(draws["output"] == "linear_attention") & (draws["skip"] == "without")].groupby("init")
+    tenfold = gain.groupby(["init", "output"])["gain"].apply(lambda g: 100 * (g >= 10).mean()).unstack()
+    linear = draws[(draws["output"] == "linear_attention") & (draws["skip"] == "without")]
+    linear = linear.assign(sigma_min_m=linear["norm_m"] / linear["kappa_m"],
+                           i_plus_m_over_m=linear["kappa_i_plus_m"] / linear["kappa_m"]).groupby("init")
+    def median(column):
+        return linear[column].median().reindex(per_init.index).to_numpy()
     return pd.DataFrame({
         "init": per_init.index,
         "median κ(XM)/κ(XM + X), linear": per_init["linear_attention"].to_numpy(),
-        "draws ≥ 10×, linear (%)": 100 * tenfold.reindex(per_init.index).to_numpy(),
+        "draws ≥ 10×, linear (%)": tenfold["linear_attention"].reindex(per_init.index).to_numpy(),
         "median κ(SA)/κ(X + SA), softmax": per_init["softmax_attention"].to_numpy(),
-        "median ‖M‖": linear["norm_m"].median().reindex(per_init.index).to_numpy(),
-        "median κ(M)": linear["kappa_m"].median().reindex(per_init.index).to_numpy(),
-        "median κ(I + M)": linear["kappa_i_plus_m"].median().reindex(per_init.index).to_numpy()})
+        "draws ≥ 10×, softmax (%)": tenfold["softmax_attention"].reindex(per_init.index).to_numpy(),
+        "median ‖M‖": median("norm_m"),
+        "median σ_min(M)": median("sigma_min_m"),
+        "median κ(M)": median("kappa_m"),
+        "median κ(I + M)": median("kappa_i_plus_m"),
+        "median κ(I + M)/κ(M)": median("i_plus_m_over_m")})
 
 
 def skip_section(r, report, runs):
@@ -186,15 +195,16 @@ for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over
                                            "ConvMixer control (one seed each)"),
                 "skip_ablation_kappa": ("ln kappa of the SAB and FFN block outputs over training",
                                         "Median ln κ of the SAB outputs (top) and FFN block outputs (bottom) over "
-                                        "training, one line per skip mode; hollow: the median report is singular")}
+                                        "training, one line per skip mode; hollow: more than half the reports are singular")}
     for png in figures:
         alt, caption = captions[os.path.splitext(os.path.basename(png))[0]]
         r.add_figure(report, png, alt, caption=caption)
     report.text("ln κ of the token matrices the sub-blocks pass on, at initialisation, at the end, and the SAB's "
-                "maximum over training, each the median over the (probe, layer) reports of that step. A report whose "
-                "σ_min is under the fp64 noise floor is singular (a rank collapse: κ = ∞ in fp64, only κ ≥ κ_lo "
-                "is known) and enters the median as ∞; \"singular\" in an ln κ column means the median report "
-                "is, i.e. at least half of them. The % columns give the share of singular reports at the end:")
+                "maximum over training, each the lower median over the (probe, layer) reports of that step. A report "
+                "whose σ_min is under the fp64 noise floor is singular (a rank collapse: κ = ∞ in fp64, only κ ≥ κ_lo "
+                "is known) and enters the median as ∞; \"singular\" in an ln κ column means more than half of "
+                "them are (at exactly half, the finite half's largest is shown). The % columns give the share of "
+                "singular reports at the end:")
     shown = kappas.drop(columns=["SAB out singular, init (%)"])
     report.table(with_singular_cells(shown, [c for c in shown.columns if c.startswith("ln κ")]), floatfmt="{:.2f}")
     without = kappas[kappas["skip"].isin(["w/o SAB skip", "no skips"])]
@@ -220,7 +230,7 @@ probes and layers, at the end:""")
 
 
 def with_singular_cells(df, columns):
-    """The table with +∞ in `columns` (a median over reports at least half of which are singular) shown
+    """The table with +∞ in `columns` (a median over reports more than half of which are singular) shown
     as "singular": ln κ of a rank-deficient matrix has no finite value to print."""
     shown = df.copy()
     for column in columns:
@@ -231,14 +241,14 @@ def with_singular_cells(df, columns):
 
 def finite_range(values, what):
     """The range of the finite values and how many are singular (∞), e.g. '17.5–21.5, singular in 2
-    of 8 runs (their median report is)'."""
+    of 8 runs (more than half their reports)'."""
     finite = values[values < float("inf")]
     singular = len(values) - len(finite)
     if not len(finite):
-        return f"singular in all {len(values)} {what} (their median report is)"
+        return f"singular in all {len(values)} {what} (more than half their reports)"
     low, high = f"{finite.min():.1f}", f"{finite.max():.1f}"
     span = low if low == high else f"{low}–{high}"
-    return span + (f", singular in {singular} of {len(values)} {what} (their median report is)" if singular else "")
+    return span + (f", singular in {singular} of {len(values)} {what} (more than half their reports)" if singular else "")
 
 
 def control_table(controls):
@@ -338,9 +348,12 @@ def prop42_verdict(gains):
     linear, softmax = g["median κ(XM)/κ(XM + X), linear"], g["median κ(SA)/κ(X + SA), softmax"]
     holds = [i for i in g.index if linear[i] >= 10]
     fails = [i for i in g.index if linear[i] < 10]
-    why = ("; not for " + ", ".join(fails) + ": their ‖M‖ (median " +
-           ", ".join(f"{g['median ‖M‖'][i]:.3g}" for i in fails) + ") makes I + M nearly as ill-conditioned as M "
-           "(κ(I + M) " + ", ".join(f"{g['median κ(I + M)'][i]:.2g}" for i in fails) + ")") if fails else ""
+    softmax_gains = [f"{i}'s softmax attention gains {softmax[i]:.3g}× (≥ 10× in {g['draws ≥ 10×, softmax (%)'][i]:.0f} % "
+                     "of draws)" for i in fails if softmax[i] >= 10]
+    why = ("; not for " + ", ".join(fails) + " in linear attention: with ‖M‖ ≫ 1 (median " +
+           ", ".join(f"{g['median ‖M‖'][i]:.3g}" for i in fails) + ") κ(I + M) stays of the order of κ(M) "
+           "(median κ(I + M)/κ(M) " + ", ".join(f"{g['median κ(I + M)/κ(M)'][i]:.2g}" for i in fails) + ")" +
+           ("; " + "; ".join(softmax_gains) if softmax_gains else "")) if fails else ""
     return {"claim": "Prop. 4.2: the skip regularises the attention output, κ(XM + X) ≪ κ(XM)",
             "here": "median κ(XM)/κ(XM + X), linear / softmax: " +
                     "; ".join(f"{i} {linear[i]:.3g} / {softmax[i]:.3g}" for i in g.index),
