@@ -280,6 +280,7 @@ void lanczos_subblock_reports(const BlockWeights& w, const BlockForward& f, Skip
 // κ of one assembled nd × nd matrix by `route`, certified when opt asks for it (the factorisation
 // then works on a copy: the counts need K itself).
 ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
+  if (opt.before_dense_solve) opt.before_dense_solve();
   if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route, opt.device);
   const ConditionReport r = condition_dense(K, name, route, opt.device);
   return with_certificate(r, [&]() -> const Mat& { return K; }, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
@@ -291,6 +292,7 @@ ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, c
 template <typename Op, typename Dense, typename Dense32>
 ConditionReport mixed_report(const Op& op, const std::string& name, const BlockReportOptions& opt, const Dense& dense,
                              const Dense32& dense32) {
+  if (opt.before_dense_solve) opt.before_dense_solve();
   const DenseDevice& dev = device_or_host(opt.device);
   const ConditionReport r = unless_refinement_failed(dev.condition_mixed(dense32(), linear_map(op), name), dev, dense);
   if (r.status == Status::kNotConverged || !wants_certificate(opt, r.rows, r.cols)) return r;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -94,6 +95,11 @@ struct BlockReportOptions {
   /// host kernels. The GKL recurrence and its brackets stay on the host; such reports say
   /// method gkl-<device name>.
   std::shared_ptr<const OperatorDevice> operator_device;
+  /// Called before each dense κ of an assembled nd × nd matrix (K_sa, B_sa, E_sa, K_sab by kFast,
+  /// kSvd or kMixed; optional): the caller's cancellation point between factorisations, which are
+  /// single LAPACK calls that cannot stop midway. It may throw to abandon the call (the Python
+  /// module raises KeyboardInterrupt through it); the reports made so far go with the exception.
+  std::function<void()> before_dense_solve;
 };
 
 /// The reports of a post-norm block, whose attention sees the block input Y itself (no LayerNorm

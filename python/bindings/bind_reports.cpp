@@ -50,17 +50,21 @@ BlockReportOptions block_options(const std::string& method, const std::optional<
   return opt;
 }
 
-// Ctrl-C during a long matrix-free bracket (lanczos_seconds, 120 s per matrix by default): the
-// solver's progress callback, called at every estimate, takes the GIL and lets Python look at its
-// signals; a pending KeyboardInterrupt unwinds the solver (RAII all the way) as Interrupted, and is
-// raised once the GIL is back. The dense routes are LAPACK calls and finish first.
+// Ctrl-C during a long computation: the matrix-free solver's progress callback (called at every
+// estimate) and the dense routes' hook before each factorisation take the GIL and let Python look
+// at its signals; a pending KeyboardInterrupt unwinds the solver (RAII all the way) as Interrupted,
+// and is raised once the GIL is back. A factorisation already running (one LAPACK call) finishes
+// first: the wait is at most one matrix's dense κ.
 struct Interrupted {};
 
+void check_signals() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw Interrupted{};
+}
+
 void interrupt_on_signal(BlockReportOptions& opt) {
-  opt.lanczos.progress = [](const GklProgress&) {
-    py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) throw Interrupted{};
-  };
+  opt.lanczos.progress = [](const GklProgress&) { check_signals(); };
+  opt.before_dense_solve = check_signals;
 }
 
 std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen::Ref<const Mat>& X,

@@ -236,8 +236,10 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     norm "post": a post-norm block (K_sa, B_sa, E_sa, softmax, attention at X itself; others are a
     ValueError). device: cpu | cuda, where the dense exact routes run (`--device`; the method
     column says where, e.g. dense-lu-lanczos-cuda). Returns a DataFrame (as_frame) or the list of
-    Report objects. Calling it from several Python threads at once: see set_threads (call
-    set_threads(1) first, or the threads oversubscribe the cores)."""
+    Report objects. Ctrl-C (KeyboardInterrupt) stops a matrix-free bracket at its next estimate
+    and a dense call before its next factorisation (one running finishes first). Calling it from
+    several Python threads at once: see set_threads (call set_threads(1) first, or the threads
+    oversubscribe the cores)."""
     _check_strings(skip=skip, method=method, certify=certify, norm=norm, device=device)
     reports = _jacond.block_reports(_block(block), _tokens(X), skip=skip, method=method, matrices=_matrix_selection(matrices),
                                     lanczos_seconds=lanczos_seconds, lanczos_tol=lanczos_tol,

@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,29 @@ TEST(BlockReportSelection, SubsetRowsEqualTheFullCallsRowsN8D12) {
       EXPECT_EQ(r.sigma_max, f->sigma_max) << r.matrix << " " << r.space << " head " << r.head;
       EXPECT_EQ(r.sigma_min, f->sigma_min) << r.matrix << " " << r.space << " head " << r.head;
     }
+  }
+}
+
+// The cancellation point before each dense factorisation: called once per assembled nd × nd matrix
+// the route solves densely (skipless K_sab: the full space and the LayerNorm complement), never for
+// the token block-diagonal or per-head ones, on kFast, kSvd and kMixed alike; an exception from it
+// leaves the call at once, before the next factorisation.
+TEST(BlockReportCancellation, CalledBeforeEachDenseFactorisationAndMayAbandonTheCallN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 9);
+  const Mat X = test::random_tokens(6, 8, 10);
+  for (const KappaRoute route : {KappaRoute::kFast, KappaRoute::kSvd, KappaRoute::kMixed}) {
+    BlockReportOptions opt;
+    opt.route = route;
+    int calls = 0;
+    opt.before_dense_solve = [&] { ++calls; };
+    block_reports(w, X, SkipMode::kNone, opt);
+    EXPECT_EQ(calls, 5) << "K_sa, B_sa, E_sa, K_sab full and on the LN complement; route " << static_cast<int>(route);
+    calls = 0;
+    opt.before_dense_solve = [&] {
+      if (++calls == 2) throw std::runtime_error("interrupted");
+    };
+    EXPECT_THROW(block_reports(w, X, SkipMode::kNone, opt), std::runtime_error);
+    EXPECT_EQ(calls, 2);
   }
 }
 
