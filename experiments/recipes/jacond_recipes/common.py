@@ -129,6 +129,13 @@ class Recipe:
         out = self.run("plot", directory, "--format", "png")
         return [line[len("wrote "):] for line in out.splitlines() if line.startswith("wrote ")]
 
+    def verify_claim(self, claim, seeds, quick_seeds):
+        """`jacond verify CLAIM --seeds N --out WORK/verify` (quick_seeds with --quick) and its figures:
+        (the data directory, the figure paths, verify.json)."""
+        data = self.work("verify")
+        self.run("verify", claim, "--seeds", quick_seeds if self.quick else seeds, "--threads", self.threads, "--out", data)
+        return data, self.plot(data), self.verify_json(data)
+
     def verify_json(self, directory):
         try:
             with open(os.path.join(directory, "verify.json"), encoding="utf-8") as f:

@@ -33,10 +33,7 @@ def bound_held(df):
 
 
 def run(r):
-    data = r.work("verify")
-    r.run("verify", "lemma1", "--seeds", 100 if r.quick else 200, "--threads", r.threads, "--out", data)
-    figures = r.plot(data)
-    verify = r.verify_json(data)
+    data, figures, verify = r.verify_claim("lemma1", 200, quick_seeds=100)
     df = r.read_csv(f"{data}/lemma1.csv")
     first = df.iloc[0]
     rates = pd.DataFrame(decay_rates(df))

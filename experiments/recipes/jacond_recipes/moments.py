@@ -7,10 +7,7 @@ SUMMARY = "the App. A.2.1 moments table: paper formula, corrected formula and Mo
 
 
 def run(r):
-    data = r.work("verify")
-    r.run("verify", "moments", "--seeds", 30 if r.quick else 2000, "--threads", r.threads, "--out", data)
-    figures = r.plot(data)
-    verify = r.verify_json(data)
+    data, figures, verify = r.verify_claim("moments", 2000, quick_seeds=30)
     t = r.read_csv(f"{data}/moments.csv")
     first = t.iloc[0]
 

@@ -12,10 +12,7 @@ def slope(x, y):
 
 
 def run(r):
-    data = r.work("verify")
-    r.run("verify", "prop1", "--seeds", 40 if r.quick else 400, "--threads", r.threads, "--out", data)
-    figures = r.plot(data)
-    verify = r.verify_json(data)
+    data, figures, verify = r.verify_claim("prop1", 400, quick_seeds=40)
     draws = r.read_csv(f"{data}/prop1_draws.csv")
 
     peak = draws[draws["experiment"] == "peak"]["kappa"]

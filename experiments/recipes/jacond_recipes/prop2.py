@@ -5,10 +5,7 @@ SUMMARY = "||E_sa|| against sigma_min(B_sa), kappa(K_sa) against kappa(B_sa) acr
 
 
 def run(r):
-    data = r.work("verify")
-    r.run("verify", "prop2", "--seeds", 40 if r.quick else 800, "--threads", r.threads, "--out", data)
-    figures = r.plot(data)
-    verify = r.verify_json(data)
+    data, figures, verify = r.verify_claim("prop2", 800, quick_seeds=40)
     t = r.read_csv(f"{data}/prop2.csv")
     t["premise"] = t["premise"].astype(str).str.lower() == "true"
     sweep = t[t["experiment"] == "beta-sweep"]
