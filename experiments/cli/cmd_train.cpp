@@ -29,6 +29,7 @@ template <typename T>
 po::typed_value<T>* field_value(const models::TrainField& f, T& field) {
   if (f.shown == models::TrainField::Default::kOptimizerChosen) return po::value(&field);
   if constexpr (std::is_same_v<T, double>) return number_value(&field);
+  else if constexpr (std::is_same_v<T, bool>) return po::value(&field)->default_value(field)->implicit_value(true);  // --augment alone: true
   else return po::value(&field)->default_value(field);
 }
 

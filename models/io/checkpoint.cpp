@@ -180,7 +180,8 @@ std::string write_checkpoint(const std::string& run_dir, int64_t step, const Ten
 
 void prune_checkpoints(const std::string& run_dir, int64_t keep) {
   if (keep <= 0) return;
-  auto all = list_checkpoints(run_dir);
+  auto all = list_checkpoints(run_dir);  // by step: a step-0 checkpoint comes first
+  if (!all.empty() && all.front().step == 0) all.erase(all.begin());
   const int64_t excess = static_cast<int64_t>(all.size()) - keep;
   // Retention runs after the new checkpoint is in place: failing to delete an old one must not
   // fail training, but it is reported.

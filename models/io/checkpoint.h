@@ -41,8 +41,10 @@ std::string write_checkpoint(const std::string& run_dir, int64_t step, const Ten
                              const std::function<void(torch::serialize::OutputArchive&)>& save_optimizer,
                              nlohmann::json meta);
 
-/// Removes all but the newest `keep` complete checkpoints (keep <= 0 keeps all). A checkpoint
-/// that cannot be removed is reported on stderr (one line) and left in place.
+/// Removes all but the newest `keep` complete checkpoints (keep <= 0 keeps all). Step 0, the
+/// initialisation (`jacond train --checkpoint-init`), is neither counted nor removed: it is the
+/// audit's reference point. A checkpoint that cannot be removed is reported on stderr (one line)
+/// and left in place.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 
 /// Removes .tmp-* leftovers of interrupted writes; a failure is reported on stderr (one line).

@@ -49,7 +49,7 @@ bool changeable_on_resume(const std::string& key) {
   static const std::set<std::string> keys = {
       "steps",     "epochs",        "threads",     "device",      "dist_timeout",     "dist_backend",
       "data_dir",  "out_dir",       "log_every",   "print_every", "eval_every",       "checkpoint_every",
-      "keep",      "track_every",   "probe_size",  "track_method", "track_seconds",   "track_matrices",
+      "checkpoint_init", "keep",      "track_every",   "probe_size",  "track_method", "track_seconds",   "track_matrices",
       "track_split"};
   return keys.count(key) > 0;
 }

@@ -64,6 +64,9 @@ struct TrainConfig {
   std::string out_dir = "results/train";
   int64_t log_every = 1, print_every = 10, eval_every = 0;  // eval_every 0: at each epoch's end
   int64_t checkpoint_every = 100, keep = 3;
+  /// Also write step 0 (the initialisation, before any update) on a fresh run, so that `jacond
+  /// audit` sees where training started; --keep never removes it.
+  bool checkpoint_init = false;
   /// Stop (with a checkpoint) after this step although the schedule runs to `steps`: a
   /// time-boxed or deliberately interrupted run. Not saved in checkpoints. 0: run to the end.
   int64_t stop_at = 0;
@@ -182,7 +185,10 @@ void for_each_train_field(Config& c, Visit&& visit) {
   visit(TrainField{"print_every", "print-every", "run", "progress line period"}, c.print_every);
   visit(TrainField{"eval_every", "eval-every", "run", "test evaluation period (0: each epoch)"}, c.eval_every);
   visit(TrainField{"checkpoint_every", "checkpoint-every", "run", "checkpoint period (0: end only)"}, c.checkpoint_every);
-  visit(TrainField{"keep", "keep", "run", "checkpoints kept (0: all)"}, c.keep);
+  visit(TrainField{"checkpoint_init", "checkpoint-init", "run",
+                   "also checkpoint step 0, the initialisation (never removed by --keep)"},
+        c.checkpoint_init);
+  visit(TrainField{"keep", "keep", "run", "checkpoints kept (0: all; a step-0 checkpoint is not counted)"}, c.keep);
   visit(TrainField{"stop_at", "stop-at", "run", "stop after this step (with a checkpoint); 0: run to the end",
                    D::kShown, /*saved=*/false},
         c.stop_at);

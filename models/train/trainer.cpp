@@ -335,6 +335,7 @@ class TrainingRun {
   const int64_t steps_per_epoch_;  // drops the last partial batch
   const int64_t total_;
   int64_t start_step_ = 0;
+  const bool fresh_;  // not resumed: step 0's tracking and checkpoint happen here (a resume from step 0 has them)
   std::shared_ptr<ClassifierImpl> model_;  // a VisionTransformerImpl or, with --arch convmixer, a ConvMixerImpl
   std::unique_ptr<TrainOptimizer> optimizer_;
   std::mt19937_64 aug_gen_;
@@ -367,6 +368,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
       steps_per_epoch_(train_split_.size() / cfg_.batch),
       total_(cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * steps_per_epoch_),
       start_step_(resume ? resume->meta.at("step").get<int64_t>() : 0),
+      fresh_(resume == nullptr),
       model_(make_classifier(cfg_)),
       aug_gen_(layer_seed(cfg_.seed, -2)) {
   check_schedule(resume);
@@ -541,7 +543,7 @@ void TrainingRun::track_now(int64_t step) {
 void TrainingRun::save(int64_t step, double loss) {
   if (ranks_) dist::check_replicas_agree(*model_, *ranks_, step);
   if (!main_) return;
-  nlohmann::json meta{{"epoch", (step - 1) / steps_per_epoch_},
+  nlohmann::json meta{{"epoch", step == 0 ? 0 : (step - 1) / steps_per_epoch_},
                       {"model", cfg_.arch == "convmixer" ? cfg_.convmixer().to_json() : cfg_.model.to_json()},
                       {"train", cfg_.to_json()},
                       {"world_size", ranks_ ? ranks_->size() : 1},
@@ -559,7 +561,8 @@ void TrainingRun::save(int64_t step, double loss) {
 }
 
 TrainResult TrainingRun::run() {
-  if (cfg_.track_every > 0 && start_step_ == 0) track_now(0);
+  if (cfg_.track_every > 0 && fresh_) track_now(0);
+  if (cfg_.checkpoint_init && fresh_) save(0, NAN);  // the initialisation, for `jacond audit`
   model_->train();
   TrainResult result;
   double loss = NAN;

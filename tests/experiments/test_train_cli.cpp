@@ -144,6 +144,58 @@ TEST_F(TrainCli, ResumeReproducesTheUninterruptedLosses) {
       EXPECT_EQ(e.rows[i].at(col), f.rows[i].at(col)) << col << " row " << i;
 }
 
+// --checkpoint-init writes step 0 (the initialisation) before the first update, --keep neither
+// counts nor removes it, it changes nothing in the training (same losses as the reference run),
+// a run resumed from it repeats the reference run without doubling step 0's tracking rows, and
+// `jacond audit` of the run starts at step 0.
+TEST_F(TrainCli, CheckpointInitKeepsStepZeroWhichResumesAndAudits) {
+  const auto want = losses(reference_run(*this));
+  const std::string d = path("d");
+  RunResult r = run(tiny_run(d, {"--checkpoint-init", "true", "--keep", "1"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(losses(d), want);
+  auto ckpts = jacond::models::list_checkpoints(d);
+  ASSERT_EQ(ckpts.size(), 2u);
+  EXPECT_EQ(ckpts[0].step, 0);
+  EXPECT_EQ(ckpts[1].step, kSteps);
+  const auto init = jacond::models::read_checkpoint(ckpts[0].dir);
+  EXPECT_EQ(init.meta.at("epoch"), 0);
+  EXPECT_TRUE(init.meta.at("metrics").at("loss").is_null());  // no step taken: no training loss
+  EXPECT_TRUE(json::parse(slurp(d + "/config.json")).at("checkpoint_init").get<bool>());
+
+  // Resume from step 0 (the flag alone means true): the reference run again, step 0 tracked once.
+  const std::string e = path("e");
+  auto stopped = tiny_run(e, {"--stop-at", "3", "--keep", "1"});
+  stopped.push_back("--checkpoint-init");
+  r = run(stopped);
+  ASSERT_EQ(r.code, 0) << r.describe();
+  ckpts = jacond::models::list_checkpoints(e);
+  ASSERT_EQ(ckpts.size(), 2u);
+  fs::remove_all(ckpts[1].dir);  // only step 0 left
+  r = run({"train", "--resume", e});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "at step 0 of")) << r.out;
+  EXPECT_EQ(losses(e), want);
+  const Csv x = read_csv(reference_run(*this) + "/conditioning.csv"), y = read_csv(e + "/conditioning.csv");
+  ASSERT_EQ(x.rows.size(), y.rows.size());
+  for (size_t i = 0; i < x.rows.size(); ++i) {
+    EXPECT_EQ(x.rows[i].at("step"), y.rows[i].at("step")) << i;
+    EXPECT_EQ(x.rows[i].at("kappa"), y.rows[i].at("kappa")) << i;
+  }
+
+  // The audit of the run: step 0 and the last step; at step 0 `ours` makes every W^V W^O orthogonal.
+  r = run({"audit", d, "--data-free", "--threads", "1", "--out", path("audit")});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  std::set<std::string> steps;
+  for (const auto& row : read_csv(path("audit") + "/audit.csv").rows) {
+    steps.insert(row.at("step"));
+    if (row.at("step") == "0" && row.at("matrix") == "W_VO") {
+      EXPECT_NEAR(std::stod(row.at("kappa")), 1.0, 1e-4);
+    }
+  }
+  EXPECT_EQ(steps, (std::set<std::string>{"0", std::to_string(kSteps)}));
+}
+
 // A resume may extend the run, move it and change what it logs and tracks, but not what it trains
 // on or how: each such flag, typed with a different value, is a usage error that names the run's
 // value, and config.json is left as it was (it described the whole run). --epochs on a run that

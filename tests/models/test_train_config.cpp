@@ -26,7 +26,7 @@ json every_field_changed() {
           {"max_precond_dim", 333}, {"warmup_steps", 11}, {"clip_grad", 2.5}, {"data_dir", "/data/fm"},
           {"data_limit", 1000}, {"test_limit", 500}, {"augment", true}, {"crop_pad", 3}, {"flip", false},
           {"batch", 64}, {"steps", 99}, {"epochs", 4}, {"threads", 3}, {"seed", 17}, {"device", "cuda"},
-          {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13},
+          {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13}, {"checkpoint_init", true},
           {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5}, {"dist_timeout", 45.0}, {"dist_backend", "nccl"}, {"track_split", "rank0"},
           {"track_matrices", "mix_out,block_out"}, {"token_graying", "svd"}, {"tg_eps", 0.6}, {"arch", "convmixer"},
           {"kernel", 3}};  // a ConvMixer run: its own tracking names
