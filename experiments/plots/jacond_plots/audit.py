@@ -3,7 +3,8 @@
 One panel per matrix in the audit (data-dependent: K_sa, K_sab, softmax, …; --data-free: the
 weight products W^V W^O, W^Q_h W^K_hᵀ and every weight matrix): κ against the checkpoint's
 training step, one line per layer (median over probes and heads, the band their min–max), on a
-log scale. An audit of a single checkpoint draws κ against the layer instead. Singular rows are
+log scale; on the complement of a structural nullspace where the audit reports one (skipless K_sab
+on LN⊥, softmax on 1⊥). An audit of a single checkpoint draws κ against the layer instead. Singular rows are
 drawn at κ_lo with hollow markers (κ ≥ κ_lo is all that is known); not-converged rows are left out
 and counted in the panel's title.
 """
@@ -16,10 +17,13 @@ COLUMNS = ["checkpoint", "step", "probe", "layer", "matrix", "space", "head", "s
 
 
 def matrix_rows(df, matrix):
-    """Every report of `matrix`, on the LN complement where reported (skipless K_sab is singular on the
-    whole space by construction)."""
+    """Every report of `matrix`, on the complement of its structural nullspace where one is reported:
+    skipless K_sab is singular on the whole space by construction (LayerNorm's, "ln-complement") and
+    the softmax Jacobian always is (it kills 1, "ones-complement"); the full space's κ there is the
+    fp64 floor, not a property of the weights."""
     sub = df[df["matrix"] == matrix]
-    return sub[sub["space"] == "ln-complement"] if (sub["space"] == "ln-complement").any() else sub
+    complement = sub["space"] != "full"
+    return sub[complement] if complement.any() else sub
 
 
 def rows_to_draw(df, matrix):

@@ -161,12 +161,18 @@ def plotted_kappa(df):
 
 def kappa_scale(ax, values, label="κ"):
     """Log y axis where the values span a decade or more (κ usually does), linear otherwise (a log
-    axis over 1.02–1.05 only prints 1.03×10⁰ ticks)."""
+    axis over 1.02–1.05 only prints 1.03×10⁰ ticks). A log axis whose values hold fewer than two
+    powers of ten (150 to 1600: only 10³) is widened to whole decades, so it has two labelled ticks."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]
     if v.size and v.max() / v.min() >= 10:
         ax.set_yscale("log")
         ax.set_ylabel(f"{label} (log scale)")
+        lo, hi = np.log10(v.min()), np.log10(v.max())
+        if np.floor(hi) - np.ceil(lo) < 1:  # fewer than two powers of ten inside: widen to whole decades,
+            bottom, top = np.floor(lo), np.ceil(hi)  # with a margin, so that no point sits on the frame
+            pad = 0.04 * (top - bottom)
+            ax.set_ylim(10 ** (bottom - pad), 10 ** (top + pad))
     else:
         ax.set_ylabel(label)
 

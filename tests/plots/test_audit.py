@@ -1,0 +1,78 @@
+"""jacond_plots.audit against hand-built audit.csv rows: a matrix with a structural nullspace is drawn on
+its complement (the softmax on 1⊥, as skipless K_sab on LN⊥), not at the fp64 floor of the whole space;
+and a log κ axis always carries two labelled powers of ten."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from jacond_plots import audit  # noqa: E402
+from jacond_plots.common import kappa_scale  # noqa: E402
+
+
+def softmax_rows():
+    """Two checkpoints, one layer, two heads: the whole space singular (κ_lo near 1/eps), the ones
+    complement well conditioned (κ 40 and 90 at step 0, 400 and 900 at step 10)."""
+    rows = []
+    for step, scale in ((0, 1), (10, 10)):
+        for head, k in ((0, 40.0), (1, 90.0)):
+            common = dict(checkpoint=f"run/step-{step:07d}", step=step, probe=0, layer=0, matrix="softmax", head=head)
+            rows.append(dict(common, space="full", status="singular", kappa=np.inf, kappa_lo=3e15))
+            rows.append(dict(common, space="ones-complement", status="exact", kappa=k * scale, kappa_lo=k * scale))
+    return pd.DataFrame(rows)
+
+
+def test_softmax_is_drawn_on_the_ones_complement_not_at_the_floor():
+    df = softmax_rows()
+    sub = audit.rows_to_draw(df, "softmax")
+    assert set(sub["space"]) == {"ones-complement"}
+    fig, ax = plt.subplots()
+    audit.panel(ax, sub, "softmax", over_steps=True)
+    line = ax.get_lines()[0]
+    np.testing.assert_allclose(line.get_ydata(), [65.0, 650.0])  # the median over the two heads
+    assert "ones-complement" in ax.get_title()
+    assert ax.get_ylim()[1] < 1e5  # the 3e15 floor of the whole space is nowhere on the axis
+    plt.close(fig)
+
+
+def test_a_matrix_reported_on_the_full_space_only_is_drawn_there():
+    df = softmax_rows()
+    df = df[df["space"] == "full"].assign(matrix="K_sa")
+    sub = audit.rows_to_draw(df, "K_sa")
+    assert set(sub["space"]) == {"full"} and len(sub) == 4
+
+
+def labelled_decades(ax):
+    lo, hi = ax.get_ylim()
+    return [t for t in ax.get_yticks() if lo <= t <= hi and np.isclose(np.log10(t), round(np.log10(t)))]
+
+
+def test_a_log_axis_inside_one_decade_is_widened_to_two_powers_of_ten():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [150, 1600])
+    kappa_scale(ax, [150, 1600])
+    assert ax.get_yscale() == "log"
+    lo, hi = ax.get_ylim()
+    assert 80 < lo < 100 and 10000 < hi < 12500  # whole decades, and a margin so no point sits on the frame
+    assert len(labelled_decades(ax)) >= 2
+    plt.close(fig)
+
+
+def test_a_log_axis_over_two_powers_of_ten_keeps_its_own_limits():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [50, 2000])
+    kappa_scale(ax, [50, 2000])
+    assert ax.get_yscale() == "log"
+    lo, hi = ax.get_ylim()
+    assert 10 < lo <= 50 and 2000 <= hi < 10000  # matplotlib's own margins, not whole decades
+    plt.close(fig)
+
+
+def test_the_audit_figure_of_a_run_is_written(tmp_path):
+    softmax_rows().to_csv(tmp_path / "audit.csv", index=False)
+    (paths,) = [audit.plot(str(tmp_path), ("png",))]
+    assert paths == [str(tmp_path / "figures" / "audit.png")]
+    assert (tmp_path / "figures" / "audit.png").stat().st_size > 0
