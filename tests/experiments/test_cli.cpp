@@ -1209,6 +1209,12 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
     if (name == "prop1" || name == "lemma1" || name == "always-skip") {
       EXPECT_TRUE(contains(md, "| PASS |")) << md;
     }
+    if (name == "training") {  // three seeds: each one's accuracy, the ordering counted over them
+      EXPECT_TRUE(contains(md, "| seed 2 (%) |") && contains(md, "of 3 seeds") && contains(md, "--seed 2")) << md;
+    }
+    if (name == "audit") {  // --checkpoint-init: the audit starts at the initialisation
+      EXPECT_TRUE(contains(slurp(out + "/README.md"), "| quick-run | 0 → 12 |")) << slurp(out + "/README.md");
+    }
     if (name == "always-skip") {  // the grid's commands in the order given, though two ran at a time
       const size_t full = md.find("train --skip full"), none = md.find("train --skip none"), dct = md.find("--token-graying dct");
       EXPECT_TRUE(full < none && none < dct && dct != std::string::npos) << md;

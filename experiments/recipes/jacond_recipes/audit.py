@@ -15,7 +15,7 @@ SUMMARY = "jacond audit over each training run's checkpoints (the training recip
 
 QUICK_RUN = ["--skip", "none", "--init", "ours", "--optimizer", "soap", "--dim", 16, "--depth", 2, "--heads", 2,
              "--patch", 7, "--batch", 32, "--steps", 12, "--warmup-steps", 3, "--data-limit", 640, "--test-limit", 200,
-             "--eval-every", 6, "--track-every", 0, "--checkpoint-every", 6, "--print-every", 6]
+             "--eval-every", 6, "--track-every", 0, "--checkpoint-every", 6, "--checkpoint-init", "--print-every", 6]
 
 
 def runs_to_audit(r):
@@ -62,11 +62,17 @@ def summary_row(name, audit, weights):
 
 def run(r):
     pages, summary = [], []
-    for run_dir in runs_to_audit(r):
+    run_dirs = runs_to_audit(r)
+    commands = []
+    for run_dir in run_dirs:
+        name = os.path.basename(run_dir)
+        commands += [["audit", run_dir, "--matrices", "K_sa,K_sab,softmax", "--threads", r.threads,
+                      "--out", r.work(name, "with-data")],
+                     ["audit", run_dir, "--data-free", "--threads", r.threads, "--out", r.work(name, "data-free")]]
+    r.run_many(commands)  # --jobs audits at a time
+    for run_dir in run_dirs:
         name = os.path.basename(run_dir)
         data, free = r.work(name, "with-data"), r.work(name, "data-free")
-        r.run("audit", run_dir, "--matrices", "K_sa,K_sab,softmax", "--threads", r.threads, "--out", data)
-        r.run("audit", run_dir, "--data-free", "--threads", r.threads, "--out", free)
         figures = r.plot(data) + r.plot(free)
         audit = r.read_csv(f"{data}/audit.csv")
         weights = r.read_csv(f"{free}/audit.csv")

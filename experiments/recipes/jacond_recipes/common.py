@@ -97,7 +97,8 @@ class Recipe:
     def _execute(self, argv, accept, stream):
         shown = shlex.join(argv)
         if self.reuse and self.has_output(argv):
-            print(f"$ {shown}   (--reuse: its output is there)", flush=True)
+            with self._print_lock:  # one write: run_many's threads print these at once
+                print(f"$ {shown}   (--reuse: its output is there)\n", end="", flush=True)
             return ""
         if stream:
             print(f"$ {shown}", flush=True)

@@ -16,10 +16,11 @@ CLAIMS = (prop1, prop2, moments, lemma1, depth)
 SWEEP = ["--alpha", "0:3:0.5", "--beta", "0:2:0.5", "--c", 3, "--seeds", 2, "--n", 16, "--d", 32, "--heads", 2]
 SWEEP_QUICK = ["--alpha", "1:3:1", "--beta", "0:1:0.5", "--c", 3, "--seeds", 1, "--n", 4, "--d", 8, "--heads", 2]
 TRAIN = ["--dim", 64, "--depth", 4, "--heads", 2, "--patch", 4, "--batch", 128, "--steps", 400, "--warmup-steps", 40,
-         "--eval-every", 100, "--track-every", 100, "--checkpoint-every", 100, "--print-every", 50]
+         "--eval-every", 100, "--track-every", 100, "--checkpoint-every", 100, "--keep", 0,
+         "--checkpoint-init", "--print-every", 50]  # the audit's checkpoints: 0 (the init), 100, ..., 400
 TRAIN_QUICK = ["--dim", 16, "--depth", 2, "--heads", 2, "--patch", 7, "--batch", 32, "--steps", 12, "--warmup-steps", 3,
                "--data-limit", 640, "--test-limit", 200, "--eval-every", 6, "--track-every", 6, "--checkpoint-every", 6,
-               "--print-every", 6]
+               "--checkpoint-init", "--print-every", 6]
 
 
 def run(r):
