@@ -48,6 +48,28 @@ def median_kappa(at, matrix):
     return f"{sub['kappa'].median():.3g}" + (f" ({singular}/{len(sub)} singular)" if singular else "")
 
 
+def kappa_cell(row):
+    """One report as a table cell that keeps its status (never a bare number for a bound)."""
+    if row["status"] == "singular":
+        return f"singular (≥ {row['kappa_lo']:.3g})"
+    if row["status"] == "not-converged":
+        return f"≥ {row['kappa_lo']:.3g}"
+    if row["status"] == "bracket":
+        return f"[{row['kappa_lo']:.3g}, {row['kappa_hi']:.3g}]"
+    return f"{row['kappa']:.3g}"
+
+
+def kappa_over_steps(audit):
+    """Rows (layer, matrix, space, method), one column per checkpoint step: the whole-block reports
+    (not the per-head ones) of the audit."""
+    whole = audit[audit["head"].astype(str).isin(["all", "-1"])].copy()
+    whole["cell"] = whole.apply(kappa_cell, axis=1)
+    table = whole.pivot_table(index=["layer", "matrix", "space"], columns="step", values="cell", aggfunc="first")
+    methods = whole.groupby(["layer", "matrix", "space"])["method"].agg(lambda m: ", ".join(sorted(set(m))))
+    table = table.rename(columns=lambda c: f"step {c}").join(methods).reset_index()
+    return table[["layer", "matrix", "space", "method", *[c for c in table.columns if str(c).startswith("step ")]]]
+
+
 def summary_row(name, audit, weights):
     """One run: its first and last checkpoint, side by side as `first → last`."""
     steps = sorted(audit["step"].unique())
@@ -87,10 +109,11 @@ probe training tracked. **Data-free**: from the weights alone, κ(W^V W^O), per 
         for png in figures:
             kind = "data" if png.startswith(data) else "free"
             r.add_figure(page, png, f"{name}: audit {kind}", name=f"{name}-{kind}.png")
-        last = audit["step"].max()
-        head_all = audit[(audit["step"] == last) & audit["head"].astype(str).isin(["all", "-1"])]
-        page.section(f"At the last checkpoint (step {last}), with data")
-        page.table(head_all[["layer", "matrix", "space", "method", "status", "kappa", "kappa_lo", "kappa_hi"]])
+        page.section("κ per layer from the initialisation to the end, with data")
+        page.text("Each cell is the checkpoint's κ with its status: a number where exact or certified, "
+                  "`singular (≥ κ_lo)` where σ_min is under the fp64 noise floor, `≥ κ_lo` where the solver did not "
+                  "converge, `[κ_lo, κ_hi]` for a bracket.")
+        page.table(kappa_over_steps(audit))
         vo = weights[(weights["matrix"] == "W_VO")].pivot_table(index="layer", columns="step", values="kappa")
         page.section("κ(W^V W^O) per layer over the checkpoints (data-free)")
         page.table(vo.reset_index().rename(columns=lambda c: f"step {c}" if c != "layer" else c))
