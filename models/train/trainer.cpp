@@ -563,6 +563,12 @@ void TrainingRun::save(int64_t step, double loss) {
 TrainResult TrainingRun::run() {
   if (cfg_.track_every > 0 && fresh_) track_now(0);
   if (cfg_.checkpoint_init && fresh_) save(0, NAN);  // the initialisation, for `jacond audit`
+  if (cfg_.checkpoint_init && !fresh_ && main_) {
+    const auto kept = list_checkpoints(run_);
+    if (kept.empty() || kept.front().step != 0)
+      log_ << "note: --checkpoint-init: this run has no step-0 checkpoint (it started without the flag); "
+              "a new run writes one\n";
+  }
   model_->train();
   TrainResult result;
   double loss = NAN;

@@ -183,6 +183,15 @@ TEST_F(TrainCli, CheckpointInitKeepsStepZeroWhichResumesAndAudits) {
     EXPECT_EQ(x.rows[i].at("kappa"), y.rows[i].at("kappa")) << i;
   }
 
+  // Asked for on the resume of a run that started without it: said, not silently ignored.
+  const std::string f = path("f");
+  r = run(tiny_run(f, {"--stop-at", "3"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  r = run({"train", "--resume", f, "--checkpoint-init", "true", "--stop-at", "4"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "note: --checkpoint-init: this run has no step-0 checkpoint")) << r.out;
+  EXPECT_EQ(jacond::models::list_checkpoints(f).front().step, 3);
+
   // The audit of the run: step 0 and the last step; at step 0 `ours` makes every W^V W^O orthogonal.
   r = run({"audit", d, "--data-free", "--threads", "1", "--out", path("audit")});
   ASSERT_EQ(r.code, 0) << r.describe();

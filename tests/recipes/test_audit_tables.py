@@ -32,3 +32,19 @@ def test_each_cell_keeps_its_status_and_per_head_rows_are_left_out():
     assert t.loc[("K_sab", "ln-complement"), "method"] == "dense-qr-lanczos"
     assert t.loc[("K_sa", "full"), "step 0"] == "≥ 2e+09"  # the estimate 3e9 is not a κ
     assert t.loc[("K_sa", "full"), "step 1000"] == "[4.9e+08, 5.1e+08]"
+
+
+def test_several_probes_get_a_row_each_and_a_duplicate_report_is_refused():
+    one = rows()
+    two = pd.concat([one, one.assign(probe=1, kappa=one["kappa"] * 2, kappa_lo=one["kappa_lo"] * 2,
+                                     kappa_hi=one["kappa_hi"] * 2)])
+    t = audit.kappa_over_steps(two)
+    assert list(t.columns[:4]) == ["probe", "layer", "matrix", "space"]
+    k_sab = t[(t["matrix"] == "K_sab") & (t["space"] == "ln-complement")].set_index("probe")
+    assert k_sab.loc[0, "step 1000"] == "1.07e+05" and k_sab.loc[1, "step 1000"] == "2.14e+05"
+    try:
+        audit.kappa_over_steps(pd.concat([one, one]))
+    except audit.RecipeError as e:
+        assert "two whole-block reports" in str(e)
+    else:
+        raise AssertionError("a duplicated report was not refused")

@@ -3,6 +3,7 @@ side by side, one page per run."""
 
 import glob
 import os
+import shlex
 import shutil
 
 import pandas as pd
@@ -60,14 +61,17 @@ def kappa_cell(row):
 
 
 def kappa_over_steps(audit):
-    """Rows (layer, matrix, space, method), one column per checkpoint step: the whole-block reports
-    (not the per-head ones) of the audit."""
+    """Rows (layer, matrix, space, method; and probe when the audit has several), one column per
+    checkpoint step: the whole-block reports (not the per-head ones) of the audit."""
     whole = audit[audit["head"].astype(str).isin(["all", "-1"])].copy()
     whole["cell"] = whole.apply(kappa_cell, axis=1)
-    table = whole.pivot_table(index=["layer", "matrix", "space"], columns="step", values="cell", aggfunc="first")
-    methods = whole.groupby(["layer", "matrix", "space"])["method"].agg(lambda m: ", ".join(sorted(set(m))))
+    keys = (["probe"] if whole["probe"].nunique() > 1 else []) + ["layer", "matrix", "space"]
+    if whole.duplicated([*keys, "step"]).any():
+        raise RecipeError("audit.csv: two whole-block reports of one (probe, layer, matrix, space, step)")
+    table = whole.pivot(index=keys, columns="step", values="cell")
+    methods = whole.groupby(keys)["method"].agg(lambda m: ", ".join(sorted(set(m))))
     table = table.rename(columns=lambda c: f"step {c}").join(methods).reset_index()
-    return table[["layer", "matrix", "space", "method", *[c for c in table.columns if str(c).startswith("step ")]]]
+    return table[[*keys, "method", *[c for c in table.columns if str(c).startswith("step ")]]]
 
 
 def summary_row(name, audit, weights):
@@ -91,8 +95,12 @@ def run(r):
         commands += [["audit", run_dir, "--matrices", "K_sa,K_sab,softmax", "--threads", r.threads,
                       "--out", r.work(name, "with-data")],
                      ["audit", run_dir, "--data-free", "--threads", r.threads, "--out", r.work(name, "data-free")]]
+    trained = r.commands  # --quick: the run trained here, listed on its page
     r.run_many(commands)  # --jobs audits at a time
-    for run_dir in run_dirs:
+    for i, run_dir in enumerate(run_dirs):
+        # Each page lists the commands behind it: its run's two audits (run_many listed all of them at once).
+        r.commands = (trained if i == 0 else []) + [shlex.join(["jacond", *map(str, c)]) for c in commands
+                                                    if c[1] == run_dir]
         name = os.path.basename(run_dir)
         data, free = r.work(name, "with-data"), r.work(name, "data-free")
         figures = r.plot(data) + r.plot(free)
