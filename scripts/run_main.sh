@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job, end to end on a fresh Debian machine (5 min 43 s on 2 cores after the build, measured
-# 2026-11-25 with `/usr/bin/time jacond recipe main --threads 2`):
+# The main job, end to end on a fresh Debian machine (4 min 41 s on 2 cores after the build, measured
+# 2026-11-27 with `time jacond recipe main --out results/report --work results --threads 2`):
 # install, build, then `jacond recipe main` (experiments/recipes/jacond_recipes/main.py):
 #   - jacond verify all: every claim of the papers, PASS/FAIL per check;
 #   - the reports of the claims (prop1, prop2, moments, depth) with their figures;
