@@ -144,10 +144,20 @@ def plot(directory, formats):
     return save(fig, directory, "training", formats)
 
 
-def compare(runs, out_dir, name="training_compare", formats=("png",)):
+def eval_rows(directory):
+    """A run's eval.csv, checked."""
+    ev = read_csv(f"{directory}/eval.csv")
+    require_columns(ev, f"{directory}/eval.csv", EVAL_COLUMNS)
+    return ev
+
+
+def compare(runs, out_dir, name="training_compare", formats=("png",), seeds=None):
     """Several runs in one figure: per optimizer (columns), the training loss (top, log scale) and
     the test accuracy (bottom) of every model, coloured by (skip, init). `runs` maps a label
-    ("skipless ours") to its run directory; the optimizer comes from each run's config.json."""
+    ("skipless ours") to its run directory; the optimizer comes from each run's config.json.
+    `seeds` may map a label to the directories of the same run at other seeds: its accuracy panel
+    then shades the min–max over all of them at each evaluation and its legend gives their mean."""
+    seeds = seeds or {}
     by_optimizer = {}
     for label, directory in runs.items():
         by_optimizer.setdefault(run_config(directory).get("optimizer", "?"), []).append((label, directory))
@@ -159,19 +169,27 @@ def compare(runs, out_dir, name="training_compare", formats=("png",)):
         for label, directory in by_optimizer[optimizer]:
             colour = colours.setdefault(label, f"C{len(colours)}")
             log = read_train_log(directory)
-            ev = read_csv(f"{directory}/eval.csv")
-            require_columns(ev, f"{directory}/eval.csv", EVAL_COLUMNS)
+            ev = eval_rows(directory)
             if log is not None and "loss" in log.columns:
                 smooth = log["loss"].rolling(max(1, len(log) // 50), min_periods=1).mean()
                 loss.plot(log["step"], smooth, color=colour, label=label)
-            acc.plot(ev["step"], ev["test_acc"], "o-", color=colour, ms=3,
-                     label=f"{label} (final {ev['test_acc'].iloc[-1]:.3f})")
+            others = seeds.get(label, [])
+            if others:
+                band = pd.concat([ev[["step", "test_acc"]]] + [eval_rows(d)[["step", "test_acc"]] for d in others])
+                by_step = band.groupby("step")["test_acc"]
+                acc.fill_between(by_step.min().index, by_step.min(), by_step.max(), color=colour, alpha=0.18, lw=0)
+                finals = [ev["test_acc"].iloc[-1]] + [eval_rows(d)["test_acc"].iloc[-1] for d in others]
+                text = f"{label} (final {ev['test_acc'].iloc[-1]:.3f}; mean of {len(finals)} seeds {np.mean(finals):.3f})"
+            else:
+                text = f"{label} (final {ev['test_acc'].iloc[-1]:.3f})"
+            acc.plot(ev["step"], ev["test_acc"], "o-", color=colour, ms=3, label=text)
         kappa_scale(loss, [v for line in loss.get_lines() for v in line.get_ydata()], "training loss (running mean)")
         loss.set_title(f"{optimizer}: training loss", fontsize=9)
         acc.axhline(0.1, color="grey", ls=":", lw=0.8)
         acc.set_ylim(0, 1)
         acc.set_ylabel("test accuracy")
-        acc.set_title(f"{optimizer}: test accuracy", fontsize=9)
+        acc.set_title(f"{optimizer}: test accuracy" + (" (line: seed 0; band: min–max over the seeds)" if seeds else ""),
+                      fontsize=9)
         for ax in (loss, acc):
             ax.set_xlabel("training step")
             ax.grid(alpha=0.3, which="both")

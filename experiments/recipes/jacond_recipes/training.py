@@ -141,7 +141,7 @@ def claims_text(table, seeds):
 
 def run(r):
     seeds = SEEDS
-    runs, commands = {}, []
+    runs, other_seeds, commands = {}, {}, []
     for seed in seeds:
         for optimizer in OPTIMIZERS:
             for label, skip, init in MODELS:
@@ -153,8 +153,10 @@ def run(r):
                                  "--threads", r.threads, "--track-matrices", "K_sab,K_ffn", "--out", directory])
                 if seed == 0:
                     runs[f"{label}, {optimizer}"] = directory
+                else:
+                    other_seeds.setdefault(f"{label}, {optimizer}", []).append(directory)
     r.run_many(commands)  # --jobs runs at a time
-    compare = training_plots.compare(runs, r.work(), formats=("png",))
+    compare = training_plots.compare(runs, r.work(), formats=("png",), seeds=other_seeds)
     table = accuracy_table(read_finals(r, seeds), seeds)
 
     report = r.start_report("Training without skips: Fashion-MNIST ViTs, AdamW and SOAP")
@@ -174,7 +176,8 @@ each run with """ + f"{len(seeds)} seeds ({', '.join(str(s) for s in seeds)}: in
                 f"{claims_text(table, seeds)}")
     report.text(f"Ordering per optimizer, here and in the paper:\n\n{ordering_text(table, seeds)}\n\n"
                 "A 4-block model on 28×28 images for 2 epochs is far from ViT-B on ImageNet for 300: read the"
-                " ordering, not the numbers. The figures below are seed 0's runs.")
+                " ordering, not the numbers. The figures below are seed 0's runs; the accuracy panels also shade"
+                " the range over the seeds.")
     report.section("Loss and accuracy")
     for png in compare:
         r.add_figure(report, png, "training loss and test accuracy per optimizer")
