@@ -17,7 +17,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 "$JACOND" sweep --alpha 1.5:2.5:0.5 --beta 0.1:1.1:0.5 --c 3 --seeds 1 --n 4 --d 8 --heads 2 --out "$WORK/sweep" > "$WORK/sweep.log" 2>&1
 "$JACOND" train --dim 16 --depth 2 --heads 2 --patch 7 --batch 32 --data-limit 640 --test-limit 200 --threads 1 \
   --steps 12 --warmup-steps 3 --optimizer soap --skip none --init ours --eval-every 6 --track-every 6 \
-  --track-matrices K_sa,K_sab,softmax --checkpoint-every 6 --print-every 6 --out "$WORK/run" > "$WORK/train.log"
+  --track-matrices K_sa,K_sab,softmax --checkpoint-every 6 --checkpoint-init --print-every 6 --out "$WORK/run" > "$WORK/train.log"
 "$JACOND" audit "$WORK/run" --matrices K_sa,softmax --threads 1 --out "$WORK/audit" > "$WORK/audit.log"
 "$JACOND" audit "$WORK/run" --data-free --out "$WORK/audit-free" > "$WORK/audit-free.log"
 export JACOND="$JACOND" JACOND_NOTEBOOK_WORK="$WORK/own-vit"
