@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "models/dist/process_group.h"
+#include "models/io/checkpoint.h"
 #include "support/cli_harness.h"
 
 namespace fs = std::filesystem;
@@ -175,6 +176,23 @@ TEST_F(TrainDistCli, ResumedTwoRankRunRepeatsTheUninterruptedOne) {
   const auto one = step_log(path("cut1"));
   ASSERT_EQ(one.size(), whole.size());
   for (size_t i = 3; i < whole.size(); ++i) EXPECT_LT(relative(one[i].loss, whole[i].loss), 1e-5) << "step " << whole[i].step;
+}
+
+// --checkpoint-init with two ranks: every rank takes part in step 0's save (its replica check is a
+// collective), rank 0 writes it, and it holds the same initialisation as a one-process run's.
+TEST_F(TrainDistCli, TwoRanksWriteTheSameStepZeroCheckpointAsOneProcess) {
+  const RunResult two = run(tiny_run(path("init2"), {"--nproc", "2", "--checkpoint-init", "true", "--keep", "1"}));
+  ASSERT_EQ(two.code, 0) << two.describe();
+  const RunResult one = run(tiny_run(path("init1"), {"--checkpoint-init", "true", "--keep", "1"}));
+  ASSERT_EQ(one.code, 0) << one.describe();
+  for (const std::string dir : {"init1", "init2"}) {
+    const auto kept = jacond::models::list_checkpoints(path(dir));
+    ASSERT_EQ(kept.size(), 2u) << dir;
+    EXPECT_EQ(kept.front().step, 0) << dir;
+    EXPECT_EQ(kept.back().step, 6) << dir;
+  }
+  EXPECT_EQ(slurp(path("init2") + "/step-0000000/model.safetensors"), slurp(path("init1") + "/step-0000000/model.safetensors"));
+  EXPECT_EQ(json::parse(slurp(path("init2") + "/step-0000000/meta.json")).at("world_size"), 2);
 }
 
 // --track-split rank0 (rank 0 tracks alone) writes the same table as the split by layer.
