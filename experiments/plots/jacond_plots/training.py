@@ -173,12 +173,11 @@ def compare(runs, out_dir, name="training_compare", formats=("png",), seeds=None
             if log is not None and "loss" in log.columns:
                 smooth = log["loss"].rolling(max(1, len(log) // 50), min_periods=1).mean()
                 loss.plot(log["step"], smooth, color=colour, label=label)
-            others = seeds.get(label, [])
-            if others:
-                band = pd.concat([ev[["step", "test_acc"]]] + [eval_rows(d)[["step", "test_acc"]] for d in others])
-                by_step = band.groupby("step")["test_acc"]
+            every_seed = [ev] + [eval_rows(d) for d in seeds.get(label, [])]
+            if len(every_seed) > 1:
+                by_step = pd.concat(e[["step", "test_acc"]] for e in every_seed).groupby("step")["test_acc"]
                 acc.fill_between(by_step.min().index, by_step.min(), by_step.max(), color=colour, alpha=0.18, lw=0)
-                finals = [ev["test_acc"].iloc[-1]] + [eval_rows(d)["test_acc"].iloc[-1] for d in others]
+                finals = [e["test_acc"].iloc[-1] for e in every_seed]
                 text = f"{label} (final {ev['test_acc'].iloc[-1]:.3f}; mean of {len(finals)} seeds {np.mean(finals):.3f})"
             else:
                 text = f"{label} (final {ev['test_acc'].iloc[-1]:.3f})"

@@ -3,7 +3,6 @@ side by side, one page per run."""
 
 import glob
 import os
-import shlex
 import shutil
 
 import pandas as pd
@@ -99,8 +98,7 @@ def run(r):
     r.run_many(commands)  # --jobs audits at a time
     for i, run_dir in enumerate(run_dirs):
         # Each page lists the commands behind it: its run's two audits (run_many listed all of them at once).
-        r.commands = (trained if i == 0 else []) + [shlex.join(["jacond", *map(str, c)]) for c in commands
-                                                    if c[1] == run_dir]
+        r.commands = (trained if i == 0 else []) + [r.command_text(c) for c in commands if c[1] == run_dir]
         name = os.path.basename(run_dir)
         data, free = r.work(name, "with-data"), r.work(name, "data-free")
         figures = r.plot(data) + r.plot(free)

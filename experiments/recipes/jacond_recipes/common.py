@@ -79,15 +79,20 @@ class Recipe:
         in `accept` (`jacond block --method lanczos` exits 3 when a bracket did not converge, which a
         recipe reporting that status accepts)."""
         argv = ["jacond", *[str(a) for a in args]]
-        self.commands.append(shlex.join(argv))
+        self.commands.append(self.command_text(args))
         return self._execute(argv, accept, stream=True)
+
+    @staticmethod
+    def command_text(args):
+        """`jacond ARGS` as a report lists it."""
+        return shlex.join(["jacond", *[str(a) for a in args]])
 
     def run_many(self, commands):
         """Runs independent `jacond` commands (lists of arguments), up to --jobs at a time; each one's
         output is printed whole when it ends (not interleaved), and the commands are listed in the
         report in the order given. The first failure is raised once the running ones have ended."""
         argvs = [["jacond", *[str(a) for a in args]] for args in commands]
-        self.commands += [shlex.join(argv) for argv in argvs]
+        self.commands += [self.command_text(args) for args in commands]
         if self.jobs <= 1:
             return [self._execute(argv, (0,), stream=True) for argv in argvs]
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
