@@ -234,11 +234,12 @@ TEST_F(TrainDistCli, TorchrunLaunchEqualsNproc) {
 }
 
 // A rank killed mid-run (here by SIGKILL; in life an OOM or a lost node) closes its sockets; its
-// peer's pending collective fails at once and the peer exits 1 with a one-line error, well
-// within --dist-timeout. The ranks are started with Slurm's variables, as srun would.
+// peer's pending collective fails on the closed connection, not by --dist-timeout (600 s here, far
+// past the 30 s the test waits, and the error is Gloo's read error, not its "timed out"), and the
+// peer exits 1 with a one-line error. The ranks are started with Slurm's variables, as srun would.
 TEST_F(TrainDistCli, AKilledRankMakesItsPeerExitWithAnError) {
   const auto args = tiny_run(path("run"), {"--steps", "1000000", "--track-every", "0", "--checkpoint-every", "0",
-                                           "--print-every", "1000000", "--dist-timeout", "30"});
+                                           "--print-every", "1000000", "--dist-timeout", "600"});
   std::map<std::string, std::string> env{{"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "127.0.0.1"},
                                          {"MASTER_PORT", std::to_string(jacond::models::dist::free_loopback_port())}};
   env["SLURM_PROCID"] = "0";
@@ -252,10 +253,8 @@ TEST_F(TrainDistCli, AKilledRankMakesItsPeerExitWithAnError) {
   ASSERT_GE(nonempty_lines(slurp(path("run") + "/train_log.jsonl")).size(), 5u) << slurp(path("r0.err")) << slurp(path("r1.err"));
   ::kill(rank1, SIGKILL);
   ::waitpid(rank1, nullptr, 0);
-  const auto killed = std::chrono::steady_clock::now();
   const auto status = wait_for(rank0, std::chrono::seconds(30));
   ASSERT_TRUE(status.has_value()) << "rank 0 still running 30 s after its peer died";
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
   ASSERT_TRUE(WIFEXITED(*status));
   EXPECT_EQ(WEXITSTATUS(*status), 1);
   // jacond's error is one line. Gloo's own connection log is not jacond's: Gloo 2025 and later
@@ -266,6 +265,7 @@ TEST_F(TrainDistCli, AKilledRankMakesItsPeerExitWithAnError) {
   ASSERT_EQ(lines.size(), 1u) << slurp(path("r0.err"));
   EXPECT_TRUE(contains(lines[0], "rank 0: ")) << lines[0];
   EXPECT_TRUE(contains(lines[0], "failed")) << lines[0];
+  EXPECT_FALSE(contains(lower(lines[0]), "timed out")) << lines[0];  // the closed connection, not the timeout
 }
 
 // --nproc: a rank that fails stops the others and the launch exits with its code.

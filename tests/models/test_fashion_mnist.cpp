@@ -229,19 +229,39 @@ TEST(FashionMnist, EpochPermutationIsADeterministicPermutation) {
   EXPECT_EQ(*seen.rbegin(), 999);
 }
 
-TEST(FashionMnist, AugmentationIsReproducibleAndShapePreserving) {
-  auto x = torch::arange(2 * 28 * 28, torch::kFloat32).reshape({2, 1, 28, 28});
+// Every output image is its input padded by 2 with black (pixel 0, normalised), cropped back to
+// 28 × 28 at one of the 5 × 5 shifts, and maybe mirrored left–right: found by trying all 50 (the
+// pixels of arange are distinct, so at most one matches). Over 16 images some are shifted and some
+// mirrored (the identity would pass the first check alone).
+TEST(FashionMnist, AugmentationIsAShiftedMaybeMirroredCropAndReproducible) {
+  const int64_t B = 16, pad = 2;
+  auto x = torch::arange(B * 28 * 28, torch::kFloat32).reshape({B, 1, 28, 28});
   std::mt19937_64 g1(3), g2(3);
-  const auto a = models::augment(x, 2, true, g1);
-  const auto b = models::augment(x, 2, true, g2);
+  const auto a = models::augment(x, pad, true, g1);
+  const auto b = models::augment(x, pad, true, g2);
   EXPECT_TRUE(torch::equal(a, b));
   EXPECT_EQ(a.sizes(), x.sizes());
   // No padding, no flip: the identity.
   std::mt19937_64 g3(3);
   EXPECT_TRUE(torch::equal(models::augment(x, 0, false, g3), x));
-  // Every output is a shifted (and maybe flipped) crop: its central pixel comes from the input.
-  const float centre = a[0][0][14][14].item<float>();
-  EXPECT_TRUE((x[0] == centre).any().item<bool>());
+  const double black = (0.0 - models::kFashionMnistMean) / models::kFashionMnistStd;
+  int shifted = 0, mirrored = 0;
+  for (int64_t i = 0; i < B; ++i) {
+    const auto padded = torch::constant_pad_nd(x[i], {pad, pad, pad, pad}, black);
+    int matches = 0;
+    for (int64_t dy = 0; dy <= 2 * pad; ++dy)
+      for (int64_t dx = 0; dx <= 2 * pad; ++dx)
+        for (const bool flip : {false, true}) {
+          auto crop = padded.narrow(1, dy, 28).narrow(2, dx, 28);
+          if (!torch::equal(a[i], flip ? crop.flip({2}) : crop)) continue;
+          ++matches;
+          shifted += dy != pad || dx != pad;
+          mirrored += flip;
+        }
+    EXPECT_EQ(matches, 1) << "image " << i;
+  }
+  EXPECT_GT(shifted, 0);
+  EXPECT_GT(mirrored, 0);
 }
 
 }  // namespace

@@ -207,7 +207,9 @@ TEST(ViT, RezeroAtInitIsTheIdentityAndTheTrackerSaysSo) {
   auto x = torch::randn({1, 1, 28, 28});
   std::vector<torch::Tensor> inputs;
   model->forward_with_block_inputs(x, inputs);
-  EXPECT_TRUE(torch::equal(inputs[1], model->blocks[0]->as<models::BlockImpl>()->forward(inputs[0])));
+  // ReZero's α = 0: the block returns x + 0·branch(x), bitwise x (inputs[1] is block 0's output).
+  EXPECT_TRUE(torch::equal(inputs[1], inputs[0]));
+  EXPECT_FALSE(torch::equal(inputs[0], torch::zeros_like(inputs[0])));
   models::TrackOptions opt;
   opt.matrices = {"K_sab", "K_ffn"};
   const auto reports = models::track_conditioning(model, x, opt);

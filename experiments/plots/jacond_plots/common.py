@@ -72,13 +72,32 @@ def has_rows(path):
         return False
 
 
+# Columns jacond writes as numbers (an empty cell, nan and inf included): a figure draws them, so a
+# value that is not a number is a malformed table, not a point to leave out in silence. (Not `probe`:
+# an audit without images writes "none".)
+NUMERIC_COLUMNS = {"step", "layer", "seed", "n", "d", "N", "nd", "alpha", "beta", "c", "gamma", "depth", "rows",
+                   "rank", "products", "total_s", "test_loss", "test_acc", "train_loss", "train_acc", "density", "slope",
+                   "constant", "bound", "upper_bound", "lower_bound", "e_norm", "weyl_lo", "weyl_hi", "norm_dA_dM",
+                   "bound_dA_dM", "norm_dA_dX", "alpha_exp_minus_beta", "grad_x_norm", "log10_sigma"}
+
+
+def is_numeric_column(name):
+    return name in NUMERIC_COLUMNS or name.startswith(("kappa", "sigma", "dense_sigma"))
+
+
 def require_columns(df, path, columns):
-    """PlotError naming the file unless it has `columns`; a `status` column must hold jacond's
-    statuses only, since each is drawn differently (an unknown one, say "Exact" or "converged",
-    would be drawn as no status at all, or as a κ where only κ ≥ κ_lo is known)."""
+    """PlotError naming the file unless it has `columns`; those jacond writes as numbers
+    (is_numeric_column) must hold numbers; a `status` column must hold jacond's statuses only, since
+    each is drawn differently (an unknown one, say "Exact" or "converged", would be drawn as no status
+    at all, or as a κ where only κ ≥ κ_lo is known)."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise PlotError(f"{path}: missing column(s) {', '.join(missing)}")
+    for column in filter(is_numeric_column, columns):
+        not_a_number = pd.to_numeric(df[column], errors="coerce").isna() & df[column].notna()
+        if not_a_number.any():
+            first = not_a_number.to_numpy().nonzero()[0][0]
+            raise PlotError(f"{path}: line {first + 2} has {column} {df[column].iloc[first]!r} (expected a number)")
     if "status" in df.columns:
         unknown = ~df["status"].isin(list(STATUS_COLOURS))
         if unknown.any():

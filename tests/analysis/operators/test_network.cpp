@@ -11,6 +11,7 @@
 #include <string>
 
 #include "analysis/operators/network.h"
+#include "support/error_message.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
 
@@ -206,14 +207,24 @@ TEST(NetworkErrors, BadInputsThrowNamingTheProblem) {
   const std::vector<Mat> X = random_inputs(2, 3, 4, 1);
   const NetworkForward fwd = network_forward(net, X);
   EXPECT_THROW(ParamJacobianOp(net, fwd, ParamSelection::attention(2)), std::invalid_argument);
+  EXPECT_EQ(test::error_message([&] { ParamJacobianOp(net, fwd, ParamSelection::attention(2)); }),
+            "parameter layer 2 out of range [0, 2)");
   Network bad = net;
   bad.skips.pop_back();
   EXPECT_THROW(network_forward(bad, X), std::invalid_argument);
+  EXPECT_EQ(test::error_message([&] { network_forward(bad, X); }), "network has 2 blocks but 1 skip modes");
   Network bad_d = net;
   bad_d.blocks[1] = test::random_block(6, 2, 8, 1);
   EXPECT_THROW(network_forward(bad_d, X), std::invalid_argument);
+  EXPECT_EQ(test::error_message([&] { network_forward(bad_d, X); }), "block 1 has d=6 but block 0 has d=4");
   EXPECT_THROW(network_forward(net, {test::random_tokens(3, 5, 1)}), std::invalid_argument);
+  const std::string width = test::error_message([&] { network_forward(net, {test::random_tokens(3, 5, 1)}); });
+  EXPECT_NE(width.find('5'), std::string::npos) << width;  // the token width given
+  EXPECT_NE(width.find('4'), std::string::npos) << width;  // and the d expected
   EXPECT_THROW(with_parameters(net, Vec::Zero(3)), std::invalid_argument);
+  const Index count = 2 * (attention_param_count(net.blocks[0]) + mlp_param_count(net.blocks[0]));
+  EXPECT_EQ(test::error_message([&] { with_parameters(net, Vec::Zero(3)); }),
+            "parameter vector has 3 entries, the network has " + std::to_string(count));
 }
 
 }  // namespace

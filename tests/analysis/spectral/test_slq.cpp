@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -79,9 +80,16 @@ TEST(Slq, WideMatrixUsesTheSmallGramAndDensityIntegratesToOne) {
   EXPECT_EQ(r.N, 5);
   // KKᵀ = diag(1, 4, 9, 16, 25): every probe's 5 nodes are σ = 1..5 with weight 1/5 each (1/20 over 4 probes).
   ASSERT_EQ(r.nodes.size(), 20u);
+  std::map<int, std::vector<double>> sigmas_per_probe;
   for (const SlqNode& n : r.nodes) {
-    EXPECT_NEAR(n.sigma, std::round(n.sigma), 1e-10) << "node " << n.sigma;
+    sigmas_per_probe[n.probe].push_back(n.sigma);
     EXPECT_NEAR(n.weight, 1.0 / 20, 1e-10) << "node " << n.sigma;
+  }
+  ASSERT_EQ(sigmas_per_probe.size(), 4u);
+  for (auto& [probe, sigmas] : sigmas_per_probe) {
+    std::sort(sigmas.begin(), sigmas.end());
+    ASSERT_EQ(sigmas.size(), 5u) << "probe " << probe;
+    for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(sigmas[k], k + 1.0, 1e-10) << "probe " << probe;
   }
   const std::vector<DensityPoint> rho = slq_density(r, 400, 0.02);
   double integral = 0;
