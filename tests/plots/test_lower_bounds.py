@@ -7,6 +7,8 @@ the rows below set far from κ_lo on purpose): its cell must take κ_lo into the
 and marked "≥", never coloured as a κ. A singular seed makes its cell grey and "sing.". The audit's and the
 training's panels leave not-converged reports out and say how many."""
 
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -116,3 +118,13 @@ def test_a_table_with_a_status_jacond_does_not_write_is_refused_naming_the_row(r
     with pytest.raises(PlotError, match=r"^t\.csv: line 5 has status .* \(expected exact \| certified"):
         require_columns(rows, "t.csv", ["status", "kappa"])
     require_columns(rows.drop(index=3), "t.csv", ["status", "kappa"])  # the others are all known
+
+
+def test_a_number_column_holding_text_is_refused_and_empty_nan_inf_are_numbers():
+    def table(kappa):  # as read_csv reads a jacond table
+        return pd.read_csv(io.StringIO(f"status,kappa\nexact,2.5\nexact,{kappa}\n"))
+    for number in ("", "nan", "inf", "1e300", "-0"):
+        require_columns(table(number), "t.csv", ["status", "kappa"])
+    with pytest.raises(PlotError, match=r"^t\.csv: line 3 has kappa 'abc' \(expected a number\)$"):
+        require_columns(table("abc"), "t.csv", ["status", "kappa"])
+    require_columns(table("abc"), "t.csv", ["status"])  # only the columns a figure asks for are checked
