@@ -30,7 +30,10 @@ def test_sensitivity_is_undecided_where_a_point_near_the_choice_did_not_converge
 
 def test_the_audit_median_is_withheld_when_a_layer_did_not_converge():
     at = pd.DataFrame(dict(matrix="K_sa", space="full", status=["exact", "exact", "singular"],
-                           kappa=[10.0, 30.0, np.inf]))
-    assert audit.median_kappa(at, "K_sa") == "30 (1/3 singular)"
+                           kappa=[10.0, 30.0, np.inf], kappa_lo=[10.0, 30.0, 1e12]))
+    assert audit.median_kappa(at, "K_sa") == "30 (1/3 singular)"  # the singular layer does not decide it
+    # Two of four singular: the median is the mean of 30 and a κ known only as ≥ 1e12.
+    four = pd.concat([at, at.iloc[[2]].assign(kappa_lo=2e12)], ignore_index=True)
+    assert audit.median_kappa(four, "K_sa") == "≥ 5e+11 (2/4 singular)"
     at.loc[0, "status"] = "not-converged"
     assert audit.median_kappa(at, "K_sa") == "? (1/3 not converged)"
