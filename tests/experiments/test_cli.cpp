@@ -1256,6 +1256,8 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
     if (name == "always-skip") {  // the grid's commands in the order given, though two ran at a time
       const size_t full = md.find("train --skip full"), none = md.find("train --skip none"), dct = md.find("--token-graying dct");
       EXPECT_TRUE(full < none && none < dct && dct != std::string::npos) << md;
+      // The skip modes the accuracy claim compares run at three seeds, read as paired gaps.
+      EXPECT_TRUE(contains(md, "--seed 2") && contains(md, "| gap per seed |") && contains(md, "means over 3 seeds")) << md;
       EXPECT_TRUE(is_figure(out + "/figures/skip_ablation_kappa.png") && is_figure(out + "/figures/eps_ablation.png"));
     }
     EXPECT_FALSE(contains(md, "| FAIL |")) << md;

@@ -71,3 +71,29 @@ def test_the_figure_draws_singular_medians_hollow_and_finite_ones_filled(tmp_pat
     hollow_steps = sorted(x for line in hollow for x in line.get_xdata())
     assert hollow_steps == [0]  # only the skipless run's step 0 has a singular median report
     assert all(np.isfinite(y) for line in ax.lines for y in line.get_ydata())
+
+
+def test_the_accuracy_figure_draws_the_mean_over_seeds_and_each_seed(tmp_path):
+    def run(name, accuracy):
+        directory = write_run(tmp_path / name, "full", {0: ["exact"], 100: ["exact"]})
+        pd.DataFrame({"step": [50, 100], "test_acc": [0.1, accuracy]}).to_csv(f"{directory}/eval.csv", index=False)
+        return directory
+    runs = {("full", "timm", "adamw"): run("seed0", 0.80)}
+    seeds = {("full", "timm", "adamw"): [run("seed1", 0.86), run("seed2", 0.83)]}
+    captured = {}
+    original = always_skip.save
+    def keep(fig, out_dir, name, formats):
+        captured[name] = fig
+        return original(fig, out_dir, name, formats)
+    always_skip.save = keep
+    try:
+        always_skip.skip_ablation(runs, str(tmp_path / "out"), seeds=seeds)
+    finally:
+        always_skip.save = original
+    ax = captured["skip_ablation_accuracy"].axes[0]
+    big = [line for line in ax.lines if line.get_markersize() == 8]
+    small = [line for line in ax.lines if line.get_markersize() == 3]
+    assert np.allclose(big[0].get_ydata(), [83.0])  # the mean of 80, 86, 83: not seed 0's 80
+    assert sorted(small[0].get_ydata()) == [80.0, 83.0, 86.0]
+    assert np.allclose(ax.collections[0].get_segments()[0][:, 1], [80.0, 86.0])  # the range bar
+    assert [t.get_text() for t in ax.texts] == ["83.0"]

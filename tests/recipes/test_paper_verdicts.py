@@ -53,7 +53,7 @@ def test_depth_shows_a_singular_kappa_as_its_lower_bound_and_decides_each_statem
     assert depth.kappa_cell(np.inf, 3.52e13) == "≥ 3.52e+13" and depth.kappa_cell(1.0886, 1.0886) == "1.089"
     deepest = pd.DataFrame(dict(init=["timm", "timm", "ours", "ours"], equation=["eq8", "eq9", "eq8", "eq9"], depth=12,
                                 kappa_ln1c=[1.09, np.inf, 9253.0, np.inf], kappa_ln1c_lo=[1.09, 3.5e13, 9253.0, 3.5e13],
-                                kappa=[1.1, np.inf, 9300.0, np.inf], rank=[128, 11, 128, 14], rows=128))
+                                kappa=[1.1, np.inf, 9300.0, np.inf], rank=[128, 11, 128, 14], rows=128, n=8))
     cases = pd.DataFrame(dict(init="timm", skip="full", regime=["wide", "tall", "tall"],
                               eq6=["holds", "vacuous(a block singular)", "vacuous(J and a block singular)"],
                               eq6_eff=["holds", "holds", "fails"]))
@@ -62,7 +62,11 @@ def test_depth_shows_a_singular_kappa_as_its_lower_bound_and_decides_each_statem
     assert t.loc[rows[0], "holds"] == "wherever it says anything (1 cases; vacuous in the other 2)"
     assert t.loc[rows[1], "holds"] == "no" and t.loc[rows[1], "here"].endswith("fails in timm/full/tall")
     assert t.loc[rows[2], "holds"] == "for 1 of 2 inits: timm" and "`ours` 9253" in t.loc[rows[2], "here"]
-    assert t.loc[rows[3], "holds"] == "yes" and t.loc[rows[3], "here"].endswith("singular on the whole space in 2 of 2")
+    assert t.loc[rows[3], "holds"] == "yes" and t.loc[rows[3], "here"].endswith("singular on LN1⊥ in 2 of 2")
+    assert "`timm` rank 11 of 128 (LayerNorm alone: 120)" in t.loc[rows[3], "here"]
+    # A skipless product that keeps the rank LayerNorm leaves it (finite κ on LN1⊥) does not count.
+    kept = depth.findings_table(deepest.assign(kappa_ln1c=[1.09, 5.0, 9253.0, np.inf]), cases).set_index("statement")
+    assert kept.loc[rows[3], "holds"] == "in 1 of 2 inits"
 
 
 def test_an_na_check_is_not_counted_as_passed():

@@ -39,17 +39,17 @@ def test_the_audit_median_is_withheld_when_a_layer_did_not_converge():
     assert audit.median_kappa(at, "K_sa") == "? (1/3 not converged)"
 
 
-def test_sensitivity_is_decided_against_the_seeds_spread_at_one_point():
-    rows = []
-    for alpha in (1.5, 2.0, 2.5):
-        for beta in (0.1, 0.6, 1.1):
-            for seed, noise in enumerate((1.0, 3.0, 30.0)):  # the seeds of each point spread 30×
-                rows.append(dict(alpha=alpha, beta=beta, c=3.0, seed=seed, matrix="K_sa", space="full", status="exact",
-                                 kappa=noise * 10 ** (alpha - 1.5), kappa_lo=noise * 10 ** (alpha - 1.5)))
-    row = sweep.sensitivity(pd.DataFrame(rows), "K_sa")
-    assert np.isclose(row["ratio near the choice"], 10.0) and np.isclose(row["largest seed spread at a point near the choice"], 30.0)
-    assert "undecided" in sweep.sensitivity_verdict(row)  # 10× of medians, within a 30× spread of seeds
-    assert "**sensitive**" in sweep.sensitivity_verdict(dict(row, **{"largest seed spread at a point near the choice": 3.0}))
-    assert "**not highly sensitive**" in sweep.sensitivity_verdict(dict(row, **{"ratio near the choice": 4.0}))
-    assert "one seed per point" in sweep.sensitivity_verdict(dict(row, seeds=1, **{"largest seed spread at a point near the choice": 1.0}))
-    assert row["seeds"] == 3
+def test_sensitivity_is_decided_seed_by_seed():
+    def grid(slopes):  # seed s's κ grows like 10^(slope_s · (α − 1.5)) along α, times a per-seed level
+        return pd.DataFrame([dict(alpha=alpha, beta=beta, c=3.0, seed=seed, matrix="K_sa", space="full", status="exact",
+                                  kappa=(seed + 1) * 10 ** (slope * (alpha - 1.5)), kappa_lo=1.0)
+                             for alpha in (1.5, 2.0, 2.5) for beta in (0.1, 0.6, 1.1)
+                             for seed, slope in enumerate(slopes)])
+    every = sweep.sensitivity(grid([1.2, 1.5, 2.0]), "K_sa")  # each seed moves 10^1.2 … 10^2 ≥ 10×
+    assert np.isclose(every["per-seed ratio near the choice: min"], 10 ** 1.2) and every["seeds"] == 3
+    assert "**sensitive** (≥ 10× in every seed)" in sweep.sensitivity_verdict(every)
+    mixed = sweep.sensitivity(grid([0.5, 1.5, 2.0]), "K_sa")  # one seed moves only 10^0.5
+    assert "undecided: some seeds move ≥ 10×, others less." in sweep.sensitivity_verdict(mixed)
+    flat = sweep.sensitivity(grid([0.2, 0.5, 0.9]), "K_sa")
+    assert "**not highly sensitive** (< 10× in every seed)" in sweep.sensitivity_verdict(flat)
+    assert "(one seed)" in sweep.sensitivity_verdict(sweep.sensitivity(grid([2.0]), "K_sa"))

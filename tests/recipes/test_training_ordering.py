@@ -4,7 +4,7 @@ and Table 1's claims as differences paired by seed, whose sign is decided only w
 
 import pytest
 
-from jacond_recipes import training
+from jacond_recipes import common, training
 
 SEEDS = [0, 1, 2]
 
@@ -73,6 +73,6 @@ def test_no_recovery_share_when_dropping_the_skips_costs_nothing():
 
 
 def test_a_difference_that_rounds_to_zero_keeps_its_sign():
-    assert training.signed(-0.03) == "-0.03" and training.signed(0.04) == "+0.04"
-    assert training.signed(1.24) == "+1.2" and training.signed(-16.8) == "-16.8"
-    assert training.span([-0.03, 1.2]) == "-0.03 to +1.2"
+    assert common.signed(-0.03) == "-0.03" and common.signed(0.04) == "+0.04"
+    assert common.signed(1.24) == "+1.2" and common.signed(-16.8) == "-16.8"
+    assert common.span([-0.03, 1.2]) == "-0.03 to +1.2"

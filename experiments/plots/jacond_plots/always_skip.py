@@ -10,8 +10,8 @@ under the fp64 noise floor: κ = ∞ in fp64) enters that median as +∞, so a s
 the reports are singular has ln κ = inf, never ln κ_lo as if it were a value; the figures draw such
 a step hollow, at the same median with singular reports at their lower bound κ_lo.
 
-    skip_ablation(runs, out_dir)   final test accuracy per skip mode (dots), one group per
-                                   (init, optimizer) and per ConvMixer control; and ln κ of the
+    skip_ablation(runs, out_dir)   final test accuracy per skip mode (mean and each seed), one group
+                                   per (init, optimizer) and per ConvMixer control; and ln κ of the
                                    SAB and FFN outputs over training, one line per skip mode
     eps_ablation(table, out_dir)   Token Graying: test accuracy, ln κ_in and ln κ_out against ε
                                    for SVD-TG and DCT-TG, the ungrayed seeds' spread as a band
@@ -100,29 +100,40 @@ def final_accuracy(directory):
     return 100 * float(ev.sort_values("step")["test_acc"].iloc[-1])
 
 
-def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None):
-    """`runs`: {(skip, init, optimizer): ViT run directory}; `controls`: {(skip, "ConvMixer",
-    optimizer): run directory} of the CNN control, drawn as more groups of accuracy bars. Two
-    figures: skip_ablation_accuracy and skip_ablation_kappa (ln κ of the ViTs' SAB and FFN outputs
-    over training, one column per (init, optimizer))."""
+def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, seeds=None):
+    """`runs`: {(skip, init, optimizer): ViT run directory}, seed 0; `controls`: {(skip, "ConvMixer",
+    optimizer): run directory} of the CNN control, drawn as more groups of accuracy dots; `seeds`:
+    {(skip, init, optimizer): [run directories of the other seeds]}. Two figures:
+    skip_ablation_accuracy (per skip mode the mean final accuracy over the seeds run, each seed a small
+    dot and their range a bar) and skip_ablation_kappa (ln κ of seed 0's SAB and FFN outputs over
+    training, one column per (init, optimizer))."""
     groups = sorted({(init, opt) for _, init, opt in runs}, key=lambda g: (g[1], g[0]))
     skips = [s for s in SKIP_LABELS if any(k[0] == s for k in runs)]
     bar_groups = groups + sorted({(arch, opt) for _, arch, opt in (controls or {})}, key=lambda g: g[1])
-    accuracy = {key: final_accuracy(d) for key, d in {**runs, **(controls or {})}.items()}
+    accuracy = {key: [final_accuracy(d) for d in [directory, *(seeds or {}).get(key, [])]]
+                for key, directory in {**runs, **(controls or {})}.items()}
+    every = [a for accs in accuracy.values() for a in accs]
     fig, ax = plt.subplots(figsize=(8.5 + 1.2 * (len(bar_groups) - len(groups)), 4.2))
     width = 0.8 / max(1, len(skips))
     for i, skip in enumerate(skips):
-        heights = [accuracy.get((skip, init, opt), np.nan) for init, opt in bar_groups]
         x = np.arange(len(bar_groups)) + (i - (len(skips) - 1) / 2) * width
+        per_seed = [accuracy.get((skip, init, opt), []) for init, opt in bar_groups]
+        means = [np.mean(accs) if accs else np.nan for accs in per_seed]
         # A dot plot, not bars: the differences are a few points, and a dot claims no zero baseline.
-        ax.plot(x, heights, "o", ms=8, color=SKIP_COLOURS[skip], label=SKIP_LABELS[skip])
-        for xi, h in zip(x, heights):
-            if np.isfinite(h):
-                ax.annotate(f"{h:.1f}", (xi, h), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
+        ax.plot(x, means, "o", ms=8, color=SKIP_COLOURS[skip], label=SKIP_LABELS[skip])
+        for xi, accs, mean in zip(x, per_seed, means):
+            if len(accs) > 1:
+                ax.vlines(xi, min(accs), max(accs), color=SKIP_COLOURS[skip], lw=1.2, alpha=0.7)
+                ax.plot([xi] * len(accs), accs, "o", ms=3, color="black", alpha=0.6)
+            if np.isfinite(mean):
+                top = max(accs)
+                ax.annotate(f"{mean:.1f}", (xi, top), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7)
     ax.set_xticks(np.arange(len(bar_groups)), [f"{init}, {opt}" for init, opt in bar_groups], fontsize=8)
     ax.set_xlabel("ViT init, optimizer" + ("; the ConvMixer control (one skip per block: full or none)" if controls else ""))
-    ax.set_ylabel("final test accuracy (%)")
-    ax.set_ylim(np.floor(min(accuracy.values()) / 5) * 5 - 2, min(100, np.ceil(max(accuracy.values()) / 5) * 5 + 2))
+    seed_counts = sorted({len(accs) for accs in accuracy.values()})
+    ax.set_ylabel("final test accuracy (%)" + (f"\nmean over {' or '.join(map(str, seed_counts))} seeds (small dots: each)"
+                                               if seed_counts != [1] else ""))
+    ax.set_ylim(np.floor(min(every) / 5) * 5 - 2, min(100, np.ceil(max(every) / 5) * 5 + 2))
     for boundary in np.arange(len(bar_groups) - 1) + 0.5:
         ax.axvline(boundary, color="#dddddd", lw=0.8)
     ax.grid(axis="y", alpha=0.3)

@@ -54,9 +54,9 @@ when the rows are diffuse (row range Δ small: κ(A) ≥ 1/(e^{Δ/τ} − 1) ≈
   (paper: 730.1 for its one draw, inside that range).
 - **Both bounds hold on every draw** ({len(draws)} draws over four experiments; the upper bound applies,
   ε < 1, on {int(applies.sum())} of them). The upper bound is informative once β is large enough for γ > 0
-  with ε < 1; both it and κ then tend to 1, but the bound overstates κ − 1 by a factor that falls with β
-  (median (bound − 1)/(κ − 1) in the β sweep: {excess.iloc[0]:.3g} at β = {excess.index[0]:g},
-  {excess.iloc[-1]:.3g} at β = {excess.index[-1]:g}). The lower bound 1/(e^(Δ/τ) − 1) is true but
+  with ε < 1; both it and κ then tend to 1, but the bound overstates κ − 1 by a factor (median
+  (bound − 1)/(κ − 1) in the β sweep) {"that falls with β, " if excess.is_monotonic_decreasing else ""}from
+  {excess.iloc[0]:.3g} at β = {excess.index[0]:g} to {excess.iloc[-1]:.3g} at β = {excess.index[-1]:g}. The lower bound 1/(e^(Δ/τ) − 1) is true but
   loose: about {lower_gap:.0f}× below the median in the diffuse case, because Δ is the largest row range.
 - **Against β** (n = 10): the median κ falls from {by_beta.iloc[0]:.4g} at β = 0 to {by_beta.iloc[-1]:.3g} at
   β = {by_beta.index[-1]:g}; it is below 1.5 from β = {first_beta:g} on.

@@ -7,6 +7,8 @@ import pandas as pd
 
 from jacond_plots import training as training_plots
 
+from .common import signed, span
+
 NAME = "training"
 SUMMARY = ("residual, skipless timm and skipless ours ViTs with AdamW and SOAP on Fashion-MNIST: loss, accuracy, "
            "kappa per layer over training, final accuracies beside the paper's ImageNet table")
@@ -103,16 +105,6 @@ def ordering_text(table, seeds):
                      + f"; the paper's ordering in {agree} of {len(seeds)} seeds"
                      + (f"; the seeds disagree on the sign, so undecided: {', '.join(undecided)}" if undecided else ""))
     return "\n".join(lines)
-
-
-def signed(points):
-    """+1.2; a difference that rounds to 0.0 keeps its sign with two decimals (-0.03: 3 of 10 000 test
-    images), since the verdicts below turn on signs."""
-    return f"{points:+.1f}" if round(points, 1) != 0 else f"{points:+.2f}"
-
-
-def span(values):
-    return f"{signed(min(values))} to {signed(max(values))}" if len(values) > 1 else signed(values[0])
 
 
 def claims_text(table, seeds):
