@@ -41,7 +41,8 @@ echo "fuzz: built ${#targets[@]} targets in $((t1 - t0)) s"
 
 symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
 if [ -x "$symbolizer" ]; then export ASAN_SYMBOLIZER_PATH="$symbolizer"; fi
-# LibTorch is not instrumented: tests/sanitizers/lsan.supp names what it leaks on purpose.
+# LibTorch is not instrumented: tests/sanitizers/lsan.supp is where what it leaks on purpose would be
+# named (it has no entry today).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

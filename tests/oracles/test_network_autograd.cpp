@@ -198,7 +198,8 @@ INSTANTIATE_TEST_SUITE_P(Stacks, StackAutogradTest,
                                          Case{3, SkipMode::kSab}, Case{3, SkipMode::kFfn}),
                          case_name);
 
-// Negative control: the same comparison rejects a network whose layer 1 uses the wrong skip mode.
+// Negative control: the same comparison rejects a network whose layer 1 uses the wrong skip mode,
+// after accepting the right one (else a broken comparison would pass it).
 TEST(NetworkAutogradNegative, WrongSkipModeIsRejected) {
   Network net;
   TensorMap tensors;
@@ -221,6 +222,8 @@ TEST(NetworkAutogradNegative, WrongSkipModeIsRejected) {
         return Xt;
       },
       X);
+  ASSERT_LT(rel_error(dense_from_products(StackInputJacobianOp(net, network_forward(net, {X}), 0)), Kt), kVsAutograd)
+      << "control: the right skip modes pass";
   net.skips[1] = SkipMode::kSab;
   const NetworkForward fwd = network_forward(net, {X});
   EXPECT_GT(rel_error(dense_from_products(StackInputJacobianOp(net, fwd, 0)), Kt), 1e-3);

@@ -110,10 +110,10 @@ if [ -z "$real_jacond" ]; then
   echo "test_gpu_measure: order, caps, resume and redo as documented (no JACOND given: flags not checked)"
   exit 0
 fi
+# With a GPU here the flag check would run the real commands on it: skipped, the rest still runs.
 if [ "$gpu_here" = 1 ]; then
-  echo "test_gpu_measure: order, caps, resume and redo as documented (a GPU is here: the real commands would run, flags not checked)"
-  exit 0
-fi
+  flags="a GPU is here (the real commands would run on it): flags not checked"
+else
 cat >"$work/build-gpu/experiments/jacond" <<STANDIN
 #!/usr/bin/env bash
 args=("\$@")
@@ -134,6 +134,7 @@ else
   bad=$(grep -v '^rc=1 ' "$work/flags.rc" || true)
   [ -z "$bad" ] || fail "command lines that did not stop at the missing GPU (exit 2 is a usage error): $bad; see $work/flags.log"
 fi
+fi  # gpu_here
 
 # `jacond recipe gpu` on what gpu_measure.sh brings back. The stand-in now runs each command for
 # real on the CPU at CI size: same subcommand, flags and --out folder, smaller values.
@@ -168,15 +169,24 @@ cell() {  # cell FILE COLUMN KEY VALUE [KEY VALUE]: the first row's COLUMN where
     $c[k1] == v1 && (k2 == "" || $c[k2] == v2) { print $c[col]; exit }' "$1"  # no quoted commas before COLUMN
 }
 num() { awk -v f="$1" -v x="$2" -v y="${3:-1}" 'BEGIN { printf f, x / y }'; }  # num FORMAT X [Y]: X/Y as Python's format writes it
+numcell() {  # numcell FILE COLUMN KEY VALUE [KEY VALUE]: that cell, which must be a number (no match: cell prints
+  # nothing, which num would print as 0, a value the page always holds)
+  local v; v=$(cell "$@")
+  [[ $v =~ ^[-+]?[0-9.]+([eE][-+]?[0-9]+)?$ ]] || fail "no number in $1, column $2 where $3 = $4: '$v'"
+  echo "$v"
+}
 render_log call5 results
 render=$work/render-call5
 has "stand-in, 143771 MiB"
 has "jacond block --init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense --device cuda --threads 16"
 for n in 1 2 3 4 5 6 7 8 9; do grep -qE "^\| $n \| .* \| [0-9]+ \| 0 \|  \|$" "$md" || fail "the GPU page has no row for item $n"; done
 # Numbers are the files' cells: the ViT-S κ (4 digits) and jacond/PyTorch images/s (3 digits).
-has "| $(num %.4g "$(cell "$render/vit-s/results.csv" kappa matrix K_sa)") |"
+kappa=$(numcell "$render/vit-s/results.csv" kappa matrix K_sa) || exit 1
+has "| $(num %.4g "$kappa") |"
 train=$render/bench-train/bench_train.csv
-has "**$(num %.3g "$(cell "$train" images_per_s route jacond optimizer adamw)" "$(cell "$train" images_per_s route pytorch)")×**"
+ours=$(numcell "$train" images_per_s route jacond optimizer adamw) || exit 1
+theirs=$(numcell "$train" images_per_s route pytorch) || exit 1
+has "**$(num %.3g "$ours" "$theirs")×**"
 if grep -q "Not measured" "$md"; then fail "an item with results is called not measured: $(grep "Not measured" "$md")"; fi
 # Call 1's log (item 3 stopped at its 4 s cap): each item is not measured, and why.
 render_log call1
@@ -214,10 +224,10 @@ d["device_t_total_s"], d["device_speedup"] = d["t_total_s"] / 4, 4.0
 d.to_csv(p, index=False)
 PY
 page "$work/render-gpu" gpu
-speedup=$(cell "$work/render-gpu/bench-dense-t16/bench_dense.csv" cpu_exact_over_this route jacond-exact-kappa-cuda)
+speedup=$(numcell "$work/render-gpu/bench-dense-t16/bench_dense.csv" cpu_exact_over_this route jacond-exact-kappa-cuda) || exit 1
 has "on 1 threads: **$(num %.3g "$speedup")×** (misses the ≥ 20× target), κ agrees with the CPU's."
-lo=$(cell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_lo init timm)
-hi=$(cell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_hi init timm)
+lo=$(numcell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_lo init timm) || exit 1
+hi=$(numcell "$work/render-gpu/lanczos-vit-b-timm/bench_lanczos.csv" device_kappa_hi init timm) || exit 1
 has "GPU bracket width κ_hi/κ_lo = **$(num %.5g "$hi" "$lo")**"
 has "(**4×**)"
 grep -qE 'end to end: \*\*[0-9.]+ s\*\* \((within|over) the 5 s target\), κ in \[' "$md" ||
