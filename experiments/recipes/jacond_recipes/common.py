@@ -33,6 +33,12 @@ def blank(df):
 
 
 
+def check_verdict(check):
+    """One check of verify.json: "pass", "fail" or "n/a" (no case met its premise: it tested nothing);
+    older files carry only `pass`."""
+    return check.get("verdict", "pass" if check["pass"] else "fail")
+
+
 def signed(points):
     """An accuracy difference in points: +1.2; one that rounds to 0.0 keeps its sign with two decimals
     (-0.03: 3 of 10 000 test images), since the recipes' verdicts turn on signs."""
@@ -169,7 +175,7 @@ class Recipe:
     def checks_table(self, verify):
         """verify.json's checks as a Markdown-ready table (verdict, check, measured): PASS, FAIL, or
         N/A for a check whose premise no case met (it tested nothing)."""
-        rows = [{"verdict": c.get("verdict", "pass" if c["pass"] else "fail").upper(), "check": c["check"],
+        rows = [{"verdict": check_verdict(c).upper(), "check": c["check"],
                  "measured": c["detail"]}
                 for claim in verify["claims"] for c in claim["checks"]]
         return pd.DataFrame(rows)

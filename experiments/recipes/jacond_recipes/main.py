@@ -7,7 +7,7 @@ import shutil
 import pandas as pd
 
 from . import depth, lemma1, moments, prop1, prop2
-from .common import Recipe, RecipeError
+from .common import Recipe, RecipeError, check_verdict
 
 NAME = "main"
 SUMMARY = "the main job: verify all, the claim reports, a small sweep, a tracked skipless training run, its audit"
@@ -26,7 +26,7 @@ TRAIN_QUICK = ["--dim", 16, "--depth", 2, "--heads", 2, "--patch", 7, "--batch",
 def claim_row(claim):
     """One claim of verify.json as a row: its checks counted by verdict; an N/A check (no case met its
     premise) tested nothing, so it is counted apart, never as passed."""
-    verdicts = [k.get("verdict", "pass" if k["pass"] else "fail") for k in claim["checks"]]
+    verdicts = [check_verdict(k) for k in claim["checks"]]
     na = verdicts.count("n/a")
     return {"claim": claim["claim"],
             "checks passed": f"{verdicts.count('pass')}/{len(verdicts) - na}" + (f" ({na} N/A)" if na else ""),

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from .common import check_verdict
+
 NAME = "moments"
 SUMMARY = "the App. A.2.1 moments table: paper formula, corrected formula and Monte Carlo side by side"
 
@@ -36,7 +38,7 @@ noise, not a tuned tolerance.""")
     needed = np.sqrt(2 * np.log(197))
     d_needed = first["d"] * (needed / ratio) ** 2  # E[γ]/sd(γ) ∝ sqrt(d)
     report.section("Findings")
-    verdicts = [c.get("verdict", "pass" if c["pass"] else "fail") for cl in verify["claims"] for c in cl["checks"]]
+    verdicts = [check_verdict(c) for cl in verify["claims"] for c in cl["checks"]]
     passed, tested = verdicts.count("pass"), len(verdicts) - verdicts.count("n/a")  # N/A: tested nothing
     agreement = (f"Every derived moment agrees with the Monte Carlo ({passed} of {tested} checks pass"
                  if passed == tested else

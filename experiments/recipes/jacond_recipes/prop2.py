@@ -1,5 +1,7 @@
 """prop2: Proposition 2 (§5.2, proof in App. A.2.3): K_sa = B_sa + E_sa, and when ‖E‖ < σ_min(B)."""
 
+from .common import check_verdict
+
 NAME = "prop2"
 SUMMARY = "||E_sa|| against sigma_min(B_sa), kappa(K_sa) against kappa(B_sa) across beta for ours, mimetic, timm"
 
@@ -28,7 +30,7 @@ def overtakes_text(wins, seeds, other):
 def weyl_text(verify):
     """What the verify checks say about the Weyl bracket, from their verdicts."""
     weyl = [c for claim in verify["claims"] for c in claim["checks"] if "Weyl bracket" in c["check"]]
-    tested = [c for c in weyl if c.get("verdict", "pass" if c["pass"] else "fail") != "n/a"]
+    tested = [c for c in weyl if check_verdict(c) != "n/a"]
     failed = [c for c in tested if not c["pass"]]
     if not tested:
         return "No split met the premise, so the Weyl bracket was not tested"

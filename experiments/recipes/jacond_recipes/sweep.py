@@ -27,8 +27,8 @@ def sensitivity(df, matrix):
     """Median κ over seeds at each grid point near (α, β, c) = (2, 0.6, 3), and across c at (2, 0.6)."""
     sub, space = kappa_rows(df, matrix)
     # A not-converged row knows only κ ≥ κ_lo: it makes its grid point unknown (NaN), never a value.
-    kappa = sub["kappa"].where(sub["status"] != "not-converged")
-    med = sub.assign(kappa=kappa).groupby(["alpha", "beta", "c"])["kappa"].agg(lambda v: v.median(skipna=False))
+    known = sub.assign(kappa=sub["kappa"].where(sub["status"] != "not-converged"))
+    med = known.groupby(["alpha", "beta", "c"])["kappa"].agg(lambda v: v.median(skipna=False))
     near = med[((med.index.get_level_values("alpha") - 2).__abs__() <= 0.5 + 1e-9) &
                ((med.index.get_level_values("beta") - 0.6).__abs__() <= 0.5 + 1e-9) &
                (med.index.get_level_values("c") == 3)]
@@ -42,7 +42,7 @@ def sensitivity(df, matrix):
     row["ratio near the choice"] = row["max median κ"] / row["min median κ"]
     # The same ratio seed by seed (every grid point has every seed: the same tokens and draws along the
     # grid), its smallest and largest over the seeds: what the sensitivity verdict reads.
-    by_seed = sub.assign(kappa=kappa).set_index(["alpha", "beta", "c"])
+    by_seed = known.set_index(["alpha", "beta", "c"])
     by_seed = by_seed[by_seed.index.isin(near.index)].groupby("seed")["kappa"].agg(lambda v: v.max() / v.min())
     row["per-seed ratio near the choice: min"] = by_seed.min(skipna=False) if len(by_seed) else np.nan
     row["per-seed ratio near the choice: max"] = by_seed.max(skipna=False) if len(by_seed) else np.nan
