@@ -232,12 +232,10 @@ TEST(RankGroup, ASilentPeerFailsTheCollectiveAfterTheTimeout) {
   });
   EXPECT_NE(error.find("rank 0: all-reduce failed"), std::string::npos) << error;
   // Failed by the timeout (Gloo: "Operation timed out!", or "Timed out waiting …" in other
-  // versions), and not before it. No upper bound on the wait: a loaded machine may take longer,
-  // and a hang is ctest's TIMEOUT.
+  // versions): the error's cause, not a wall-clock bound (a hang is ctest's TIMEOUT).
   std::string lower = error;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  EXPECT_NE(lower.find("timed out"), std::string::npos) << error;
-  EXPECT_GE(waited.count(), 0.9 * 1.5);
+  EXPECT_NE(lower.find("timed out"), std::string::npos) << error << " (after " << waited.count() << " s)";
 }
 
 // ---------------------------------------------------------------------------------------------
