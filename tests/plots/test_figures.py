@@ -175,16 +175,27 @@ def write_run(directory, command):
 
 
 def test_a_figure_of_several_runs_is_captioned_with_their_merged_command(tmp_path):
-    """The flags the runs share once, a differing value as {a|b}, --out as the number of directories;
-    runs whose flags differ in kind fall back to the first command and a count."""
+    """The flags the runs share once, a differing value as {a|b}, --out as the number of directories, a
+    flag only some runs give in brackets where it stands; runs that are not one subcommand with --flag
+    arguments fall back to the first command and a count."""
     from jacond_plots.common import merged_command
     a = write_run(tmp_path / "a", ["jacond", "train", "--skip", "full", "--steps", "100", "--out", "r/a"])
     b = write_run(tmp_path / "b", ["jacond", "train", "--skip", "none", "--steps", "100", "--out", "r/b"])
     c = write_run(tmp_path / "c", ["jacond", "train", "--skip", "none", "--steps", "100", "--out", "r/c"])
     assert merged_command([a, b, c]) == "jacond train --skip {full|none} --steps 100 --out {3 directories}"
     assert merged_command([a]) == "jacond train --skip full --steps 100 --out r/a"
+    seeded = [write_run(tmp_path / f"s{seed}", ["jacond", "train", "--skip", "none", "--seed", str(seed), "--steps",
+                                                "100", "--checkpoint-init", "--out", f"r/s{seed}"]) for seed in (1, 2)]
+    assert merged_command([a, b, *seeded]) == \
+        "jacond train --skip {full|none} [--seed {1|2}] --steps 100 [--checkpoint-init] --out {4 directories}"
     other = write_run(tmp_path / "d", ["jacond", "train", "--skip", "full", "--augment", "1", "--out", "r/d"])
-    assert merged_command([a, other]) == "jacond train --skip full --steps 100 --out r/a   |   and 1 more run(s)"
+    assert merged_command([a, other]) == "jacond train --skip full [--augment 1] [--steps 100] --out {2 directories}"
+    for odd in (["jacond", "verify", "--skip", "full", "--out", "r/f"],              # another subcommand
+                ["jacond", "train", "runs/x", "--skip", "full", "--out", "r/g"],     # a positional argument
+                ["jacond", "train", "--skip", "full", "--skip", "none", "--out", "r/h"],  # a repeated flag
+                ["jacond", "train", "--skip", "--steps", "100", "--out", "r/i"]):    # --skip as a switch here
+        run = write_run(tmp_path / odd[-1].replace("/", "-"), odd)
+        assert merged_command([a, run]) == "jacond train --skip full --steps 100 --out r/a   |   and 1 more run(s)", odd
     unknown = str(tmp_path / "no-run-json")
     assert merged_command([unknown, a]).startswith("command unknown (no readable run.json or verify.json)   |   and 1")
     quoted = write_run(tmp_path / "e", "jacond train --out 'r/e")  # a stored string with an unbalanced quote

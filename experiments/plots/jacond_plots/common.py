@@ -134,8 +134,10 @@ def caption(fig, directory, extra=""):
 def merged_command(directories):
     """One command line for the runs of a figure that draws several: the flags they share as they
     are, a flag whose value differs as {a|b|…} (its values in order of first appearance), --out as
-    {N directories}. When the runs' flags are not the same list (another subcommand, a flag only some
-    runs have, an unknown or unparsable command), the first command and "and N more run(s)"."""
+    {N directories}, a flag only some runs give in brackets ([--seed {1|2}]: the others ran with its
+    default), placed after the flag it follows where it appears. When the runs are not one subcommand
+    with --flag [value] arguments (another subcommand, a positional argument, a repeated flag, an
+    unknown or unparsable command), the first command and "and N more run(s)"."""
     lines = [command_line(d) for d in directories]
     fallback = lines[0] + (f"   |   and {len(lines) - 1} more run(s)" if len(lines) > 1 else "")
     try:
@@ -146,19 +148,52 @@ def merged_command(directories):
         return fallback
     if len(commands) == 1:
         return shlex.join(commands[0])
-    shape = [[t if t.startswith("--") or i < 2 else None for i, t in enumerate(c)] for c in commands]
-    if any(s != shape[0] for s in shape):
+    flags = [flag_values(c[2:]) for c in commands]
+    if any(c[:2] != commands[0][:2] for c in commands) or any(f is None for f in flags):
         return fallback
-    merged = []
-    for i, tokens in enumerate(zip(*commands)):
-        values = list(dict.fromkeys(tokens))
-        if len(values) == 1:
-            merged.append(shlex.quote(values[0]))
-        elif i > 0 and commands[0][i - 1] == "--out":
-            merged.append(f"{{{len(commands)} directories}}")
+    merged = [shlex.quote(t) for t in commands[0][:2]]
+    for flag in flag_order(flags):
+        given = [f[flag] for f in flags if flag in f]
+        values = list(dict.fromkeys(given))
+        if flag == "--out" and len(values) > 1:
+            text = f"--out {{{len(given)} directories}}"
+        elif values == [None]:
+            text = flag
         else:
-            merged.append("{" + "|".join(values) + "}")
+            shown = [shlex.quote(v) for v in values if v is not None]
+            text = f"{flag} " + (shown[0] if len(values) == 1 else "{" + "|".join(shown) + "}")
+            if None in values:  # given as a switch by some runs, with a value by others
+                return fallback
+        merged.append(text if len(given) == len(flags) else f"[{text}]")
     return " ".join(merged)
+
+
+def flag_values(tokens):
+    """{--flag: value, or None for a switch} of a command's arguments in their order, or None when one is
+    not a --flag, or a flag is repeated."""
+    values = {}
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        if not flag.startswith("--") or flag in values:
+            return None
+        has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
+        values[flag] = tokens[i + 1] if has_value else None
+        i += 2 if has_value else 1
+    return values
+
+
+def flag_order(flags):
+    """The flags of several commands in one order: the first command's, then each flag another command
+    adds, right after the flag it follows there."""
+    order = []
+    for command in flags:
+        previous = None
+        for flag in command:
+            if flag not in order:
+                order.insert(order.index(previous) + 1 if previous else 0, flag)
+            previous = flag
+    return order
 
 
 def caption_runs(fig, directories):

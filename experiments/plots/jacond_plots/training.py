@@ -194,5 +194,5 @@ def compare(runs, out_dir, name="training_compare", formats=("png",), seeds=None
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    caption_runs(fig, list(runs.values()))
+    caption_runs(fig, list(runs.values()) + [d for label in runs for d in seeds.get(label, [])])  # every run drawn
     return save(fig, out_dir, name, formats)
