@@ -188,8 +188,14 @@ def test_a_figure_of_several_runs_is_captioned_with_their_merged_command(tmp_pat
                                                 "100", "--checkpoint-init", "--out", f"r/s{seed}"]) for seed in (1, 2)]
     assert merged_command([a, b, *seeded]) == \
         "jacond train --skip {full|none} [--seed {1|2}] --steps 100 [--checkpoint-init] --out {4 directories}"
+    # Flags added by different runs after the same flag keep their order of first appearance; --seed=2 is --seed 2.
+    x = write_run(tmp_path / "x", ["jacond", "train", "--skip", "full", "--x", "3", "--steps", "100", "--out", "r/x"])
+    y = write_run(tmp_path / "y", ["jacond", "train", "--skip", "full", "--y", "4", "--steps", "100", "--out", "r/y"])
+    z = write_run(tmp_path / "z", ["jacond", "train", "--skip", "full", "--steps", "100", "--seed=2", "--out", "r/z"])
+    assert merged_command([a, x, y, z]) == \
+        "jacond train --skip full [--x 3] [--y 4] --steps 100 [--seed 2] --out {4 directories}"
     other = write_run(tmp_path / "d", ["jacond", "train", "--skip", "full", "--augment", "1", "--out", "r/d"])
-    assert merged_command([a, other]) == "jacond train --skip full [--augment 1] [--steps 100] --out {2 directories}"
+    assert merged_command([a, other]) == "jacond train --skip full [--steps 100] [--augment 1] --out {2 directories}"
     for odd in (["jacond", "verify", "--skip", "full", "--out", "r/f"],              # another subcommand
                 ["jacond", "train", "runs/x", "--skip", "full", "--out", "r/g"],     # a positional argument
                 ["jacond", "train", "--skip", "full", "--skip", "none", "--out", "r/h"],  # a repeated flag

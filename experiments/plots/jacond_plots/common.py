@@ -169,14 +169,20 @@ def merged_command(directories):
 
 
 def flag_values(tokens):
-    """{--flag: value, or None for a switch} of a command's arguments in their order, or None when one is
-    not a --flag, or a flag is repeated."""
+    """{--flag: value, or None for a switch} of a command's arguments in their order (--flag=value as
+    --flag value), or None when one is not a --flag, or a flag is repeated. Without the subcommand's
+    option table a switch followed by a value-like token reads as a flag with that value, and a value
+    that starts with "--" as a switch: jacond's own commands have neither."""
     values = {}
     i = 0
     while i < len(tokens):
-        flag = tokens[i]
+        flag, joined, value = tokens[i].partition("=")
         if not flag.startswith("--") or flag in values:
             return None
+        if joined:
+            values[flag] = value
+            i += 1
+            continue
         has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
         values[flag] = tokens[i + 1] if has_value else None
         i += 2 if has_value else 1
@@ -185,14 +191,14 @@ def flag_values(tokens):
 
 def flag_order(flags):
     """The flags of several commands in one order: the first command's, then each flag another command
-    adds, right after the flag it follows there."""
+    adds, just before the next of its own flags already placed (at the end where none follows)."""
     order = []
     for command in flags:
-        previous = None
-        for flag in command:
+        own = list(command)
+        for i, flag in enumerate(own):
             if flag not in order:
-                order.insert(order.index(previous) + 1 if previous else 0, flag)
-            previous = flag
+                following = next((f for f in own[i + 1:] if f in order), None)
+                order.insert(order.index(following) if following else len(order), flag)
     return order
 
 
