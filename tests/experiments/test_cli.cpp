@@ -1258,6 +1258,8 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
       EXPECT_TRUE(full < none && none < dct && dct != std::string::npos) << md;
       // The skip modes the accuracy claim compares run at three seeds, read as paired gaps.
       EXPECT_TRUE(contains(md, "--seed 2") && contains(md, "| gap per seed |") && contains(md, "means over 3 seeds")) << md;
+      // So do the grayed runs at the paper's best ε, read against the ungrayed run of their seed.
+      EXPECT_TRUE(contains(md, "--tg-eps 0.6 --seed 2") && contains(md, "| gain per seed |")) << md;
       EXPECT_TRUE(is_figure(out + "/figures/skip_ablation_kappa.png") && is_figure(out + "/figures/eps_ablation.png"));
     }
     EXPECT_FALSE(contains(md, "| FAIL |")) << md;

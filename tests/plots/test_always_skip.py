@@ -89,3 +89,27 @@ def test_the_accuracy_figure_draws_the_mean_over_seeds_and_each_seed(tmp_path, m
     assert sorted(small[0].get_ydata()) == [80.0, 83.0, 86.0]
     assert np.allclose(ax.collections[0].get_segments()[0][:, 1], [80.0, 86.0])  # the range bar
     assert [t.get_text() for t in ax.texts] == ["83.0"]
+
+
+def test_the_eps_figure_joins_the_means_over_seeds_and_dots_each_seed(tmp_path, monkeypatch):
+    rows = [dict(graying="none", eps=1.0, seed=s, accuracy=a) for s, a in enumerate([86.0, 88.0, 87.0])]
+    rows += [dict(graying="svd", eps=0.7, seed=s, accuracy=a) for s, a in enumerate([88.0, 89.0, 87.0])]
+    rows += [dict(graying="svd", eps=0.5, seed=0, accuracy=90.0)]
+    table = pd.DataFrame(rows).assign(ln_kappa_in=5.0, ln_kappa_out=5.0)
+    table.loc[(table["graying"] == "svd") & (table["eps"] == 0.7), "ln_kappa_in"] = [4.0, np.inf, 3.0]
+    captured = {}
+    def keep(fig, out_dir, name, formats):
+        captured[name] = fig
+        return []
+    monkeypatch.setattr(always_skip, "save", keep)
+    always_skip.eps_ablation(table, str(tmp_path))
+    ax = captured["eps_ablation"].axes[0]  # accuracy
+    line = next(l for l in ax.lines if l.get_label().startswith("svd-TG (mean over seeds"))
+    assert list(line.get_xdata()) == [0.5, 0.7, 1.0] and np.allclose(line.get_ydata(), [90.0, 88.0, 87.0])
+    hollow = [l for l in ax.lines if l.get_marker() == "o" and l.get_markerfacecolor() == "white"]
+    assert [list(l.get_xdata()) for l in hollow] == [[0.5]]  # the one ε run at one seed only
+    dots = sorted((x, y) for l in ax.lines if l.get_markersize() == 2.5 for x, y in zip(l.get_xdata(), l.get_ydata()))
+    assert dots == [(0.7, 87.0), (0.7, 88.0), (0.7, 89.0), (1.0, 86.0), (1.0, 87.0), (1.0, 88.0)]  # ε 0.5: one seed
+    # ln κ_in: the lower median over seeds, finite while at most half the seeds' medians are singular.
+    median = next(l for l in captured["eps_ablation"].axes[1].lines if l.get_label().startswith("svd-TG (median over seeds"))
+    assert np.allclose(median.get_ydata(), [5.0, 4.0, 5.0])

@@ -122,15 +122,122 @@ def test_the_convmixer_control_pairs_each_seed_and_holds_only_when_every_seed_do
     assert always_skip.control_verdict(control([]).reindex(columns=["skip", "optimizer", "seed", "accuracy (%)"]))["holds"] == "untested"
 
 
-def test_token_graying_is_read_against_the_ungrayed_seeds_range_at_the_papers_eps():
-    base = pd.DataFrame(dict(graying="none", eps=1.0, seed=[0, 1, 2], accuracy=[86.7, 87.5, 88.2]))
-    def grayed(accs):
-        return pd.DataFrame(dict(graying=["svd", "svd", "dct", "dct", "svd"], eps=[0.7, 0.6, 0.7, 0.6, 0.5],
-                                 seed=0, accuracy=accs))
-    # ε 0.5 is far above, but the claim is at ε 0.6–0.7, where one run is inside the ungrayed range.
-    mixed = always_skip.graying_verdict(base, grayed([88.5, 88.4, 87.9, 88.3, 95.0]))
-    assert mixed["holds"] == "within seed noise (3 of 4 above every ungrayed seed, 0 below every one)"
-    assert "95.0" not in mixed["here"] and mixed["here"].endswith("the ungrayed 3 seeds 86.7–88.2 %")
-    assert always_skip.graying_verdict(base, grayed([88.5, 88.4, 88.3, 88.3, 80.0]))["holds"].startswith("yes")
-    assert always_skip.graying_verdict(base, grayed([86.0, 85.0, 86.5, 80.0, 99.0]))["holds"].startswith("no")
-    assert always_skip.graying_verdict(base.iloc[:1], grayed([88.5] * 5))["holds"].startswith("undecided")
+def eps_runs(ungrayed, grayed):
+    """The ε table's runs: the ungrayed accuracies per seed, and {(graying, ε): [accuracy per seed]}."""
+    rows = [dict(graying="none", eps=1.0, seed=seed, accuracy=a) for seed, a in enumerate(ungrayed)]
+    rows += [dict(graying=g, eps=e, seed=seed, accuracy=a) for (g, e), accs in grayed.items() for seed, a in enumerate(accs)]
+    return pd.DataFrame(rows).assign(ln_kappa_in_init=6.7, ln_kappa_in=5.5, ln_kappa_out=5.3)
+
+
+def test_token_graying_gains_are_paired_by_seed_at_the_papers_best_eps():
+    table = eps_runs([86.7, 88.2, 87.5], {
+        ("svd", 0.7): [87.0, 88.5, 87.6],   # +0.3, +0.3, +0.1: above its own seed every time, though
+                                            # 87.0 and 87.6 are inside the ungrayed range 86.7–88.2
+        ("svd", 0.6): [86.0, 89.0, 87.0],   # −0.7, +0.8, −0.5
+        ("dct", 0.7): [86.5, 88.0, 87.4],   # every seed loses
+        ("svd", 0.5): [99.0]})              # not the paper's ε: not read
+    gains = always_skip.graying_gains(table).set_index(["graying", "eps"])
+    assert list(gains.index) == [("svd", 0.7), ("svd", 0.6), ("dct", 0.7)]
+    assert gains.loc[("svd", 0.7), "reading"] == "lifts in every seed" and gains.loc[("svd", 0.7), "gain"] == "+0.2"
+    assert gains.loc[("svd", 0.7), "gain per seed"] == "+0.1 to +0.3" and gains.loc[("svd", 0.7), "seeds"] == 3
+    assert gains.loc[("svd", 0.6), "reading"] == "within the seeds' noise (they disagree on the sign)"
+    assert gains.loc[("dct", 0.7), "reading"] == "lowers in every seed"
+    verdict = always_skip.graying_verdict(always_skip.graying_gains(table))
+    assert verdict["holds"] == ("in 1 of 3 (graying, ε) (a gain in every seed): svd-TG ε 0.7; "
+                                "1 of 3 lower it in every seed: dct-TG ε 0.7")
+    assert "svd-TG ε 0.7: +0.2 (per seed +0.1 to +0.3)" in verdict["here"] and "99" not in verdict["here"]
+
+
+def test_the_token_graying_verdict_needs_every_setting_and_more_than_one_seed():
+    def verdict(grayed, ungrayed=(87.0, 88.0)):
+        return always_skip.graying_verdict(always_skip.graying_gains(eps_runs(list(ungrayed), grayed)))["holds"]
+    assert verdict({("svd", 0.7): [87.5, 88.1], ("dct", 0.6): [87.1, 88.9]}).startswith("yes")
+    assert verdict({("svd", 0.7): [86.5, 87.1], ("dct", 0.6): [86.1, 87.9]}).startswith("no")
+    assert verdict({("svd", 0.7): [86.5, 88.1], ("dct", 0.6): [86.1, 87.9]}) == \
+        "within the seeds' noise: no (graying, ε) lifts accuracy in every seed; 1 of 2 lower it in every seed: dct-TG ε 0.6"
+    assert verdict({("svd", 0.7): [86.5, 88.1]}) == "within the seeds' noise: no (graying, ε) lifts accuracy in every seed"
+    assert verdict({("svd", 0.7): [90.0]}, ungrayed=(87.0,)).startswith("undecided: one seed")
+    assert verdict({("svd", 0.5): [90.0, 90.0]}) == "untested"  # no run at the paper's ε
+
+
+def test_the_eps_table_summarises_each_graying_and_eps_over_its_seeds():
+    table = eps_runs([86.7, 88.2, 87.5], {("svd", 0.7): [87.0, 88.5, 87.6], ("svd", 0.5): [99.0]})
+    table.loc[table["graying"] == "none", "ln_kappa_in"] = [5.0, np.inf, 6.0]  # one seed's median singular
+    summary = always_skip.eps_summary(table).set_index(["graying", "eps"])
+    assert summary.loc[("none", 1.0), "accuracy (%)"] == "87.47 (86.70–88.20)" and summary.loc[("none", 1.0), "seeds"] == 3
+    assert summary.loc[("svd", 0.5), "accuracy (%)"] == "99.00" and summary.loc[("svd", 0.5), "seeds"] == 1
+    assert summary.loc[("none", 1.0), "ln_kappa_in"] == 6.0  # the lower median of 5, 6, ∞: finite
+
+
+def kappa_runs(ends):
+    """Per-run κ rows from {(skip label, init, optimizer): [ln κ(SAB out) at the end per seed]}."""
+    return pd.DataFrame([{"skip": skip, "init": init, "optimizer": optimizer, "seed": seed,
+                          "ln κ SAB out, init": 3.0, "ln κ SAB out, end": end, "ln κ SAB out, max": end,
+                          "SAB out singular, init (%)": 0.0, "SAB out singular, end (%)": 100.0 * (end == np.inf),
+                          "ln κ FFN out, init": 2.0, "ln κ FFN out, end": 4.0, "FFN out singular, end (%)": 0.0}
+                         for (skip, init, optimizer), values in ends.items() for seed, end in enumerate(values)])
+
+
+def test_the_kappa_claim_pairs_each_sab_less_run_with_the_full_run_of_its_seed():
+    kappas = kappa_runs({("full", "timm", "adamw"): [5.0, 6.0, np.inf],
+                         ("w/o SAB skip", "timm", "adamw"): [9.0, np.inf, np.inf],  # larger, larger, no order
+                         ("full", "ours", "soap"): [5.0, 7.0],
+                         ("w/o SAB skip", "ours", "soap"): [6.0, 6.5],              # larger, smaller
+                         ("no skips", "ours", "soap"): [20.0]})
+    pairs = always_skip.sab_kappa_pairs(kappas)
+    assert len(pairs) == 5 and int((pairs > 0).sum()) == 3 and int(pairs.isna().sum()) == 1  # singular both ways: no order
+    assert always_skip.kappa_direction(3, 4, 1) == "direction in 3 of 4 pairs (not in every one)"
+    assert always_skip.kappa_direction(4, 4).startswith("direction yes") and always_skip.kappa_direction(0, 4).startswith("no")
+    assert always_skip.kappa_direction(0, 0).startswith("untested")
+    assert always_skip.kappa_direction(0, 0, 3) == "undecided: every pair is singular with and without the skip"
+    table = always_skip.kappa_over_seeds(kappas)
+    assert list(zip(table["init"], table["skip"])) == [("ours", "full"), ("ours", "w/o SAB skip"), ("ours", "no skips"),
+                                                       ("timm", "full"), ("timm", "w/o SAB skip")]
+    timm = table[table["init"] == "timm"].set_index("skip")
+    assert timm.loc["full", "ln κ SAB out, end"] == 6.0 and timm.loc["w/o SAB skip", "ln κ SAB out, end"] == np.inf
+    assert np.isclose(timm.loc["w/o SAB skip", "SAB out singular, end (%)"], 200 / 3) and timm.loc["full", "seeds"] == 3
+
+
+def test_a_graying_gain_of_zero_is_named_where_the_seeds_disagree():
+    gains = always_skip.graying_gains(eps_runs([87.0, 88.0, 86.0], {("svd", 0.7): [87.5, 88.0, 86.5]}))
+    assert gains["reading"].tolist() == ["within the seeds' noise (they disagree on the sign, a gain is 0)"]
+
+
+def test_the_grid_runs_every_seed_of_the_compared_modes_and_of_the_eps_ablation():
+    class Recipe:
+        threads = 1
+        def __init__(self, quick):
+            self.quick = quick
+        @staticmethod
+        def work(*parts):
+            return "/".join(("W", *parts))
+    full = always_skip.grid(Recipe(False))
+    skip_seeds = {key[3] for kind, key, _, _ in full if kind == "skip" and key[0] == "no-sab-skip"}
+    assert skip_seeds == {0, 1, 2, 3, 4}
+    assert {key[3] for kind, key, _, _ in full if kind == "skip" and key[0] == "none"} == {0}  # no skips: seed 0
+    eps = {(key[0], key[1], key[2]) for kind, key, _, _ in full if kind == "eps"}
+    assert eps == {(g, e, seed) for g in ("svd", "dct") for e in (0.9, 0.7, 0.6, 0.5) for seed in range(5)}
+    runs = {directory: argv for _, _, directory, argv in full}
+    assert runs["W/eps/seed-4/dct-0.6"][-2:] == ["--out", "W/eps/seed-4/dct-0.6"]
+    assert "--seed" in runs["W/eps/seed-4/dct-0.6"] and "--seed" not in runs["W/eps/dct-0.6"]
+    assert len(runs) == len(full)  # no two runs share a directory
+    quick = always_skip.grid(Recipe(True))
+    assert {key[-1] for _, key, _, _ in quick} == {0, 1, 2}
+    assert {key[1] for kind, key, _, _ in quick if kind == "eps"} == {0.6}
+
+
+def test_the_kappa_in_claim_is_paired_by_seed_at_the_lowest_eps():
+    table = eps_runs([87.0, 88.0, 86.0], {("svd", 0.9): [87.0, 88.0, 86.0], ("svd", 0.5): [87.0, 88.0, 86.0]})
+    def with_kappa(at_init, at_end):  # ln κ_in of the svd ε 0.5 runs per seed; the rest stays at 6.7 / 5.5
+        t = table.copy()
+        low = (t["graying"] == "svd") & (t["eps"] == 0.5)
+        t.loc[low, "ln_kappa_in_init"], t.loc[low, "ln_kappa_in"] = at_init, at_end
+        return t
+    lower_at_end = always_skip.kappa_in_verdict(with_kappa([6.0, 6.1, 6.2], [5.0, 5.4, 5.1]), "svd", "no: why")
+    assert lower_at_end["holds"] == "yes: lower after training in every seed"
+    assert "the change -0.70 to -0.50 at init, -0.50 to -0.10 after training (3 seeds)" in lower_at_end["here"]
+    assert "after training 5.50 → 5.10" in lower_at_end["here"] and "ε 1 → 0.5" in lower_at_end["here"]
+    # Lower at init in every seed, but one seed ends above its ungrayed twin: training undoes it.
+    assert always_skip.kappa_in_verdict(with_kappa([6.0, 6.1, 6.2], [5.0, 5.6, 5.1]), "svd", "no: why")["holds"] == \
+        "at init only (lower in every seed): training undoes it"
+    assert always_skip.kappa_in_verdict(with_kappa([6.0, 6.8, 6.2], [5.0, 5.6, 5.1]), "svd", "no: why")["holds"] == "no: why"

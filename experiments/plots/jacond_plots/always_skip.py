@@ -14,7 +14,8 @@ a step hollow, at the same median with singular reports at their lower bound κ_
                                    per (init, optimizer) and per ConvMixer control; and ln κ of the
                                    SAB and FFN outputs over training, one line per skip mode
     eps_ablation(table, out_dir)   Token Graying: test accuracy, ln κ_in and ln κ_out against ε
-                                   for SVD-TG and DCT-TG, the ungrayed seeds' spread as a band
+                                   for SVD-TG and DCT-TG (mean over seeds, each seed a dot), the
+                                   ungrayed seeds' spread as a band
 """
 
 import os
@@ -173,8 +174,10 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, se
 
 
 def eps_ablation(table, out_dir, formats=("png",), command=""):
-    """`table`: one row per run with graying (none | svd | dct), eps, accuracy, ln_kappa_in,
-    ln_kappa_out; the graying == none rows (ε = 1, several seeds) give the band."""
+    """`table`: one row per run with graying (none | svd | dct), eps, seed, accuracy, ln_kappa_in,
+    ln_kappa_out; the graying == none rows (ε = 1, several seeds) give the band. Each graying's line
+    joins, at each ε, the accuracy's mean over the seeds run and ln κ's lower median (ε = 1: over the
+    ungrayed seeds), each seed a small dot where an ε has several; an ε with one seed is drawn hollow."""
     base = table[table["graying"] == "none"]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
     for ax, column, label in zip(axes, ["accuracy", "ln_kappa_in", "ln_kappa_out"],
@@ -183,9 +186,21 @@ def eps_ablation(table, out_dir, formats=("png",), command=""):
         if len(base):
             ax.axhspan(base[column].min(), base[column].max(), color="#cccccc", alpha=0.6,
                        label=f"no graying, {len(base)} seeds (min-max)")
+        # Accuracy: the mean over seeds; ln κ: the lower median (a seed's median may be +∞, singular).
+        centre = "mean" if column == "accuracy" else lower_median
+        if len(base) > 1:
+            ax.plot(base["eps"], base[column], "o", ms=2.5, color="#555555", alpha=0.7)
         for graying, g in table[table["graying"] != "none"].groupby("graying"):
-            g = pd.concat([g, base[base["seed"] == 0].assign(graying=graying)]).sort_values("eps")  # ε = 1: seed 0
-            ax.plot(g["eps"], g[column], marker="o", color=GRAYING_COLOURS.get(graying, "black"), label=f"{graying}-TG")
+            colour = GRAYING_COLOURS.get(graying, "black")
+            by_eps = pd.concat([g, base]).groupby("eps")[column]
+            centres, counts = by_eps.agg(centre), by_eps.count()
+            ax.plot(centres.index, centres.to_numpy(), color=colour,
+                    label=f"{graying}-TG ({'mean' if centre == 'mean' else 'median'} over seeds; hollow: one seed)")
+            several = counts > 1  # an ε run at one seed only is hollow: the line joins different seed sets
+            ax.plot(centres.index[several], centres[several], "o", color=colour)
+            ax.plot(centres.index[~several], centres[~several], "o", mfc="white", color=colour)
+            seeded = g[g.groupby("eps")["seed"].transform("count") > 1]
+            ax.plot(seeded["eps"], seeded[column], "o", ms=2.5, color=colour, alpha=0.6)
         if column != "accuracy":  # the paper's ViT-B values (its accuracies are on another scale: ImageNet)
             eps = sorted(PAPER_EPS)
             ax.plot(eps, [PAPER_EPS[e][column] for e in eps], ls="--", marker="x", color="black",

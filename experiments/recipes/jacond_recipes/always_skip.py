@@ -26,12 +26,16 @@ GRAYINGS = ["svd", "dct"]
 EPS_BASE = ("full", "timm", "soap")
 EPS_FLAGS = ["--skip", "full", "--init", "timm", "--optimizer", "soap"]
 # Seeds (initialisation and data order; these runs do not augment) of the skip modes the accuracy claim
-# compares (full, w/o FFN skip, w/o SAB skip) in every (init, optimizer), and of the ConvMixer control:
-# the claims are differences of a few points, read against the spread between seeds. Seed 0's runs are
-# the grid's, plotted for κ; seeds 1 and 2 live under skip/seed-S/ and convmixer/seed-S/. `no skips`
-# runs at seed 0 only. The ε ablation's ungrayed baseline at three seeds is EPS_BASE at these seeds (the
-# same runs, not run twice).
-SEEDS = (0, 1, 2)
+# compares (full, w/o FFN skip, w/o SAB skip) in every (init, optimizer), of the ConvMixer control and of
+# the grayed runs: the claims are differences of a few points, read against the spread between seeds, and
+# every verdict pairs runs by seed. With five seeds "the same sign in
+# every seed" is a sign test at p = 1/32 (1/16 two-sided); --quick runs the first three. Seed 0's runs are
+# the grid's, plotted for κ; the other seeds' live under skip/seed-S/, convmixer/seed-S/ and eps/seed-S/.
+# `no skips` runs at seed 0 only. The ε ablation's ungrayed baseline is EPS_BASE at
+# these seeds (the same runs, not run twice).
+SEEDS = (0, 1, 2, 3, 4)
+QUICK_SEEDS = SEEDS[:3]
+PAPER_BEST_EPS = (0.7, 0.6)  # where the paper reports Token Graying's gain (81.0 → 81.4 %)
 SEEDED_SKIPS = ("full", "no-ffn-skip", "no-sab-skip")
 # The token matrices whose κ is tracked (analysis/report/block_report.cpp: embedding_reports).
 TRACKED = "X_in,SA_out,SAB_out,FFN_out,FFN_block_out"
@@ -53,37 +57,48 @@ BENCH_QUICK = ["--dim", 16, "--depth", 1, "--heads", 2, "--patch", 7, "--batch",
 
 
 def grid(r):
-    """The runs, as (kind, key, directory, arguments); --quick keeps one (init, optimizer) slice and one ε of
-    the grids, at every seed (the pairing by seed is what the verdicts read)."""
+    """The runs, as (kind, key, directory, arguments); --quick keeps one (init, optimizer) slice, one of the
+    paper's best ε, and QUICK_SEEDS (the pairing by seed is what the verdicts read)."""
     inits, optimizers = ([EPS_BASE[1]], [EPS_BASE[2]]) if r.quick else (INITS, OPTIMIZERS)
-    eps_values = EPS[-1:] if r.quick else EPS
+    eps_values = PAPER_BEST_EPS[-1:] if r.quick else EPS
     sizes = QUICK if r.quick else FULL
     runs = []
-    for seed in SEEDS:
+    for seed in seeds(r):
         for optimizer in optimizers:
             for init in inits:
                 for _, skip in SKIPS:
                     if seed and skip not in SEEDED_SKIPS:
                         continue
-                    name = f"{skip}-{init}-{optimizer}"
-                    directory = r.work("skip", name) if seed == 0 else r.work("skip", f"seed-{seed}", name)
-                    runs.append(("skip", (skip, init, optimizer, seed), directory,
-                                 ["--skip", skip, "--init", init, "--optimizer", optimizer, *(["--seed", seed] if seed else [])]))
-    for seed in SEEDS:  # the CNN control: the same tokens (patch 4 → 7 × 7) mixed by convolutions
+                    runs.append(("skip", (skip, init, optimizer, seed), seeded_work(r, "skip", seed, f"{skip}-{init}-{optimizer}"),
+                                 ["--skip", skip, "--init", init, "--optimizer", optimizer, *seed_flag(seed)]))
+    for seed in seeds(r):  # the CNN control: the same tokens (patch 4 → 7 × 7) mixed by convolutions
         for optimizer in optimizers:
             for skip in ("full", "none"):
-                name = f"{skip}-{optimizer}"
                 runs.append(("convmixer", (skip, "ConvMixer", optimizer, seed),
-                             r.work("convmixer", name) if seed == 0 else r.work("convmixer", f"seed-{seed}", name),
+                             seeded_work(r, "convmixer", seed, f"{skip}-{optimizer}"),
                              ["--arch", "convmixer", "--skip", skip, "--kernel", 5, "--optimizer", optimizer,
-                              *(["--seed", seed] if seed else [])]))
-    for graying in GRAYINGS:
-        for eps in eps_values:
-            runs.append(("eps", (graying, eps, 0), r.work("eps", f"{graying}-{eps:g}"),
-                         [*EPS_FLAGS, "--token-graying", graying, "--tg-eps", eps]))
+                              *seed_flag(seed)]))
+    for seed in seeds(r):
+        for graying in GRAYINGS:
+            for eps in eps_values:
+                runs.append(("eps", (graying, eps, seed), seeded_work(r, "eps", seed, f"{graying}-{eps:g}"),
+                             [*EPS_FLAGS, "--token-graying", graying, "--tg-eps", eps, *seed_flag(seed)]))
     return [(kind, key, directory, ["train", *args, *sizes, "--threads", r.threads, "--track-matrices",
                                     "all" if kind == "convmixer" else TRACKED, "--out", directory])
             for kind, key, directory, args in runs]
+
+
+def seeds(r):
+    return QUICK_SEEDS if r.quick else SEEDS
+
+
+def seeded_work(r, kind, seed, name):
+    """Seed 0's run directory is kind/name (the grid's, plotted for κ); the other seeds' kind/seed-S/name."""
+    return r.work(kind, name) if seed == 0 else r.work(kind, f"seed-{seed}", name)
+
+
+def seed_flag(seed):
+    return ["--seed", seed] if seed else []
 
 
 def train_all(r, runs):
@@ -98,9 +113,9 @@ def train_all(r, runs):
 def propositions(r, report):
     """Props. 4.1 and 4.2 by `jacond verify` (synthetic inputs of prescribed κ(X)); returns the fits."""
     data41, data42 = r.work("prop41"), r.work("prop42")
-    seeds = ["--seeds", 20] if r.quick else []
-    r.run("verify", "prop41", *seeds, "--threads", r.threads, "--out", data41)
-    r.run("verify", "prop42", *seeds, "--threads", r.threads, "--out", data42)
+    draws = ["--seeds", 20] if r.quick else []
+    r.run("verify", "prop41", *draws, "--threads", r.threads, "--out", data41)
+    r.run("verify", "prop42", *draws, "--threads", r.threads, "--out", data42)
     figures = r.plot(data41)
     fits = r.read_csv(f"{data41}/prop41_fits.csv")
     tail = fits[fits["min_kappa_x"] == fits["min_kappa_x"].max()]
@@ -182,9 +197,12 @@ def skip_section(r, report, runs):
     figures = plots.skip_ablation(skip_runs, r.work(), command=f"$ {command}", controls=controls,
                                   seeds={**skip_seeds, **control_seeds})
     kappa_rows = []
-    for (skip, init, optimizer), directory in skip_runs.items():
+    for kind, key, directory, _ in runs:
+        if kind != "skip":
+            continue
+        skip, init, optimizer, seed = key
         k = plots.sub_block_kappa(directory)
-        kappa_rows.append({"skip": label[skip], "init": init, "optimizer": optimizer,
+        kappa_rows.append({"skip": label[skip], "init": init, "optimizer": optimizer, "seed": seed,
                            "ln κ SAB out, init": k["sab"].iloc[0], "ln κ SAB out, end": k["sab"].iloc[-1],
                            "ln κ SAB out, max": k["sab"].max(),
                            "SAB out singular, init (%)": 100 * k["sab_singular"].iloc[0],
@@ -205,7 +223,7 @@ SAB outputs climbs from about e³ to e⁶ while training diverges after 30 epoch
 token matrix each sub-block passes on (X + SA(LN₁X) with the SAB skip, SA(LN₁X) without; likewise
 for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over images and layers.""")
     seeded = ", ".join(label[s] for s in SEEDED_SKIPS)
-    report.text(f"Final test accuracy (%), the mean over seeds {', '.join(map(str, SEEDS))} with their range for "
+    report.text(f"Final test accuracy (%), the mean over seeds {', '.join(map(str, seeds(r)))} with their range for "
                 f"{seeded} (seed = initialisation and data order), one seed (0) for no skips:")
     report.table(acc, floatfmt="{:.1f}")
     report.text("What removing each skip costs, paired by seed (points against the full model of the same seed), and "
@@ -216,7 +234,7 @@ for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over
     report.table(gaps)
     captions = {"skip_ablation_accuracy": ("final test accuracy per skip mode",
                                            "Final test accuracy per skip mode, per (init, optimizer) and for the "
-                                           f"ConvMixer control: the mean over the seeds run (three for {seeded} and "
+                                           f"ConvMixer control: the mean over the seeds run ({len(seeds(r))} for {seeded} and "
                                            "the control; one for no skips), each seed a small dot, its range a bar"),
                 "skip_ablation_kappa": ("ln kappa of the SAB and FFN block outputs over training",
                                         "Median ln κ of the SAB outputs (top) and FFN block outputs (bottom) over "
@@ -224,13 +242,15 @@ for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over
     for png in figures:
         alt, caption = captions[os.path.splitext(os.path.basename(png))[0]]
         r.add_figure(report, png, alt, caption=caption)
-    report.text("ln κ of the token matrices the sub-blocks pass on (seed 0's runs), at initialisation, at the end, "
-                "and the SAB's maximum over training, each the lower median over the (probe, layer) reports of that step. A report "
+    report.text("ln κ of the token matrices the sub-blocks pass on, at initialisation, at the end, and the SAB's "
+                "maximum over training: per run the lower median over the (probe, layer) reports of that step, then "
+                "the lower median over the seeds run (the figure above draws seed 0's runs). A report "
                 "whose σ_min is under the fp64 noise floor is singular (a rank collapse: κ = ∞ in fp64, only κ ≥ κ_lo "
-                "is known) and enters the median as ∞; \"singular\" in an ln κ column means more than half of "
-                "them are (at exactly half, the finite half's largest is shown). The % columns give the share of "
-                "singular reports at the end:")
-    shown = kappas.drop(columns=["SAB out singular, init (%)"])
+                "is known) and enters a run's median as ∞, and a run whose median is ∞ enters the median over seeds "
+                "as ∞: \"singular\" in an ln κ column means more than half of the seeds' runs have more than half "
+                "their reports singular (at exactly half, the finite half's largest is shown). The % columns give "
+                "the share of singular reports at the end, the mean over seeds:")
+    shown = kappa_over_seeds(kappas).drop(columns=["SAB out singular, init (%)"])
     report.table(with_singular_cells(shown, [c for c in shown.columns if c.startswith("ln κ")]), floatfmt="{:.2f}")
     without = kappas[kappas["skip"].isin(["w/o SAB skip", "no skips"])]
     collapse = without.groupby("init")["SAB out singular, end (%)"].mean()
@@ -252,6 +272,33 @@ convolution (with or without its residual) and a 1 × 1 one, trained the same wa
 probes and layers, at the end, per run:""")
     report.table(control, floatfmt="{:.2f}")
     return gaps, kappas, control
+
+
+def kappa_over_seeds(kappas):
+    """One row per (skip, init, optimizer) of the per-run κ rows: the number of seeds, each ln κ column's
+    lower median over seeds (+∞ when more than half the seeds' medians are: "singular"), each singular
+    share's mean, in the paper's order of the skip modes."""
+    keys = ["skip", "init", "optimizer"]
+    ln_columns = [c for c in kappas.columns if c.startswith("ln κ")]
+    shares = [c for c in kappas.columns if c.endswith("(%)")]
+    grouped = kappas.groupby(keys, sort=False)
+    table = pd.concat([grouped["seed"].count().rename("seeds"), grouped[ln_columns].agg(plots.lower_median),
+                       grouped[shares].mean()], axis=1).reset_index()
+    order = {name: i for i, (name, _) in enumerate(SKIPS)}
+    return table.sort_values(["init", "optimizer", "skip"], key=lambda c: c.map(order) if c.name == "skip" else c,
+                             kind="stable").reset_index(drop=True)
+
+
+def sab_kappa_pairs(kappas):
+    """Per (init, optimizer, seed) with both runs: ln κ(SAB out) at the end without the SAB skip less
+    with it (w/o SAB skip − full; +∞ when only the run without is singular, −∞ when only the run with
+    it is, NaN when both are: no order)."""
+    end = kappas.pivot_table(index=["init", "optimizer", "seed"], columns="skip", values="ln κ SAB out, end",
+                             aggfunc="first")
+    if not {"full", "w/o SAB skip"} <= set(end.columns):
+        return pd.Series(dtype=float)
+    both = end[["full", "w/o SAB skip"]].dropna()
+    return both["w/o SAB skip"] - both["full"]
 
 
 def split_seeds(runs, kind):
@@ -319,8 +366,9 @@ def gap_verdict(gaps, sab_changes):
 
 
 def with_singular_cells(df, columns):
-    """The table with +∞ in `columns` (a median over reports more than half of which are singular) shown
-    as "singular": ln κ of a rank-deficient matrix has no finite value to print."""
+    """The table with +∞ in `columns` (a lower median over values more than half of which are +∞: singular
+    reports, or runs whose own median is) shown as "singular": ln κ of a rank-deficient matrix has no
+    finite value to print."""
     shown = df.copy()
     for column in columns:
         shown[column] = [("singular" if v == float("inf") else f"{v:.2f}") if isinstance(v, float) else v
@@ -367,9 +415,10 @@ def eps_section(r, report, runs):
     table = pd.DataFrame(rows).sort_values(["graying", "eps", "seed"], ascending=[True, False, True])
     table.attrs["directory"] = next(d for kind, key, d, _ in runs if kind == "skip" and key == (*EPS_BASE, 0))
     figures = plots.eps_ablation(table, r.work(), command=f"$ {r.recipe_command()}")
-    paper = [PAPER_EPS.get(e, ("—",) * 3) if g != "dct" else ("—",) * 3 for g, e in zip(table["graying"], table["eps"])]
-    shown = table.rename(columns={"accuracy": "accuracy (%)", "ln_kappa_in_init": "ln κ_in at init",
-                                  "ln_kappa_in": "ln κ_in", "ln_kappa_out": "ln κ_out"}).assign(**{
+    summary = eps_summary(table)
+    paper = [PAPER_EPS.get(e, ("—",) * 3) if g != "dct" else ("—",) * 3 for g, e in zip(summary["graying"], summary["eps"])]
+    shown = summary.rename(columns={"ln_kappa_in_init": "ln κ_in at init", "ln_kappa_in": "ln κ_in",
+                                    "ln_kappa_out": "ln κ_out"}).assign(**{
         "paper acc (%)": [p[0] for p in paper], "paper ln κ_in": [p[1] for p in paper],
         "paper ln κ_out": [p[2] for p in paper]})
     report.section("Token Graying across ε")
@@ -380,14 +429,21 @@ input and output tokens (ln κ_in 6.72 → 5.29 from ε = 1 to 0.5) and lifts ac
 `timm` ViT of the skip ablation trained with SOAP, with SVD-TG and DCT-TG at each ε applied to
 each image's 49 × 16 matrix of 4 × 4 patches, the "token matrix" the patch embedding multiplies
 (models/data/token_graying.h, which also defines DCT-TG's amplification: the paper gives one line),
-and the ungrayed run at three seeds for the run-to-run spread. κ_in is the tokens entering the first block,
-κ_out those leaving the last, on 4 test images (grayed as in training), at the end of training; "at
-init" is κ_in before the first step, where every run has the same patch embedding, so it isolates
-what the graying does to the tokens.""")
+and the ungrayed run and each grayed run at several seeds, paired by seed. κ_in is the tokens entering the first block, κ_out those leaving the last, on 4 test images
+(grayed as in training), at the end of training; "at init" is κ_in before the first step, where runs
+of one seed share their patch embedding, so it isolates what the graying does to the tokens. One row
+per (graying, ε): the accuracy's mean over the seeds run with their range, ln κ the lower median over
+seeds:""")
     report.table(with_singular_cells(shown, ["ln κ_in at init", "ln κ_in", "ln κ_out"]), floatfmt="{:.2f}")
+    gains = graying_gains(table)
+    report.text("What graying gains, paired by seed (accuracy of the grayed run less the ungrayed run of the same "
+                "seed, in points) at the paper's best ε; \"lifts\" and \"lowers\" need the same sign in every seed:")
+    report.table(gains)
     for png in figures:
         r.add_figure(report, png, "Token Graying: accuracy and kappa against epsilon",
-                     caption="Accuracy, ln κ_in and ln κ_out against ε for SVD-TG and DCT-TG; grey band: the ungrayed "
+                     caption="Accuracy, ln κ_in and ln κ_out against ε for SVD-TG and DCT-TG: at each ε the accuracy's mean "
+                             "and ln κ's lower median over the seeds run (small dots: each seed where there are "
+                             "several); grey band: the ungrayed "
                              "run's seeds (min to max); dashed: the paper's ViT-B values")
     patch_dim, dim = token_dimensions(table.attrs["directory"])
     if patch_dim < dim:
@@ -400,6 +456,37 @@ position embedding and the class token (drawn small, N(0, 0.02²) and N(0, 1e-6�
 columns, as many as the token dimension, so there it conditions the whole token space: this
 setting cannot test the κ_in claim, only the accuracy one.""")
     return table
+
+
+def eps_summary(table):
+    """One row per (graying, ε) of the per-run ε table: the number of seeds, the accuracy's mean with its
+    range over seeds ("87.9 (87.1–88.4)"; one seed: the value), each ln κ column's lower median over seeds."""
+    def accuracy(values):
+        mean = f"{values.mean():.2f}"
+        return mean if len(values) == 1 else f"{mean} ({values.min():.2f}–{values.max():.2f})"
+    grouped = table.groupby(["graying", "eps"], sort=False)
+    ln_columns = ["ln_kappa_in_init", "ln_kappa_in", "ln_kappa_out"]
+    return pd.concat([grouped["seed"].count().rename("seeds"), grouped["accuracy"].agg(accuracy).rename("accuracy (%)"),
+                      grouped[ln_columns].agg(plots.lower_median)], axis=1).reset_index()
+
+
+def graying_gains(table):
+    """Per graying at each of the paper's best ε (PAPER_BEST_EPS) run: acc(grayed, seed s) − acc(ungrayed,
+    seed s) over the seeds with both, its mean, range and reading: "lifts" where every seed gains, "lowers"
+    where every seed loses, otherwise within the seeds' noise."""
+    ungrayed = table[table["graying"] == "none"].set_index("seed")["accuracy"]
+    at_paper = table[(table["graying"] != "none") & table["eps"].isin(PAPER_BEST_EPS)]
+    rows = []
+    for (graying, eps), g in at_paper.groupby(["graying", "eps"], sort=False):
+        gains = (g.set_index("seed")["accuracy"] - ungrayed).dropna()
+        if not len(gains):
+            continue
+        reading = ("undecided: one seed" if len(gains) < 2 else "lifts in every seed" if gains.min() > 0 else
+                   "lowers in every seed" if gains.max() < 0 else "within the seeds' noise (they disagree on the sign"
+                   + (", a gain is 0)" if (gains == 0).any() else ")"))
+        rows.append({"graying": graying, "eps": eps, "seeds": len(gains), "gain": signed(gains.mean()),
+                     "gain per seed": span(gains.tolist()), "reading": reading})
+    return pd.DataFrame(rows, columns=["graying", "eps", "seeds", "gain", "gain per seed", "reading"])
 
 
 def token_dimensions(directory):
@@ -456,12 +543,12 @@ def ablation_verdict(gaps):
     how many settings removing the SAB skip costs much more (gap_verdict), with the undecided ones named."""
     much = gaps[gaps["reading"] == "much more"]["setting"].tolist()
     undecided = gaps[gaps["reading"].str.startswith("undecided")]["setting"].tolist()
-    seeds = sorted(set(gaps["seeds"]))
+    counts = sorted(set(gaps["seeds"]))
     return {"claim": "removing the SAB skip costs much more accuracy than removing the FFN skip (−22 vs −2 points)",
             "here": "; ".join(f"{g['setting']}: {g['w/o FFN skip − full']} w/o FFN skip, "
                               f"{g['w/o SAB skip − full']} w/o SAB skip (gap per seed {g['gap per seed']})"
                               for _, g in gaps.iterrows())
-                    + f" (means over {'/'.join(map(str, seeds))} seeds, paired)",
+                    + f" (means over {'/'.join(map(str, counts))} seeds, paired)",
             "holds": f"in {len(much)} of {len(gaps)} settings (a mean gap ≥ {MUCH_MORE:g} points, positive in every seed, "
                      "and a loss without the SAB skip in every seed)"
                      + (": " + ", ".join(much) if much else "")
@@ -494,24 +581,35 @@ def control_verdict(control):
                      "; ".join(f"{opt}: {text}" for opt, text in readings.items())}
 
 
-def graying_verdict(base, grayed):
-    """Token Graying's accuracy claim, at the paper's ε (0.6, 0.7; every ε run where none of those is),
-    against the ungrayed runs' range over seeds: "yes" where every grayed run there is above every
-    ungrayed seed, "no" where every one is below, otherwise within the seeds' noise. (Not the best of
-    the grayed runs against the ungrayed mean: the largest of several noisy runs is biased upward.)"""
-    at_paper = grayed[grayed["eps"].isin([0.6, 0.7])]
-    runs = at_paper if len(at_paper) else grayed
-    low, high = base["accuracy"].min(), base["accuracy"].max()
-    above, below = int((runs["accuracy"] > high).sum()), int((runs["accuracy"] < low).sum())
+def graying_verdict(gains):
+    """Token Graying's accuracy claim from graying_gains (paired by seed at the paper's best ε): "yes"
+    where every (graying, ε) lifts accuracy in every seed, "no" where every one lowers it in every seed,
+    otherwise in how many it lifts, or within the seeds' noise. (Not the best of the grayed runs against
+    the ungrayed mean: the largest of several noisy runs is biased upward.)"""
     claim = "Token Graying lifts accuracy a little (+0.4 points at ε 0.6–0.7)"
-    here = (", ".join(f"{g}-TG ε {e:g}: {a:.1f} %" for g, e, a in zip(runs["graying"], runs["eps"], runs["accuracy"]))
-            + f"; the ungrayed {len(base)} seeds {low:.1f}–{high:.1f} %")
-    if len(base) < 2:
-        return {"claim": claim, "here": here, "holds": "undecided: one ungrayed seed, no spread to compare with"}
-    return {"claim": claim, "here": here,
-            "holds": "yes: every grayed run above every ungrayed seed" if above == len(runs) else
-                     "no: every grayed run below every ungrayed seed" if below == len(runs) else
-                     f"within seed noise ({above} of {len(runs)} above every ungrayed seed, {below} below every one)"}
+    if not len(gains):
+        return {"claim": claim, "here": "no grayed run at ε 0.6–0.7 with an ungrayed run of its seed",
+                "holds": "untested"}
+    here = ("; ".join(f"{g['graying']}-TG ε {g['eps']:g}: {g['gain']} (per seed {g['gain per seed']})"
+                      for _, g in gains.iterrows()) + f" (paired with the ungrayed run of the same seed; "
+            f"{'/'.join(map(str, sorted(set(gains['seeds']))))} seeds)")
+    if max(gains["seeds"]) < 2:
+        return {"claim": claim, "here": here, "holds": "undecided: one seed, no spread to compare with"}
+    lifts = gains[gains["reading"] == "lifts in every seed"]
+    lowers = gains[gains["reading"] == "lowers in every seed"]
+    settings = len(gains)
+    def named(rows):
+        return ", ".join(f"{g}-TG ε {e:g}" for g, e in zip(rows["graying"], rows["eps"]))
+    lowered = f"; {len(lowers)} of {settings} lower it in every seed: {named(lowers)}" if len(lowers) else ""
+    if len(lifts) == settings:
+        holds = "yes: every graying and ε lifts accuracy in every seed"
+    elif len(lowers) == settings:
+        holds = "no: every graying and ε lowers accuracy in every seed"
+    elif len(lifts):
+        holds = f"in {len(lifts)} of {settings} (graying, ε) (a gain in every seed): {named(lifts)}{lowered}"
+    else:
+        holds = f"within the seeds' noise: no (graying, ε) lifts accuracy in every seed{lowered}"
+    return {"claim": claim, "here": here, "holds": holds}
 
 
 def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead):
@@ -534,34 +632,29 @@ def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead):
     def singular_share(column, runs):  # the share of singular reports behind the medians
         lo, hi = f"{runs[column].min():.0f}", f"{runs[column].max():.0f}"
         return "" if hi == "0" else f"; {lo if lo == hi else lo + '–' + hi} % of the reports singular"
+    pairs = sab_kappa_pairs(kappas)
+    larger, unordered = int((pairs > 0).sum()), int(pairs.isna().sum())
+    pairs = pairs.dropna()
     rows.append({"claim": "without the SAB skip, κ of the SAB outputs reaches ≈ e⁶; with it, ≈ e³",
-                 "here": f"ln κ(SAB out) at the end, per run of seed 0: with the skip {finite_range(with_skip, 'runs')}; "
+                 "here": f"ln κ(SAB out) at the end, per run ({len(set(kappas['seed']))} seeds): with the skip "
+                         f"{finite_range(with_skip, 'runs')}; "
                          f"without {finite_range(without, 'runs')}"
                          + singular_share("SAB out singular, end (%)", without_runs)
                          + f". FFN block outputs with their skip {finite_range(ffn_end, 'runs')}"
-                         + singular_share("FFN out singular, end (%)", ffn_skip),
-                 "holds": "direction yes (without the skip κ is larger, or infinite)"
-                 if without.median() > with_skip.median() else "no"})
+                         + singular_share("FFN out singular, end (%)", ffn_skip)
+                         + f". Paired by seed (w/o SAB skip against full, same init, optimizer and seed): larger "
+                           f"without the skip in {larger} of {len(pairs)}"
+                           + (f" ({unordered} more pairs singular both ways, no order)" if unordered else ""),
+                 "holds": kappa_direction(larger, len(pairs), unordered)})
     rows.append(control_verdict(control))
-    base = eps_table[eps_table["graying"] == "none"]
     grayed = eps_table[eps_table["graying"] != "none"]
-    rows.append(graying_verdict(base, grayed))
+    rows.append(graying_verdict(graying_gains(eps_table)))
     patch_dim, dim = token_dimensions(eps_table.attrs["directory"])
-    base0 = base[base["seed"] == 0]
+    why = (f"no: the patches span {patch_dim} of the {dim} token dimensions here, the rest (position embedding, "
+           "class token) sets σ_min" if patch_dim < dim else "no")
     for graying in GRAYINGS:
-        g = grayed[grayed["graying"] == graying].set_index("eps")
-        if not len(g):
-            continue
-        low = min(g.index)
-        at_init, at_end = g["ln_kappa_in_init"].get(low), g["ln_kappa_in"].get(low)
-        why = (f"no: the patches span {patch_dim} of the {dim} token dimensions here, the rest (position "
-               "embedding, class token) sets σ_min" if patch_dim < dim else "no")
-        rows.append({"claim": f"{graying.upper()}-TG lowers ln κ_in (paper, SVD-TG: 6.72 → 5.29 from ε 1 to 0.5)",
-                     "here": f"at init {base0['ln_kappa_in_init'].mean():.2f} → {at_init:.2f} (seed 0, the same patch "
-                             f"embedding), after training "
-                             f"{base['ln_kappa_in'].mean():.2f} → {at_end:.2f} (ε 1 → {low:g})",
-                     "holds": ("yes" if at_end < base["ln_kappa_in"].min() else
-                               "at init only: training undoes it" if at_init < base0["ln_kappa_in_init"].min() else why)})
+        if (grayed["graying"] == graying).any():
+            rows.append(kappa_in_verdict(eps_table, graying, why))
     o = {row["graying"]: row for row in overhead}
     rows.append({"claim": "SVD-TG costs ≈ 6.3× the training time, DCT-TG +1.2 %",
                  "here": f"step time ×{o['svd']['step time with / without']:.2f} (svd), ×{o['dct']['step time with / without']:.2f} (dct) "
@@ -573,6 +666,53 @@ def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead):
     return pd.DataFrame(rows)
 
 
+def kappa_in_change(table, graying):
+    """(the lowest ε `graying` ran at, its per-seed change in ln κ_in against the ungrayed run of the same
+    seed at init, the same at the end of training); a seed without both runs, or singular both ways, is
+    left out."""
+    runs = table[table["graying"] == graying]
+    low = runs["eps"].min()
+    grayed = runs[runs["eps"] == low].set_index("seed")
+    base = table[table["graying"] == "none"].set_index("seed")
+    def change(column):
+        return (grayed[column] - base[column]).dropna()
+    return low, change("ln_kappa_in_init"), change("ln_kappa_in")
+
+
+def kappa_in_verdict(table, graying, why):
+    """Token Graying's κ_in claim for one graying, paired by seed at its lowest ε: "yes" where κ_in is
+    lower than the ungrayed run's at the end of training in every seed, "at init only" where it is lower
+    at init in every seed but not at the end, otherwise `why` (the reason it cannot be lowered here)."""
+    low, at_init, at_end = kappa_in_change(table, graying)
+    def median(column, graying_, eps):
+        rows = table[(table["graying"] == graying_) & (table["eps"] == eps)]
+        return f"{plots.lower_median(rows[column]):.2f}"
+    def per_seed(changes):
+        return f"{changes.min():+.2f}" if len(changes) == 1 else f"{changes.min():+.2f} to {changes.max():+.2f}"
+    here = (f"median over seeds, ε 1 → {low:g}: at init {median('ln_kappa_in_init', 'none', 1.0)} → "
+            f"{median('ln_kappa_in_init', graying, low)}, after training {median('ln_kappa_in', 'none', 1.0)} → "
+            f"{median('ln_kappa_in', graying, low)}; paired by seed (a seed's runs share their patch embedding at "
+            f"init), the change {per_seed(at_init)} at init, {per_seed(at_end)} after training "
+            f"({len(at_end)} seeds)") if len(at_end) and len(at_init) else "no seed with both runs"
+    holds = ("untested" if not len(at_end) or not len(at_init) else
+             "yes: lower after training in every seed" if at_end.max() < 0 else
+             "at init only (lower in every seed): training undoes it" if at_init.max() < 0 else why)
+    return {"claim": f"{graying.upper()}-TG lowers ln κ_in (paper, SVD-TG: 6.72 → 5.29 from ε 1 to 0.5)",
+            "here": here, "holds": holds}
+
+
+def kappa_direction(larger, pairs, unordered=0):
+    """The κ claim's direction from the paired runs: "yes" when κ(SAB out) is larger without the SAB skip
+    in every (init, optimizer, seed) with an order, "no" when in none, otherwise how often. `unordered`:
+    the pairs singular both ways (κ = ∞ with and without the skip), which have none."""
+    if not pairs:
+        return ("undecided: every pair is singular with and without the skip" if unordered else
+                "untested: no seed has both runs")
+    if larger == pairs:
+        return f"direction yes: κ is larger without the skip (or infinite) in all {pairs} pairs"
+    return "no: never larger without the skip" if larger == 0 else f"direction in {larger} of {pairs} pairs (not in every one)"
+
+
 def run(r):
     runs = grid(r)
     train_all(r, runs)
@@ -582,10 +722,14 @@ def run(r):
     eps_table = eps_section(r, body, runs)
     overhead = overhead_section(r, body)
     body.section("Not here yet")
-    body.text("""
-- One seed (0) for the ViTs without any skip and for each grayed run; three for the skip modes the
-  accuracy claim compares, the ConvMixer control and the ungrayed baseline. A difference smaller than the
-  spread between seeds is not a finding.""")
+    body.text(f"""
+- One seed (0) for the ViTs without any skip; {len(seeds(r))} for the skip modes the accuracy claim compares,
+  the ConvMixer control, and the ungrayed and grayed runs of the ε ablation. A difference smaller than the
+  spread between seeds is not a finding; with noise symmetric about 0, "the same sign in every seed" over
+  {len(seeds(r))} seeds happens by chance with probability 2^-{len(seeds(r)) - 1} (either sign), a given sign with
+  2^-{len(seeds(r))}, in one setting; the verdicts read up to four settings each (sharing their baseline runs),
+  so one of four "in every seed" by chance is far likelier (about 1 − (1 − 2^-{len(seeds(r))})⁴ =
+  {1 - (1 - 2 ** -len(seeds(r))) ** 4:.0%} if they were independent).""")
 
     report = r.start_report("Always Skip Attention: the cubic law, the skip ablation, Token Graying")
     report.text("""
