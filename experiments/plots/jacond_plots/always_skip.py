@@ -194,9 +194,10 @@ def eps_ablation(table, out_dir, formats=("png",), command=""):
             colour = GRAYING_COLOURS.get(graying, "black")
             by_eps = pd.concat([g, base]).groupby("eps")[column]
             centres, counts = by_eps.agg(centre), by_eps.count()
-            ax.plot(centres.index, centres.to_numpy(), color=colour,
-                    label=f"{graying}-TG ({'mean' if centre == 'mean' else 'median'} over seeds; hollow: one seed)")
             several = counts > 1  # an ε run at one seed only is hollow: the line joins different seed sets
+            ax.plot(centres.index, centres.to_numpy(), color=colour,
+                    label=f"{graying}-TG ({'mean' if centre == 'mean' else 'median'} over seeds"
+                          + ("; hollow: one seed)" if several.any() and not several.all() else ")"))
             ax.plot(centres.index[several], centres[several], "o", color=colour)
             ax.plot(centres.index[~several], centres[~several], "o", mfc="white", color=colour)
             seeded = g[g.groupby("eps")["seed"].transform("count") > 1]

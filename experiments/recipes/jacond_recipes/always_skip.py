@@ -437,7 +437,10 @@ seeds:""")
     report.table(with_singular_cells(shown, ["ln κ_in at init", "ln κ_in", "ln κ_out"]), floatfmt="{:.2f}")
     gains = graying_gains(table)
     report.text("What graying gains, paired by seed (accuracy of the grayed run less the ungrayed run of the same "
-                "seed, in points) at the paper's best ε; \"lifts\" and \"lowers\" need the same sign in every seed:")
+                "seed, in points) at the paper's best ε; \"lifts\" and \"lowers\" need the same sign in every seed. "
+                "The seed correlation is that of the grayed and the ungrayed runs' accuracies over seeds: where it is "
+                "high a seed's initialisation and data order move both runs alike, and pairing removes that from "
+                "the gain:")
     report.table(gains)
     for png in figures:
         r.add_figure(report, png, "Token Graying: accuracy and kappa against epsilon",
@@ -473,20 +476,25 @@ def eps_summary(table):
 def graying_gains(table):
     """Per graying at each of the paper's best ε (PAPER_BEST_EPS) run: acc(grayed, seed s) − acc(ungrayed,
     seed s) over the seeds with both, its mean, range and reading: "lifts" where every seed gains, "lowers"
-    where every seed loses, otherwise within the seeds' noise."""
+    where every seed loses, otherwise within the seeds' noise. "seed correlation" (three seeds or more):
+    the correlation over seeds of the grayed and the ungrayed runs' accuracies, what pairing by seed rests
+    on (near 0, a seed's ungrayed run says nothing about its grayed one and pairing removes no noise)."""
     ungrayed = table[table["graying"] == "none"].set_index("seed")["accuracy"]
     at_paper = table[(table["graying"] != "none") & table["eps"].isin(PAPER_BEST_EPS)]
     rows = []
     for (graying, eps), g in at_paper.groupby(["graying", "eps"], sort=False):
-        gains = (g.set_index("seed")["accuracy"] - ungrayed).dropna()
+        grayed = g.set_index("seed")["accuracy"]
+        gains = (grayed - ungrayed).dropna()
         if not len(gains):
             continue
+        both = pd.concat([grayed, ungrayed], axis=1, join="inner")
+        correlation = f"{both.corr().iloc[0, 1]:.2f}" if len(both) >= 3 else "—"
         reading = ("undecided: one seed" if len(gains) < 2 else "lifts in every seed" if gains.min() > 0 else
                    "lowers in every seed" if gains.max() < 0 else "within the seeds' noise (they disagree on the sign"
                    + (", a gain is 0)" if (gains == 0).any() else ")"))
         rows.append({"graying": graying, "eps": eps, "seeds": len(gains), "gain": signed(gains.mean()),
-                     "gain per seed": span(gains.tolist()), "reading": reading})
-    return pd.DataFrame(rows, columns=["graying", "eps", "seeds", "gain", "gain per seed", "reading"])
+                     "gain per seed": span(gains.tolist()), "seed correlation": correlation, "reading": reading})
+    return pd.DataFrame(rows, columns=["graying", "eps", "seeds", "gain", "gain per seed", "seed correlation", "reading"])
 
 
 def token_dimensions(directory):
