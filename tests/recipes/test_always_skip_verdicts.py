@@ -107,6 +107,17 @@ def test_the_accuracy_table_gives_the_mean_and_range_of_seeded_modes_and_one_val
     assert table.loc["w/o SAB skip", "paper, ViT-Tiny CIFAR-10"] == 70.0 and table.loc["no skips", "paper, ViT-Tiny CIFAR-10"] == "—"
 
 
+def test_the_convmixer_table_summarises_each_skip_and_optimizer_over_its_seeds():
+    runs = pd.DataFrame([{"skip": skip, "optimizer": "adamw", "seed": seed, "accuracy (%)": acc,
+                          "ln κ spatial mixing out": 4.0 + seed, "ln κ block out": np.inf if seed else 5.0}
+                         for skip, accs in (("full", [86.0, 87.0, 89.0]), ("none", [88.0])) for seed, acc in enumerate(accs)])
+    table = always_skip.control_summary(runs).set_index("skip")
+    assert table.loc["full", "accuracy (%)"] == "87.33 (86.00–89.00)" and table.loc["full", "seeds"] == 3
+    assert table.loc["none", "accuracy (%)"] == "88.00" and table.loc["none", "seeds"] == 1
+    assert table.loc["full", "ln κ spatial mixing out"] == 5.0  # the lower median of 4, 5, 6
+    assert table.loc["full", "ln κ block out"] == np.inf        # 2 of 3 seeds' medians singular
+
+
 def test_the_convmixer_control_pairs_each_seed_and_holds_only_when_every_seed_does():
     def control(none_minus_full):
         return pd.DataFrame([{"skip": skip, "optimizer": "adamw", "seed": seed,

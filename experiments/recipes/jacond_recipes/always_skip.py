@@ -269,8 +269,10 @@ for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over
 7 × 7 patch tokens (d = 64, 4 blocks, `--arch convmixer --kernel 5`), mixed by a depthwise 5 × 5
 convolution (with or without its residual) and a 1 × 1 one, trained the same way; ln κ of the
 [49, 64] token matrix after the spatial mixing (as passed on) and after the block, median over
-probes and layers, at the end, per run:""")
-    report.table(control, floatfmt="{:.2f}")
+probes and layers, at the end; per (skip, optimizer) the accuracy's mean over seeds with its range, ln κ
+the lower median over seeds:""")
+    summary = control_summary(control)
+    report.table(with_singular_cells(summary, [c for c in summary.columns if c.startswith("ln κ")]), floatfmt="{:.2f}")
     return gaps, kappas, control
 
 
@@ -463,13 +465,10 @@ setting cannot test the κ_in claim, only the accuracy one.""")
 
 def eps_summary(table):
     """One row per (graying, ε) of the per-run ε table: the number of seeds, the accuracy's mean with its
-    range over seeds ("87.9 (87.1–88.4)"; one seed: the value), each ln κ column's lower median over seeds."""
-    def accuracy(values):
-        mean = f"{values.mean():.2f}"
-        return mean if len(values) == 1 else f"{mean} ({values.min():.2f}–{values.max():.2f})"
+    range over seeds (mean_and_range), each ln κ column's lower median over seeds."""
     grouped = table.groupby(["graying", "eps"], sort=False)
     ln_columns = ["ln_kappa_in_init", "ln_kappa_in", "ln_kappa_out"]
-    return pd.concat([grouped["seed"].count().rename("seeds"), grouped["accuracy"].agg(accuracy).rename("accuracy (%)"),
+    return pd.concat([grouped["seed"].count().rename("seeds"), grouped["accuracy"].agg(mean_and_range).rename("accuracy (%)"),
                       grouped[ln_columns].agg(plots.lower_median)], axis=1).reset_index()
 
 
@@ -561,6 +560,22 @@ def ablation_verdict(gaps):
                      "and a loss without the SAB skip in every seed)"
                      + (": " + ", ".join(much) if much else "")
                      + ("; undecided (seeds disagree): " + ", ".join(undecided) if undecided else "")}
+
+
+def control_summary(control):
+    """control_table's runs, one row per (skip, optimizer): the number of seeds, the accuracy's mean with
+    its range over seeds (eps_summary's format), each ln κ column's lower median over seeds."""
+    grouped = control.groupby(["optimizer", "skip"])
+    ln_columns = [c for c in control.columns if c.startswith("ln κ")]
+    return pd.concat([grouped["seed"].count().rename("seeds"),
+                      grouped["accuracy (%)"].agg(mean_and_range).rename("accuracy (%)"),
+                      grouped[ln_columns].agg(plots.lower_median)], axis=1).reset_index()
+
+
+def mean_and_range(values):
+    """"87.90 (87.20–88.38)": the mean over seeds and their range; one seed: the value."""
+    mean = f"{values.mean():.2f}"
+    return mean if len(values) == 1 else f"{mean} ({values.min():.2f}–{values.max():.2f})"
 
 
 def control_verdict(control):
