@@ -138,7 +138,7 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, se
     for boundary in np.arange(len(bar_groups) - 1) + 0.5:
         ax.axvline(boundary, color="#dddddd", lw=0.8)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(ncol=len(skips), fontsize=8, loc="lower center")
+    ax.legend(ncol=len(skips), fontsize=8, loc="lower right")  # the ViT groups reach lowest on the left
     ax.set_title("Skip ablation on Fashion-MNIST (paper, ViT-Tiny CIFAR-10: full 92, w/o FFN skip 90, w/o SAB skip 70;"
                  " ConvMixer ±0.2)", fontsize=9)
     fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
