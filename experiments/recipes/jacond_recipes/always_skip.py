@@ -274,12 +274,8 @@ def kappa_over_seeds(kappas):
     """One row per (skip, init, optimizer) of the per-run κ rows: the number of seeds, each ln κ column's
     lower median over seeds (+∞ when more than half the seeds' medians are: "singular"), each singular
     share's mean, in the paper's order of the skip modes."""
-    keys = ["skip", "init", "optimizer"]
-    ln_columns = [c for c in kappas.columns if c.startswith("ln κ")]
-    shares = [c for c in kappas.columns if c.endswith("(%)")]
-    grouped = kappas.groupby(keys, sort=False)
-    table = pd.concat([grouped["seed"].count().rename("seeds"), grouped[ln_columns].agg(plots.lower_median),
-                       grouped[shares].mean()], axis=1).reset_index()
+    table = over_seeds(kappas, ["skip", "init", "optimizer"], sort=False,
+                       shares=[c for c in kappas.columns if c.endswith("(%)")])
     order = {name: i for i, (name, _) in enumerate(SKIPS)}
     return table.sort_values(["init", "optimizer", "skip"], key=lambda c: c.map(order) if c.name == "skip" else c,
                              kind="stable").reset_index(drop=True)
@@ -460,10 +456,8 @@ setting cannot test the κ_in claim, only the accuracy one.""")
 def eps_summary(table):
     """One row per (graying, ε) of the per-run ε table: the number of seeds, the accuracy's mean with its
     range over seeds (mean_and_range), each ln κ column's lower median over seeds."""
-    grouped = table.groupby(["graying", "eps"], sort=False)
-    ln_columns = ["ln_kappa_in_init", "ln_kappa_in", "ln_kappa_out"]
-    return pd.concat([grouped["seed"].count().rename("seeds"), grouped["accuracy"].agg(mean_and_range).rename("accuracy (%)"),
-                      grouped[ln_columns].agg(plots.lower_median)], axis=1).reset_index()
+    return over_seeds(table, ["graying", "eps"], sort=False, accuracy="accuracy",
+                      ln_columns=["ln_kappa_in_init", "ln_kappa_in", "ln_kappa_out"])
 
 
 def graying_gains(table):
@@ -559,11 +553,23 @@ def ablation_verdict(gaps):
 def control_summary(control):
     """control_table's runs, one row per (skip, optimizer): the number of seeds, the accuracy's mean with
     its range over seeds (eps_summary's format), each ln κ column's lower median over seeds."""
-    grouped = control.groupby(["optimizer", "skip"])
-    ln_columns = [c for c in control.columns if c.startswith("ln κ")]
-    return pd.concat([grouped["seed"].count().rename("seeds"),
-                      grouped["accuracy (%)"].agg(mean_and_range).rename("accuracy (%)"),
-                      grouped[ln_columns].agg(plots.lower_median)], axis=1).reset_index()
+    return over_seeds(control, ["optimizer", "skip"], accuracy="accuracy (%)")
+
+
+def over_seeds(runs, keys, sort=True, accuracy=None, ln_columns=None, shares=()):
+    """One row per `keys` of per-run rows (a `seed` column): the number of seeds; the `accuracy` column's
+    mean and range as "accuracy (%)" (mean_and_range); each ln κ column's lower median over seeds (+∞
+    when more than half the seeds' values are; default: the columns named "ln κ …"); each of `shares`
+    as its mean over seeds."""
+    ln_columns = ln_columns or [c for c in runs.columns if c.startswith("ln κ")]
+    grouped = runs.groupby(keys, sort=sort)
+    parts = [grouped["seed"].count().rename("seeds")]
+    if accuracy:
+        parts.append(grouped[accuracy].agg(mean_and_range).rename("accuracy (%)"))
+    parts.append(grouped[ln_columns].agg(plots.lower_median))
+    if shares:
+        parts.append(grouped[list(shares)].mean())
+    return pd.concat(parts, axis=1).reset_index()
 
 
 def mean_and_range(values):
