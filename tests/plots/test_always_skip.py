@@ -75,6 +75,27 @@ def test_the_figure_draws_singular_medians_hollow_and_finite_ones_filled(tmp_pat
     assert all(np.isfinite(y) for line in ax.lines for y in line.get_ydata())
 
 
+def test_the_kappa_figure_draws_the_lower_median_over_seeds_and_each_seed_thin(tmp_path, monkeypatch):
+    key = ("no-sab-skip", "timm", "adamw")
+    seed_runs = [write_run(tmp_path / "s0", "no-sab-skip", {0: ["exact"], 100: ["exact"]}),                  # ln 10, ln 10
+                 write_run(tmp_path / "s1", "no-sab-skip", {0: ["singular"], 100: ["exact", "exact"]}),      # ∞, ln 10
+                 write_run(tmp_path / "s2", "no-sab-skip", {0: ["singular"], 100: ["exact"] * 3})]           # ∞, ln 100
+    for directory in seed_runs:
+        pd.DataFrame({"step": [100], "test_acc": [0.8]}).to_csv(f"{directory}/eval.csv", index=False)
+    figure = drawn_figures(monkeypatch, {key: seed_runs[0]}, str(tmp_path / "out"),
+                           seeds={key: seed_runs[1:]})["skip_ablation_kappa"]
+    ax = figure.axes[0]  # the SAB row
+    median = next(line for line in ax.lines if line.get_label() == "w/o SAB skip")
+    # step 0: two of three seeds singular, so the median is ∞, drawn at the seeds' κ_lo (1e14) and hollow;
+    # step 100: the lower median of ln 10, ln 10, ln 100.
+    assert np.allclose(median.get_ydata(), [np.log(1e14), np.log(10)])
+    hollow = [line for line in ax.lines if line.get_marker() == "o" and line.get_markerfacecolor() == "none"]
+    assert sorted(x for line in hollow for x in line.get_xdata()) == [0]
+    thin = [line for line in ax.lines if line.get_alpha() == 0.35]
+    assert len(thin) == 3 and sorted(line.get_ydata()[1] for line in thin) == sorted(np.log([10, 10, 100]))
+    assert "then over 3 seeds" in figure._suptitle.get_text()
+
+
 def test_the_accuracy_figure_draws_the_mean_over_seeds_and_each_seed(tmp_path, monkeypatch):
     def run(name, accuracy):
         directory = write_run(tmp_path / name, "full", {0: ["exact"], 100: ["exact"]})

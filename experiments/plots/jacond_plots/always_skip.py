@@ -12,7 +12,8 @@ a step hollow, at the same median with singular reports at their lower bound κ_
 
     skip_ablation(runs, out_dir)   final test accuracy per skip mode (mean and each seed), one group
                                    per (init, optimizer) and per ConvMixer control; and ln κ of the
-                                   SAB and FFN outputs over training, one line per skip mode
+                                   SAB and FFN outputs over training, one line per skip mode (the
+                                   lower median over seeds, each seed a thin line)
     eps_ablation(table, out_dir)   Token Graying: test accuracy, ln κ_in and ln κ_out against ε
                                    for SVD-TG and DCT-TG (mean over seeds, each seed a dot), the
                                    ungrayed seeds' spread as a band
@@ -93,6 +94,13 @@ def lower_median(values):
     return v[(len(v) - 1) // 2] if len(v) else np.nan
 
 
+def median_over_seeds(tables, column):
+    """Per step, the lower median of `column` over the seeds' sub_block_kappa tables (a step a seed did
+    not track left out): with the `sab`/`ffn` columns +∞ when more than half the seeds' medians are."""
+    per_seed = pd.concat([t[column] for t in tables], axis=1)
+    return per_seed.apply(lambda row: lower_median(row.dropna()), axis=1)
+
+
 def final_accuracy(directory):
     """Test accuracy (%) at the run's last evaluation."""
     path = os.path.join(directory, "eval.csv")
@@ -106,8 +114,8 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, se
     optimizer): run directory} of the CNN control, drawn as more groups of accuracy dots; `seeds`:
     {(skip, init, optimizer): [run directories of the other seeds]}. Two figures:
     skip_ablation_accuracy (per skip mode the mean final accuracy over the seeds run, each seed a small
-    dot and their range a bar) and skip_ablation_kappa (ln κ of seed 0's SAB and FFN outputs over
-    training, one column per (init, optimizer))."""
+    dot and their range a bar) and skip_ablation_kappa (ln κ of the SAB and FFN outputs over training,
+    one column per (init, optimizer): the lower median over the seeds run, each seed a thin line)."""
     groups = sorted({(init, opt) for _, init, opt in runs}, key=lambda g: (g[1], g[0]))
     skips = [s for s in SKIP_LABELS if any(k[0] == s for k in runs)]
     bar_groups = groups + sorted({(arch, opt) for _, arch, opt in (controls or {})}, key=lambda g: g[1])
@@ -146,17 +154,24 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, se
     paths = save(fig, out_dir, "skip_ablation_accuracy", formats)
 
     fig, axes = plt.subplots(2, len(groups), figsize=(3.4 * len(groups), 6.0), sharex=True, sharey="row", squeeze=False)
+    counts = set()
     for j, (init, opt) in enumerate(groups):
         for skip in skips:
-            if (skip, init, opt) not in runs:
+            key = (skip, init, opt)
+            if key not in runs:
                 continue
-            t = sub_block_kappa(runs[(skip, init, opt)])
+            tables = [sub_block_kappa(d) for d in [runs[key], *(seeds or {}).get(key, [])]]
+            counts.add(len(tables))
             for row, column in enumerate(["sab", "ffn"]):
                 ax, colour = axes[row][j], SKIP_COLOURS[skip]
-                ax.plot(t.index, t[f"{column}_drawn"], color=colour, label=SKIP_LABELS[skip])
-                singular = ~np.isfinite(t[column])  # more than half singular: hollow, drawn with their κ_lo
-                ax.plot(t.index[~singular], t[f"{column}_drawn"][~singular], ".", color=colour)
-                ax.plot(t.index[singular], t[f"{column}_drawn"][singular], "o", mfc="none", ms=5, color=colour)
+                if len(tables) > 1:
+                    for t in tables:  # each seed, thin
+                        ax.plot(t.index, t[f"{column}_drawn"], color=colour, lw=0.6, alpha=0.35)
+                median, drawn = median_over_seeds(tables, column), median_over_seeds(tables, f"{column}_drawn")
+                ax.plot(drawn.index, drawn, color=colour, label=SKIP_LABELS[skip])
+                singular = ~np.isfinite(median)  # more than half the seeds' medians singular: hollow, at κ_lo
+                ax.plot(drawn.index[~singular], drawn[~singular], ".", color=colour)
+                ax.plot(drawn.index[singular], drawn[singular], "o", mfc="none", ms=5, color=colour)
         axes[0][j].set_title(f"{init}, {opt}", fontsize=9)
         axes[1][j].set_xlabel("training step")
     for row, what in enumerate(["SAB output", "FFN block output"]):
@@ -165,9 +180,11 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, se
             for level in (3, 6):  # the paper's e³ (with the SAB skip) and e⁶ (without)
                 ax.axhline(level, color="black", lw=0.6, ls=":", label="paper: e³, e⁶" if level == 3 else None)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("κ of the token matrices the sub-blocks pass on (lower median over probes and layers)\nhollow: more "
-                 "than half the reports are singular in fp64 (a rank collapse, κ = ∞),\ndrawn at the median with "
-                 "κ_lo, their lower bound, for the singular ones", fontsize=9)
+    over_seeds = (f", then over {' or '.join(map(str, sorted(counts)))} seeds (thin: each seed)"
+                  if counts - {1} else "")
+    fig.suptitle(f"κ of the token matrices the sub-blocks pass on (lower median over probes and layers{over_seeds})\n"
+                 "hollow: more than half the reports are singular in fp64 (a rank collapse, κ = ∞),\ndrawn at the median "
+                 "with κ_lo, their lower bound, for the singular ones", fontsize=9)
     fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
     fig.tight_layout(rect=(0, 0.03, 1, 0.93))
     return paths + save(fig, out_dir, "skip_ablation_kappa", formats)

@@ -232,13 +232,15 @@ for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over
                                            "dot, its range a bar"),
                 "skip_ablation_kappa": ("ln kappa of the SAB and FFN block outputs over training",
                                         "Median ln κ of the SAB outputs (top) and FFN block outputs (bottom) over "
-                                        "training, one line per skip mode; hollow: more than half the reports are singular")}
+                                        f"training, one line per skip mode: the lower median over {len(seeds(r))} seeds "
+                                        "of each run's median, each seed a thin line; hollow: more than half the seeds' "
+                                        "medians are singular")}
     for png in figures:
         alt, caption = captions[os.path.splitext(os.path.basename(png))[0]]
         r.add_figure(report, png, alt, caption=caption)
     report.text("ln κ of the token matrices the sub-blocks pass on, at initialisation, at the end, and the SAB's "
                 "maximum over training: per run the lower median over the (probe, layer) reports of that step, then "
-                "the lower median over the seeds run (the figure above draws seed 0's runs). A report "
+                "the lower median over the seeds run, as the figure above draws it. A report "
                 "whose σ_min is under the fp64 noise floor is singular (a rank collapse: κ = ∞ in fp64, only κ ≥ κ_lo "
                 "is known) and enters a run's median as ∞, and a run whose median is ∞ enters the median over seeds "
                 "as ∞: \"singular\" in an ln κ column means more than half of the seeds' runs have more than half "
