@@ -1261,6 +1261,11 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
       // So do the grayed runs at the paper's best ε, read against the ungrayed run of their seed.
       EXPECT_TRUE(contains(md, "--tg-eps 0.6 --seed 2") && contains(md, "| gain per seed |")) << md;
       EXPECT_TRUE(is_figure(out + "/figures/skip_ablation_kappa.png") && is_figure(out + "/figures/eps_ablation.png"));
+      // The κ_in claim where the patches span the tokens: d = 16 = 4·4, its own ungrayed runs, paired κ_in.
+      EXPECT_TRUE(contains(md, "## Token Graying where the patches span the token space") &&
+                  contains(md, "--dim 16 --depth 2 --heads 2 --patch 4") && contains(md, "eps-span/seed-2/none-1") &&
+                  contains(md, "| Δ ln κ_in at init |") && contains(md, "at d = 16, the patches spanning the tokens")) << md;
+      EXPECT_TRUE(is_figure(out + "/figures/eps_ablation_span.png"));
     }
     EXPECT_FALSE(contains(md, "| FAIL |")) << md;
     EXPECT_TRUE(contains(r.out, "wrote " + out + "/README.md")) << r.out;

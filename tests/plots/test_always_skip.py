@@ -134,3 +134,24 @@ def test_the_eps_figure_joins_the_means_over_seeds_and_dots_each_seed(tmp_path, 
     # ln κ_in: the lower median over seeds, finite while at most half the seeds' medians are singular.
     median = next(l for l in captured["eps_ablation"].axes[1].lines if l.get_label().startswith("svd-TG (median over seeds"))
     assert np.allclose(median.get_ydata(), [5.0, 4.0, 5.0])
+
+
+def test_the_eps_figure_at_init_adds_a_panel_of_kappa_in_before_the_first_step_without_the_papers_line(tmp_path, monkeypatch):
+    rows = [dict(graying="none", eps=1.0, seed=s, ln_kappa_in_init=4.7 + 0.1 * s) for s in range(3)]
+    rows += [dict(graying="svd", eps=0.5, seed=s, ln_kappa_in_init=4.2 + 0.1 * s) for s in range(3)]
+    table = pd.DataFrame(rows).assign(accuracy=80.0, ln_kappa_in=5.0, ln_kappa_out=5.0)
+    captured = {}
+    def keep(fig, out_dir, name, formats):
+        captured[name] = fig
+        return [name]
+    monkeypatch.setattr(always_skip, "save", keep)
+    assert always_skip.eps_ablation(table, str(tmp_path), name="span", at_init=True, title="At d = 16") == ["span"]
+    axes = captured["span"].axes
+    assert [ax.get_ylabel() for ax in axes][:2] == ["final test accuracy (%)", "ln κ_in before the first step"]
+    assert len(axes) == 4 and captured["span"]._suptitle.get_text().startswith("At d = 16 (paper")
+    median = next(l for l in axes[1].lines if l.get_label().startswith("svd-TG (median over seeds"))
+    assert np.allclose(median.get_ydata(), [4.3, 4.8])  # lower medians at ε 0.5 and 1 (4.2, 4.3, 4.4; 4.7, 4.8, 4.9)
+    assert not any(l.get_label().startswith("paper") for l in axes[1].lines)  # the paper's values are after training
+    assert any(l.get_label().startswith("paper") for l in axes[2].lines)
+    always_skip.eps_ablation(table, str(tmp_path), name="bare", at_init=True, paper=False)
+    assert not any(l.get_label().startswith("paper") for ax in captured["bare"].axes for l in ax.lines)

@@ -254,3 +254,67 @@ def test_the_kappa_in_claim_is_paired_by_seed_at_the_lowest_eps():
     assert always_skip.kappa_in_verdict(with_kappa([6.0, 6.1, 6.2], [5.0, 5.6, 5.1]), "svd", "no: why")["holds"] == \
         "at init only (lower in every seed): training undoes it"
     assert always_skip.kappa_in_verdict(with_kappa([6.0, 6.8, 6.2], [5.0, 5.6, 5.1]), "svd", "no: why")["holds"] == "no: why"
+
+
+def test_the_span_runs_are_the_eps_ablation_at_a_square_patch_embedding_with_their_own_ungrayed_runs():
+    class Recipe:
+        threads, quick = 1, False
+        @staticmethod
+        def work(*parts):
+            return "/".join(("W", *parts))
+    full = always_skip.grid(Recipe())
+    span = {key: argv for kind, key, _, argv in full if kind == "eps-span"}
+    assert set(span) == {(g, e, s) for g, e in [("none", 1.0)] + [(g, e) for g in ("svd", "dct") for e in (0.9, 0.7, 0.6, 0.5)]
+                         for s in range(5)}
+    def value(argv, flag):
+        return argv[argv.index(flag) + 1]
+    ungrayed, grayed = span[("none", 1.0, 3)], span[("dct", 0.5, 3)]
+    assert "--token-graying" not in ungrayed and value(grayed, "--token-graying") == "dct" and value(grayed, "--tg-eps") == 0.5
+    assert value(ungrayed, "--dim") == 16 and value(ungrayed, "--patch") == 4 and ungrayed.count("--dim") == 1
+    assert value(ungrayed, "--seed") == 3 and value(ungrayed, "--out") == "W/eps-span/seed-3/none-1"
+    # The other runs keep the grid's sizes: only the span runs' --dim changes.
+    assert {value(argv, "--dim") for kind, _, _, argv in full if kind != "eps-span"} == {64}
+
+
+def test_with_values_replaces_only_the_named_flags_values():
+    assert always_skip.with_values(["--dim", 64, "--depth", 4, "--patch", 7], {"--dim": 16, "--patch": 4}) == \
+        ["--dim", 16, "--depth", 4, "--patch", 4]
+    assert always_skip.with_values(["--dim", 64], {"--heads": 2}) == ["--dim", 64]
+
+
+def test_the_kappa_in_changes_pair_each_grayed_run_with_the_ungrayed_run_of_its_seed():
+    table = eps_runs([87.0, 88.0, 86.0], {("svd", 0.5): [87.0, 88.0, 86.0], ("dct", 0.5): [87.0, 88.0]})
+    def set_kappa(graying, at_init, at_end):
+        rows = table["graying"] == graying
+        table.loc[rows, "ln_kappa_in_init"], table.loc[rows, "ln_kappa_in"] = at_init, at_end
+    set_kappa("none", [4.7, 4.8, 4.6], [5.0, 5.2, 5.1])
+    set_kappa("svd", [4.2, 4.4, 4.3], [5.1, 5.0, np.inf])     # −0.5, −0.4, −0.3 at init; +0.1, −0.2, +∞ at the end
+    set_kappa("dct", [4.8, 4.7], [5.0, 5.3])                  # +0.1, −0.1; 0, +0.1 (seed 2 has no dct run)
+    changes = always_skip.kappa_in_changes(table).set_index(["graying", "eps"])
+    svd, dct = changes.loc[("svd", 0.5)], changes.loc[("dct", 0.5)]
+    assert svd["Δ ln κ_in at init"] == "-0.40 (-0.50 to -0.30)" and svd["lower at init"] == "3 of 3"
+    assert svd["Δ ln κ_in after training"] == "+0.10 (-0.20 to +inf)" and svd["lower after training"] == "1 of 3"
+    assert dct["Δ ln κ_in at init"] == "-0.10 (-0.10 to +0.10)" and dct["lower at init"] == "1 of 2"
+    assert dct["lower after training"] == "0 of 2"  # a change of exactly 0 is not lower
+
+
+def test_the_span_reading_says_whether_lower_kappa_in_and_higher_accuracy_go_together(monkeypatch):
+    monkeypatch.setattr(always_skip, "token_dimensions", lambda directory: (16, {"wide": 64, "span": 16}[directory]))
+    def runs(directory, ungrayed, grayed, kappa_end):
+        """eps_runs with ln κ_in after training per (graying, ε) and seed (the ungrayed runs at 5.0)."""
+        table = eps_runs(ungrayed, grayed)
+        for (g, e), values in kappa_end.items():
+            table.loc[(table["graying"] == g) & (table["eps"] == e), "ln_kappa_in"] = values
+        table.loc[table["graying"] == "none", "ln_kappa_in"] = 5.0
+        table.attrs["directory"] = directory
+        return table
+    wide = runs("wide", [87.0, 88.0], {("svd", 0.7): [87.5, 88.3]}, {("svd", 0.7): [5.1, 4.9]})   # lifts, κ_in not lower
+    span = runs("span", [83.0, 83.2], {("svd", 0.7): [82.5, 83.3]}, {("svd", 0.7): [4.5, 4.6]})   # κ_in lower, no lift
+    text = always_skip.span_reading(wide, span)
+    assert "- svd-TG ε 0.7: κ_in lower in every seed, accuracy -0.2 points (per seed -0.5 to +0.1); at d = 64 " \
+           "accuracy +0.4 points (per seed +0.3 to +0.5), κ_in not lower in every seed" in text
+    assert "do not go together" in text and "svd-TG ε 0.7 lifts accuracy in every seed with κ_in not lower" in text
+    span_lifts = runs("span", [83.0, 83.2], {("svd", 0.7): [83.5, 83.3]}, {("svd", 0.7): [4.5, 4.6]})
+    assert "it also lifts accuracy in 1 of 1" in always_skip.span_reading(wide, span_lifts)
+    span_flat = runs("span", [83.0, 83.2], {("svd", 0.7): [83.5, 83.3]}, {("svd", 0.7): [4.5, 5.1]})  # one seed higher
+    assert "cannot tell" in always_skip.span_reading(wide, span_flat)

@@ -14,9 +14,9 @@ a step hollow, at the same median with singular reports at their lower bound κ_
                                    per (init, optimizer) and per ConvMixer control; and ln κ of the
                                    SAB and FFN outputs over training, one line per skip mode (the
                                    lower median over seeds, each seed a thin line)
-    eps_ablation(table, out_dir)   Token Graying: test accuracy, ln κ_in and ln κ_out against ε
-                                   for SVD-TG and DCT-TG (mean over seeds, each seed a dot), the
-                                   ungrayed seeds' spread as a band
+    eps_ablation(table, out_dir)   Token Graying: test accuracy, ln κ_in (at init too, on request)
+                                   and ln κ_out against ε for SVD-TG and DCT-TG (mean over seeds,
+                                   each seed a dot), the ungrayed seeds' spread as a band
 """
 
 import os
@@ -190,16 +190,21 @@ def skip_ablation(runs, out_dir, formats=("png",), command="", controls=None, se
     return paths + save(fig, out_dir, "skip_ablation_kappa", formats)
 
 
-def eps_ablation(table, out_dir, formats=("png",), command=""):
+def eps_ablation(table, out_dir, formats=("png",), command="", name="eps_ablation", at_init=False, title=None,
+                 paper=True):
     """`table`: one row per run with graying (none | svd | dct), eps, seed, accuracy, ln_kappa_in,
     ln_kappa_out; the graying == none rows (ε = 1, several seeds) give the band. Each graying's line
     joins, at each ε, the accuracy's mean over the seeds run and ln κ's lower median (ε = 1: over the
-    ungrayed seeds), each seed a small dot where an ε has several; an ε with one seed is drawn hollow."""
+    ungrayed seeds), each seed a small dot where an ε has several; an ε with one seed is drawn hollow.
+    at_init: a panel of ln_kappa_in_init (before the first step) too; paper: the paper's ViT-B ln κ
+    drawn dashed (off where they would squash a smaller model's scale); saved as `name`, `title` first
+    in the suptitle."""
     base = table[table["graying"] == "none"]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
-    for ax, column, label in zip(axes, ["accuracy", "ln_kappa_in", "ln_kappa_out"],
-                                 ["final test accuracy (%)", "ln κ_in (first block's input tokens)",
-                                  "ln κ_out (last block's output tokens)"]):
+    panels = [("accuracy", "final test accuracy (%)"),
+              *([("ln_kappa_in_init", "ln κ_in before the first step")] if at_init else []),
+              ("ln_kappa_in", "ln κ_in (first block's input tokens)"), ("ln_kappa_out", "ln κ_out (last block's output tokens)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8))
+    for ax, (column, label) in zip(axes, panels):
         if len(base):
             ax.axhspan(base[column].min(), base[column].max(), color="#cccccc", alpha=0.6,
                        label=f"no graying, {len(base)} seeds (min-max)")
@@ -219,7 +224,7 @@ def eps_ablation(table, out_dir, formats=("png",), command=""):
             ax.plot(centres.index[~several], centres[~several], "o", mfc="white", color=colour)
             seeded = g[g.groupby("eps")["seed"].transform("count") > 1]
             ax.plot(seeded["eps"], seeded[column], "o", ms=2.5, color=colour, alpha=0.6)
-        if column != "accuracy":  # the paper's ViT-B values (its accuracies are on another scale: ImageNet)
+        if paper and column in PAPER_EPS[1.0]:  # the paper's ViT-B values after training (its accuracies: ImageNet's)
             eps = sorted(PAPER_EPS)
             ax.plot(eps, [PAPER_EPS[e][column] for e in eps], ls="--", marker="x", color="black",
                     label="paper, ViT-B ImageNet, SVD-TG")
@@ -228,8 +233,8 @@ def eps_ablation(table, out_dir, formats=("png",), command=""):
         ax.set_ylabel(label)
         ax.invert_xaxis()
     axes[0].legend(fontsize=8)
-    fig.suptitle("Token Graying ε ablation (paper, ViT-B ImageNet SVD-TG: acc 81.0 → 81.4 at ε 0.6–0.7; "
-                 "ln κ_in 6.72 → 5.29 at ε 0.5)", fontsize=9)
+    fig.suptitle((title or "Token Graying ε ablation") + " (paper, ViT-B ImageNet SVD-TG: acc 81.0 → 81.4 at "
+                 "ε 0.6–0.7; ln κ_in 6.72 → 5.29 at ε 0.5)", fontsize=9)
     fig.text(0.005, 0.005, command, fontsize=7, family="monospace")
     fig.tight_layout(rect=(0, 0.04, 1, 0.95))
-    return save(fig, out_dir, "eps_ablation", formats)
+    return save(fig, out_dir, name, formats)

@@ -31,6 +31,11 @@ EPS_FLAGS = ["--skip", "full", "--init", "timm", "--optimizer", "soap"]
 # sign in every seed" is a sign test at p = 1/32 (1/16 two-sided); --quick runs the first three. Seed 0's
 # runs are the grid's, plotted for κ; the other seeds' live under skip/seed-S/, convmixer/seed-S/ and
 # eps/seed-S/. The ε ablation's ungrayed baseline is EPS_BASE at these seeds (the same runs, not run twice).
+# The κ_in claim needs patches that span the token space: at d = 64 the 4 × 4 patches (16 columns) reach
+# 16 of the 64 token dimensions and the position embedding sets σ_min(X_in). The same ε ablation at
+# d = SPAN_DIM = 1·4², where the patch embedding W_E is square (as at the paper's ViT-B/16: 3·16² = 768 = d),
+# with its own ungrayed runs (graying "none", ε 1) under eps-span/.
+SPAN_DIM = 16
 SEEDS = (0, 1, 2, 3, 4)
 QUICK_SEEDS = SEEDS[:3]
 PAPER_BEST_EPS = (0.7, 0.6)  # where the paper reports Token Graying's gain (81.0 → 81.4 %)
@@ -78,9 +83,21 @@ def grid(r):
             for eps in eps_values:
                 runs.append(("eps", (graying, eps, seed), seeded_work(r, "eps", seed, f"{graying}-{eps:g}"),
                              [*EPS_FLAGS, "--token-graying", graying, "--tg-eps", eps, *seed_flag(seed)]))
-    return [(kind, key, directory, ["train", *args, *sizes, "--threads", r.threads, "--track-matrices",
-                                    "all" if kind == "convmixer" else TRACKED, "--out", directory])
+    for seed in seeds(r):
+        for graying, eps in [("none", 1.0)] + [(g, e) for g in GRAYINGS for e in eps_values]:
+            grayed = ["--token-graying", graying, "--tg-eps", eps] if graying != "none" else []
+            runs.append(("eps-span", (graying, eps, seed), seeded_work(r, "eps-span", seed, f"{graying}-{eps:g}"),
+                         [*EPS_FLAGS, *grayed, *seed_flag(seed)]))
+    span_sizes = with_values(sizes, {"--dim": SPAN_DIM, "--patch": 4})
+    return [(kind, key, directory, ["train", *args, *(span_sizes if kind == "eps-span" else sizes), "--threads",
+                                    r.threads, "--track-matrices", "all" if kind == "convmixer" else TRACKED,
+                                    "--out", directory])
             for kind, key, directory, args in runs]
+
+
+def with_values(flags, values):
+    """`flags` (a flat [--flag, value, ...] list) with the values of the flags in `values` replaced."""
+    return [values.get(flags[i - 1], item) if i % 2 else item for i, item in enumerate(flags)]
 
 
 def seeds(r):
@@ -397,24 +414,48 @@ def control_table(controls):
 
 
 
-def eps_section(r, report, runs):
-    rows = []
-    for kind, key, directory, _ in runs:
-        if kind == "eps" or (kind == "skip" and key[:3] == EPS_BASE):  # ε = 1: the skip grid's EPS_BASE runs
-            graying, eps, seed = key if kind == "eps" else ("none", 1.0, key[3])
-            k = plots.sub_block_kappa(directory)
-            rows.append({"graying": graying, "eps": eps, "seed": seed, "accuracy": plots.final_accuracy(directory),
-                         "ln_kappa_in_init": k["x_in"].iloc[0], "ln_kappa_in": k["x_in"].iloc[-1],
-                         "ln_kappa_out": k["out"].iloc[-1]})
+def eps_rows(runs, kind):
+    """Per-run rows (graying, eps, seed, accuracy, ln κ_in at init and at the end, ln κ_out at the end) of
+    an ε ablation: `kind`'s runs; for "eps" the ungrayed runs (graying "none", ε 1) are the skip grid's
+    EPS_BASE runs, "eps-span" has its own. attrs["directory"]: seed 0's ungrayed run."""
+    rows, base_directory = [], None
+    for kind_, key, directory, _ in runs:
+        grid_base = kind == "eps" and kind_ == "skip" and key[:3] == EPS_BASE
+        if kind_ != kind and not grid_base:
+            continue
+        graying, eps, seed = ("none", 1.0, key[3]) if grid_base else key
+        if graying == "none" and seed == 0:
+            base_directory = directory
+        k = plots.sub_block_kappa(directory)
+        rows.append({"graying": graying, "eps": eps, "seed": seed, "accuracy": plots.final_accuracy(directory),
+                     "ln_kappa_in_init": k["x_in"].iloc[0], "ln_kappa_in": k["x_in"].iloc[-1],
+                     "ln_kappa_out": k["out"].iloc[-1]})
     table = pd.DataFrame(rows).sort_values(["graying", "eps", "seed"], ascending=[True, False, True])
-    table.attrs["directory"] = next(d for kind, key, d, _ in runs if kind == "skip" and key == (*EPS_BASE, 0))
-    figures = plots.eps_ablation(table, r.work(), command=f"$ {r.recipe_command()}")
+    table.attrs["directory"] = base_directory
+    return table
+
+
+def eps_shown(table):
+    """eps_summary(table) as the report prints it, with the paper's SVD-TG values beside each ε."""
     summary = eps_summary(table)
     paper = [PAPER_EPS.get(e, ("—",) * 3) if g != "dct" else ("—",) * 3 for g, e in zip(summary["graying"], summary["eps"])]
     shown = summary.rename(columns={"ln_kappa_in_init": "ln κ_in at init", "ln_kappa_in": "ln κ_in",
                                     "ln_kappa_out": "ln κ_out"}).assign(**{
         "paper acc (%)": [p[0] for p in paper], "paper ln κ_in": [p[1] for p in paper],
         "paper ln κ_out": [p[2] for p in paper]})
+    return with_singular_cells(shown, ["ln κ_in at init", "ln κ_in", "ln κ_out"])
+
+
+GAINS_TEXT = ("What graying gains, paired by seed (accuracy of the grayed run less the ungrayed run of the same "
+              "seed, in points) at the paper's best ε; \"lifts\" and \"lowers\" need the same sign in every seed. "
+              "The seed correlation is that of the grayed and the ungrayed runs' accuracies over seeds: where it is "
+              "high a seed's initialisation and data order move both runs alike, and pairing removes that from "
+              "the gain:")
+
+
+def eps_section(r, report, runs):
+    table = eps_rows(runs, "eps")
+    figures = plots.eps_ablation(table, r.work(), command=f"$ {r.recipe_command()}")
     report.section("Token Graying across ε")
     report.text("""
 **The claim** (§5, ε ablation; ViT-B on ImageNet with SVD-TG). Graying the input lowers κ of the
@@ -428,14 +469,9 @@ and the ungrayed run and each grayed run at several seeds, paired by seed. κ_in
 of one seed share their patch embedding, so it isolates what the graying does to the tokens. One row
 per (graying, ε): the accuracy's mean over the seeds run with their range, ln κ the lower median over
 seeds:""")
-    report.table(with_singular_cells(shown, ["ln κ_in at init", "ln κ_in", "ln κ_out"]), floatfmt="{:.2f}")
-    gains = graying_gains(table)
-    report.text("What graying gains, paired by seed (accuracy of the grayed run less the ungrayed run of the same "
-                "seed, in points) at the paper's best ε; \"lifts\" and \"lowers\" need the same sign in every seed. "
-                "The seed correlation is that of the grayed and the ungrayed runs' accuracies over seeds: where it is "
-                "high a seed's initialisation and data order move both runs alike, and pairing removes that from "
-                "the gain:")
-    report.table(gains)
+    report.table(eps_shown(table), floatfmt="{:.2f}")
+    report.text(GAINS_TEXT)
+    report.table(graying_gains(table))
     for png in figures:
         r.add_figure(report, png, "Token Graying: accuracy and kappa against epsilon",
                      caption="Accuracy, ln κ_in and ln κ_out against ε for SVD-TG and DCT-TG: at each ε the accuracy's mean "
@@ -451,7 +487,37 @@ embedding, with P the n × {patch_dim} patch matrix that graying conditions. P·
 position embedding and the class token (drawn small, N(0, 0.02²) and N(0, 1e-6²)), and they set
 σ_min(X_in). Graying P cannot reach them. At the paper's ViT-B/16 the patch matrix has 3·16² = 768
 columns, as many as the token dimension, so there it conditions the whole token space: this
-setting cannot test the κ_in claim, only the accuracy one.""")
+setting cannot test the κ_in claim, only the accuracy one. The next section runs the ablation where it can.""")
+    return table
+
+
+def span_section(r, report, runs, eps_table):
+    """The ε ablation at d = SPAN_DIM, where the patch embedding is square: κ_in paired by seed, and
+    read against `eps_table`, the grid's ε ablation (span_reading)."""
+    table = eps_rows(runs, "eps-span")
+    patch_dim, dim = token_dimensions(table.attrs["directory"])
+    figures = plots.eps_ablation(table, r.work(), command=f"$ {r.recipe_command()}", name="eps_ablation_span",
+                                 at_init=True, title=f"Token Graying ε ablation at d = {dim}, where the {patch_dim}-column "
+                                                     "patch matrix spans the token space", paper=False)
+    report.section("Token Graying where the patches span the token space")
+    report.text(f"""
+The κ_in claim needs a patch matrix P as wide as the tokens. Here the same ε ablation (the full-skip
+`timm` ViT with SOAP, the same depth, heads and schedule) at d = {dim}, the {patch_dim} columns of P: P·W_E
+with a square W_E reaches every token dimension, as at the paper's ViT-B/16, and these runs have their
+own ungrayed runs (ε 1) at each seed. Same columns as above:""")
+    report.table(eps_shown(table), floatfmt="{:.2f}")
+    report.text("What graying does to ln κ_in, paired by seed (ln κ_in of the grayed run less that of the ungrayed "
+                "run of the same seed): the median change over seeds with its range, and in how many seeds it is "
+                "lower. At init a seed's runs share their patch embedding, so that change is the graying's alone; "
+                "after training it is also what training made of it:")
+    report.table(kappa_in_changes(table))
+    report.text(GAINS_TEXT)
+    report.table(graying_gains(table))
+    for png in figures:
+        r.add_figure(report, png, f"Token Graying at d = {dim}: accuracy and kappa against epsilon",
+                     caption=f"As the figure above, at d = {dim}, with ln κ_in before the first step as a panel of its "
+                             "own and without the paper's ViT-B values (ln κ 5.3–6.7, off this scale); grey band: the ungrayed runs' seeds (min to max)")
+    report.text(span_reading(eps_table, table))
     return table
 
 
@@ -606,12 +672,12 @@ def control_verdict(control):
                      "; ".join(f"{opt}: {text}" for opt, text in readings.items())}
 
 
-def graying_verdict(gains):
+def graying_verdict(gains, where=""):
     """Token Graying's accuracy claim from graying_gains (paired by seed at the paper's best ε): "yes"
     where every (graying, ε) lifts accuracy in every seed, "no" where every one lowers it in every seed,
     otherwise in how many it lifts, or within the seeds' noise. (Not the best of the grayed runs against
     the ungrayed mean: the largest of several noisy runs is biased upward.)"""
-    claim = "Token Graying lifts accuracy a little (+0.4 points at ε 0.6–0.7)"
+    claim = f"Token Graying lifts accuracy a little{where} (+0.4 points at ε 0.6–0.7)"
     if not len(gains):
         return {"claim": claim, "here": "no grayed run at ε 0.6–0.7 with an ungrayed run of its seed",
                 "holds": "untested"}
@@ -637,7 +703,7 @@ def graying_verdict(gains):
     return {"claim": claim, "here": here, "holds": holds}
 
 
-def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead):
+def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead, span_table):
     """One row per claim of the paper: what it says, what was measured here, and whether it holds."""
     rows = []
     lin, ffn = slopes["linear_attention"], slopes["linear_ffn"]
@@ -680,6 +746,12 @@ def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead):
     for graying in GRAYINGS:
         if (grayed["graying"] == graying).any():
             rows.append(kappa_in_verdict(eps_table, graying, why))
+    patch_dim, dim = token_dimensions(span_table.attrs["directory"])
+    where = f" at d = {dim}, the patches spanning the tokens"
+    rows.append(graying_verdict(graying_gains(span_table), where))
+    for graying in GRAYINGS:
+        if (span_table["graying"] == graying).any():
+            rows.append(kappa_in_verdict(span_table, graying, "no", where))
     o = {row["graying"]: row for row in overhead}
     rows.append({"claim": "SVD-TG costs ≈ 6.3× the training time, DCT-TG +1.2 %",
                  "here": f"step time ×{o['svd']['step time with / without']:.2f} (svd), ×{o['dct']['step time with / without']:.2f} (dct) "
@@ -704,7 +776,67 @@ def kappa_in_change(table, graying):
     return low, change("ln_kappa_in_init"), change("ln_kappa_in")
 
 
-def kappa_in_verdict(table, graying, why):
+def span_reading(eps_table, span_table):
+    """Whether lower κ_in and higher accuracy go together: for each (graying, ε) of graying_gains at
+    d = SPAN_DIM whose κ_in is lower than the ungrayed run's after training in every seed, its accuracy
+    gain there and the same setting's gain and κ_in at the grid's d."""
+    _, span_dim = token_dimensions(span_table.attrs["directory"])
+    _, wide_dim = token_dimensions(eps_table.attrs["directory"])
+    span_gains = graying_gains(span_table).set_index(["graying", "eps"])
+    wide_gains = graying_gains(eps_table).set_index(["graying", "eps"])
+    def lowered_in_every_seed(table):
+        counts = kappa_in_changes(table).set_index(["graying", "eps"])["lower after training"].str.split(" of ")
+        return {k for k, (lower, of) in counts.items() if lower == of != "0"}
+    lowered, wide_lowered = lowered_in_every_seed(span_table), lowered_in_every_seed(eps_table)
+    settings = [k for k in span_gains.index if k in lowered]
+    if not settings:
+        return (f"At d = {span_dim} no graying at the paper's best ε lowers κ_in in every seed: these runs cannot "
+                "tell whether a lower κ_in lifts accuracy.")
+    def gain(gains, k):
+        return f"{gains.loc[k, 'gain']} points (per seed {gains.loc[k, 'gain per seed']})"
+    parts = [f"{g}-TG ε {e:g}: κ_in lower in every seed, accuracy {gain(span_gains, (g, e))}"
+             + (f"; at d = {wide_dim} accuracy {gain(wide_gains, (g, e))}, κ_in "
+                + ("lower in every seed" if (g, e) in wide_lowered else "not lower in every seed")
+                if (g, e) in wide_gains.index else "") for g, e in settings]
+    lifts = [k for k in settings if span_gains.loc[k, "reading"] == "lifts in every seed"]
+    wide_lifts_alone = [k for k in settings if k in wide_gains.index and k not in wide_lowered
+                        and wide_gains.loc[k, "reading"] == "lifts in every seed"]
+    if lifts:
+        reading = f"Where graying lowers κ_in in every seed at d = {span_dim} it also lifts accuracy in {len(lifts)} of {len(settings)}."
+    elif wide_lifts_alone:
+        reading = (f"Lower κ_in and higher accuracy do not go together in these runs: at d = {span_dim} graying lowers "
+                   f"κ_in without lifting accuracy in every seed, at d = {wide_dim} "
+                   + ", ".join(f"{g}-TG ε {e:g}" for g, e in wide_lifts_alone)
+                   + f" lift{'s' if len(wide_lifts_alone) == 1 else ''} accuracy in every seed with κ_in not lower. What lifts accuracy at d = {wide_dim} is not the input tokens' conditioning "
+                   "(evidence from two small ViTs on one dataset, not a law).")
+    else:
+        reading = f"At d = {span_dim} graying lowers κ_in without lifting accuracy in every seed."
+    return f"Read with the runs at d = {wide_dim} above, per (graying, ε) at the paper's best ε:\n\n" + \
+        "\n".join(f"- {part}" for part in parts) + f"\n\n{reading}"
+
+
+def kappa_in_changes(table):
+    """Per grayed (graying, ε): ln κ_in(grayed) − ln κ_in(ungrayed) of the same seed, at init and at the
+    end of training, as the median over seeds with its range, and the seeds where it is negative."""
+    base = table[table["graying"] == "none"].set_index("seed")
+    rows = []
+    for (graying, eps), runs in table[table["graying"] != "none"].groupby(["graying", "eps"], sort=False):
+        row = {"graying": graying, "eps": eps}
+        for column, when in (("ln_kappa_in_init", "at init"), ("ln_kappa_in", "after training")):
+            changes = (runs.set_index("seed")[column] - base[column]).dropna()
+            row[f"Δ ln κ_in {when}"] = (f"{plots.lower_median(changes):+.2f} ({ln_change_range(changes)})"
+                                        if len(changes) else "—")
+            row[f"lower {when}"] = f"{int((changes < 0).sum())} of {len(changes)}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ln_change_range(changes):
+    """"-0.50 to -0.38": the range of per-seed changes in ln κ (one seed: its change)."""
+    return f"{changes.min():+.2f}" if len(changes) == 1 else f"{changes.min():+.2f} to {changes.max():+.2f}"
+
+
+def kappa_in_verdict(table, graying, why, where=""):
     """Token Graying's κ_in claim for one graying, paired by seed at its lowest ε: "yes" where κ_in is
     lower than the ungrayed run's at the end of training in every seed, "at init only" where it is lower
     at init in every seed but not at the end, otherwise `why` (the reason it cannot be lowered here)."""
@@ -712,17 +844,15 @@ def kappa_in_verdict(table, graying, why):
     def median(column, graying_, eps):
         rows = table[(table["graying"] == graying_) & (table["eps"] == eps)]
         return f"{plots.lower_median(rows[column]):.2f}"
-    def per_seed(changes):
-        return f"{changes.min():+.2f}" if len(changes) == 1 else f"{changes.min():+.2f} to {changes.max():+.2f}"
     here = (f"median over seeds, ε 1 → {low:g}: at init {median('ln_kappa_in_init', 'none', 1.0)} → "
             f"{median('ln_kappa_in_init', graying, low)}, after training {median('ln_kappa_in', 'none', 1.0)} → "
             f"{median('ln_kappa_in', graying, low)}; paired by seed (a seed's runs share their patch embedding at "
-            f"init), the change {per_seed(at_init)} at init, {per_seed(at_end)} after training "
+            f"init), the change {ln_change_range(at_init)} at init, {ln_change_range(at_end)} after training "
             f"({len(at_end)} seeds)") if len(at_end) and len(at_init) else "no seed with both runs"
     holds = ("untested" if not len(at_end) or not len(at_init) else
              "yes: lower after training in every seed" if at_end.max() < 0 else
              "at init only (lower in every seed): training undoes it" if at_init.max() < 0 else why)
-    return {"claim": f"{graying.upper()}-TG lowers ln κ_in (paper, SVD-TG: 6.72 → 5.29 from ε 1 to 0.5)",
+    return {"claim": f"{graying.upper()}-TG lowers ln κ_in{where} (paper, SVD-TG: 6.72 → 5.29 from ε 1 to 0.5)",
             "here": here, "holds": holds}
 
 
@@ -745,6 +875,7 @@ def run(r):
     slopes, gains = propositions(r, body)
     gaps, kappas, control = skip_section(r, body, runs)
     eps_table = eps_section(r, body, runs)
+    span_table = span_section(r, body, runs, eps_table)
     overhead = overhead_section(r, body)
     n = len(seeds(r))
     body.section(f"What {n} seeds can decide")
@@ -764,6 +895,6 @@ therefore ruins training while removing the FFN's does not; and that "Token Gray
 input image, helps a little. This page checks each claim with jacond, on synthetic matrices for the
 propositions and on Fashion-MNIST ViTs for the rest.""")
     report.section("Verdict, claim by claim")
-    report.table(verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead))
+    report.table(verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead, span_table))
     report.parts += body.parts[1:]
     r.finish(report)
