@@ -311,8 +311,8 @@ def test_the_span_reading_says_whether_lower_kappa_in_and_higher_accuracy_go_tog
     wide = runs("wide", [87.0, 88.0], {("svd", 0.7): [87.5, 88.3]}, {("svd", 0.7): [5.1, 4.9]})   # lifts, κ_in not lower
     span = runs("span", [83.0, 83.2], {("svd", 0.7): [82.5, 83.3]}, {("svd", 0.7): [4.5, 4.6]})   # κ_in lower, no lift
     text = always_skip.span_reading(wide, span)
-    assert "- svd-TG ε 0.7: κ_in lower in every seed, accuracy -0.2 points (per seed -0.5 to +0.1); at d = 64 " \
-           "accuracy +0.4 points (per seed +0.3 to +0.5), κ_in not lower in every seed" in text
+    assert "- svd-TG ε 0.7: trained κ_in lower in every seed, accuracy -0.2 points (per seed -0.5 to +0.1); at d = 64 " \
+           "accuracy +0.4 points (per seed +0.3 to +0.5), trained κ_in not lower in every seed" in text
     assert "do not go together" in text and "svd-TG ε 0.7 lifts accuracy in every seed with κ_in not lower" in text
     span_lifts = runs("span", [83.0, 83.2], {("svd", 0.7): [83.5, 83.3]}, {("svd", 0.7): [4.5, 4.6]})
     assert "it also lifts accuracy in 1 of 1" in always_skip.span_reading(wide, span_lifts)

@@ -763,43 +763,42 @@ def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead, span_tab
     return pd.DataFrame(rows)
 
 
+def kappa_in_deltas(table, graying, eps, column):
+    """Per seed, ln κ_in (`column`: at init or at the end) of the (graying, ε) run less that of the ungrayed
+    run of the same seed; a seed without both runs, or singular both ways (∞ − ∞), is left out."""
+    grayed = table[(table["graying"] == graying) & (table["eps"] == eps)].set_index("seed")[column]
+    return (grayed - table[table["graying"] == "none"].set_index("seed")[column]).dropna()
+
+
 def kappa_in_change(table, graying):
-    """(the lowest ε `graying` ran at, its per-seed change in ln κ_in against the ungrayed run of the same
-    seed at init, the same at the end of training); a seed without both runs, or singular both ways, is
-    left out."""
-    runs = table[table["graying"] == graying]
-    low = runs["eps"].min()
-    grayed = runs[runs["eps"] == low].set_index("seed")
-    base = table[table["graying"] == "none"].set_index("seed")
-    def change(column):
-        return (grayed[column] - base[column]).dropna()
-    return low, change("ln_kappa_in_init"), change("ln_kappa_in")
+    """(the lowest ε `graying` ran at, its kappa_in_deltas at init, the same at the end of training)."""
+    low = table[table["graying"] == graying]["eps"].min()
+    return low, kappa_in_deltas(table, graying, low, "ln_kappa_in_init"), kappa_in_deltas(table, graying, low, "ln_kappa_in")
 
 
 def span_reading(eps_table, span_table):
     """Whether lower κ_in and higher accuracy go together: for each (graying, ε) of graying_gains at
-    d = SPAN_DIM whose κ_in is lower than the ungrayed run's after training in every seed, its accuracy
-    gain there and the same setting's gain and κ_in at the grid's d."""
+    d = SPAN_DIM whose trained κ_in is lower than the ungrayed run's in every seed (kappa_in_deltas), its
+    accuracy gain there and the same setting's gain and trained κ_in at the grid's d."""
     _, span_dim = token_dimensions(span_table.attrs["directory"])
     _, wide_dim = token_dimensions(eps_table.attrs["directory"])
     span_gains = graying_gains(span_table).set_index(["graying", "eps"])
     wide_gains = graying_gains(eps_table).set_index(["graying", "eps"])
-    def lowered_in_every_seed(table):
-        counts = kappa_in_changes(table).set_index(["graying", "eps"])["lower after training"].str.split(" of ")
-        return {k for k, (lower, of) in counts.items() if lower == of != "0"}
-    lowered, wide_lowered = lowered_in_every_seed(span_table), lowered_in_every_seed(eps_table)
-    settings = [k for k in span_gains.index if k in lowered]
+    def lowered_in_every_seed(table, key):  # ln κ_in after training, against the ungrayed run of each seed
+        changes = kappa_in_deltas(table, *key, "ln_kappa_in")
+        return len(changes) > 0 and changes.max() < 0
+    settings = [k for k in span_gains.index if lowered_in_every_seed(span_table, k)]
     if not settings:
         return (f"At d = {span_dim} no graying at the paper's best ε lowers κ_in in every seed: these runs cannot "
                 "tell whether a lower κ_in lifts accuracy.")
     def gain(gains, k):
         return f"{gains.loc[k, 'gain']} points (per seed {gains.loc[k, 'gain per seed']})"
-    parts = [f"{g}-TG ε {e:g}: κ_in lower in every seed, accuracy {gain(span_gains, (g, e))}"
-             + (f"; at d = {wide_dim} accuracy {gain(wide_gains, (g, e))}, κ_in "
-                + ("lower in every seed" if (g, e) in wide_lowered else "not lower in every seed")
+    parts = [f"{g}-TG ε {e:g}: trained κ_in lower in every seed, accuracy {gain(span_gains, (g, e))}"
+             + (f"; at d = {wide_dim} accuracy {gain(wide_gains, (g, e))}, trained κ_in "
+                + ("lower in every seed" if lowered_in_every_seed(eps_table, (g, e)) else "not lower in every seed")
                 if (g, e) in wide_gains.index else "") for g, e in settings]
     lifts = [k for k in settings if span_gains.loc[k, "reading"] == "lifts in every seed"]
-    wide_lifts_alone = [k for k in settings if k in wide_gains.index and k not in wide_lowered
+    wide_lifts_alone = [k for k in settings if k in wide_gains.index and not lowered_in_every_seed(eps_table, k)
                         and wide_gains.loc[k, "reading"] == "lifts in every seed"]
     if lifts:
         reading = f"Where graying lowers κ_in in every seed at d = {span_dim} it also lifts accuracy in {len(lifts)} of {len(settings)}."
@@ -816,14 +815,13 @@ def span_reading(eps_table, span_table):
 
 
 def kappa_in_changes(table):
-    """Per grayed (graying, ε): ln κ_in(grayed) − ln κ_in(ungrayed) of the same seed, at init and at the
-    end of training, as the median over seeds with its range, and the seeds where it is negative."""
-    base = table[table["graying"] == "none"].set_index("seed")
+    """Per grayed (graying, ε), its kappa_in_deltas at init and at the end of training: the lower median
+    over seeds with their range, and in how many seeds the change is negative."""
     rows = []
-    for (graying, eps), runs in table[table["graying"] != "none"].groupby(["graying", "eps"], sort=False):
+    for graying, eps in table[table["graying"] != "none"][["graying", "eps"]].drop_duplicates().itertuples(index=False):
         row = {"graying": graying, "eps": eps}
         for column, when in (("ln_kappa_in_init", "at init"), ("ln_kappa_in", "after training")):
-            changes = (runs.set_index("seed")[column] - base[column]).dropna()
+            changes = kappa_in_deltas(table, graying, eps, column)
             row[f"Δ ln κ_in {when}"] = (f"{plots.lower_median(changes):+.2f} ({ln_change_range(changes)})"
                                         if len(changes) else "—")
             row[f"lower {when}"] = f"{int((changes < 0).sum())} of {len(changes)}"
