@@ -1264,7 +1264,9 @@ TEST_F(CliTest, RecipeQuickWritesAReportWithItsFigures) {
       // The κ_in claim where the patches span the tokens: d = 16 = 4·4, its own ungrayed runs, paired κ_in.
       EXPECT_TRUE(contains(md, "## Token Graying where the patches span the token space") &&
                   contains(md, "--dim 16 --depth 2 --heads 2 --patch 4") && contains(md, "eps-span/seed-2/none-1") &&
-                  contains(md, "| Δ ln κ_in at init |") && contains(md, "at d = 16, the patches spanning the tokens")) << md;
+                  contains(md, "| Δ ln κ_in at init |") && contains(md, "lowers ln κ_in at d = 16 with 16-column patches")) << md;
+      // --quick's grid is at d = 16 too (with 7 × 7 patches): the two arms are told apart by their patches.
+      EXPECT_TRUE(contains(md, "the patch size (49 against 16 columns)") && !contains(md, "differ in the width")) << md;
       EXPECT_TRUE(is_figure(out + "/figures/eps_ablation_span.png"));
     }
     EXPECT_FALSE(contains(md, "| FAIL |")) << md;

@@ -96,7 +96,10 @@ def lower_median(values):
 
 def median_over_seeds(tables, column):
     """Per step, the lower median of `column` over the seeds' sub_block_kappa tables (a step a seed did
-    not track left out): with the `sab`/`ffn` columns +∞ when more than half the seeds' medians are."""
+    not track left out): with the `sab`/`ffn` columns +∞ when more than half the seeds' medians are.
+    Of a `*_drawn` column (singular reports at κ_lo ≤ κ = ∞) it is a lower bound on that median, since
+    order statistics do not rise when values are lowered: where the median is +∞ the figure draws it
+    hollow at that bound, which need not be any one seed's value."""
     per_seed = pd.concat([t[column] for t in tables], axis=1)
     return per_seed.apply(lambda row: lower_median(row.dropna()), axis=1)
 

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pandas as pd
 
 from jacond_plots import always_skip as plots
@@ -33,9 +34,11 @@ EPS_FLAGS = ["--skip", "full", "--init", "timm", "--optimizer", "soap"]
 # eps/seed-S/. The ε ablation's ungrayed baseline is EPS_BASE at these seeds (the same runs, not run twice).
 # The κ_in claim needs patches that span the token space: at d = 64 the 4 × 4 patches (16 columns) reach
 # 16 of the 64 token dimensions and the position embedding sets σ_min(X_in). The same ε ablation at
-# d = SPAN_DIM = 1·4², where the patch embedding W_E is square (as at the paper's ViT-B/16: 3·16² = 768 = d),
-# with its own ungrayed runs (graying "none", ε 1) under eps-span/.
-SPAN_DIM = 16
+# d = SPAN_DIM = 1·SPAN_PATCH² (Fashion-MNIST has one channel), where the patch embedding W_E is square
+# (as at the paper's ViT-B/16: 3·16² = 768 = d), with its own ungrayed runs (graying "none", ε 1) under
+# eps-span/. The width changes with it: the two ablations differ in more than the patches' span.
+SPAN_PATCH = 4
+SPAN_DIM = SPAN_PATCH ** 2
 SEEDS = (0, 1, 2, 3, 4)
 QUICK_SEEDS = SEEDS[:3]
 PAPER_BEST_EPS = (0.7, 0.6)  # where the paper reports Token Graying's gain (81.0 → 81.4 %)
@@ -88,7 +91,7 @@ def grid(r):
             grayed = ["--token-graying", graying, "--tg-eps", eps] if graying != "none" else []
             runs.append(("eps-span", (graying, eps, seed), seeded_work(r, "eps-span", seed, f"{graying}-{eps:g}"),
                          [*EPS_FLAGS, *grayed, *seed_flag(seed)]))
-    span_sizes = with_values(sizes, {"--dim": SPAN_DIM, "--patch": 4})
+    span_sizes = with_values(sizes, {"--dim": SPAN_DIM, "--patch": SPAN_PATCH})
     return [(kind, key, directory, ["train", *args, *(span_sizes if kind == "eps-span" else sizes), "--threads",
                                     r.threads, "--track-matrices", "all" if kind == "convmixer" else TRACKED,
                                     "--out", directory])
@@ -419,9 +422,9 @@ def eps_rows(runs, kind):
     an ε ablation: `kind`'s runs; for "eps" the ungrayed runs (graying "none", ε 1) are the skip grid's
     EPS_BASE runs, "eps-span" has its own. attrs["directory"]: seed 0's ungrayed run."""
     rows, base_directory = [], None
-    for kind_, key, directory, _ in runs:
-        grid_base = kind == "eps" and kind_ == "skip" and key[:3] == EPS_BASE
-        if kind_ != kind and not grid_base:
+    for run_kind, key, directory, _ in runs:
+        grid_base = kind == "eps" and run_kind == "skip" and key[:3] == EPS_BASE
+        if run_kind != kind and not grid_base:
             continue
         graying, eps, seed = ("none", 1.0, key[3]) if grid_base else key
         if graying == "none" and seed == 0:
@@ -430,6 +433,8 @@ def eps_rows(runs, kind):
         rows.append({"graying": graying, "eps": eps, "seed": seed, "accuracy": plots.final_accuracy(directory),
                      "ln_kappa_in_init": k["x_in"].iloc[0], "ln_kappa_in": k["x_in"].iloc[-1],
                      "ln_kappa_out": k["out"].iloc[-1]})
+    if base_directory is None:
+        raise RecipeError(f"the {kind} ablation has no ungrayed run at seed 0")
     table = pd.DataFrame(rows).sort_values(["graying", "eps", "seed"], ascending=[True, False, True])
     table.attrs["directory"] = base_directory
     return table
@@ -497,26 +502,29 @@ def span_section(r, report, runs, eps_table):
     table = eps_rows(runs, "eps-span")
     patch_dim, dim = token_dimensions(table.attrs["directory"])
     figures = plots.eps_ablation(table, r.work(), command=f"$ {r.recipe_command()}", name="eps_ablation_span",
-                                 at_init=True, title=f"Token Graying ε ablation at d = {dim}, where the {patch_dim}-column "
-                                                     "patch matrix spans the token space", paper=False)
+                                 at_init=True, title=f"Token Graying ε ablation at {arm(table)}", paper=False)
     report.section("Token Graying where the patches span the token space")
     report.text(f"""
 The κ_in claim needs a patch matrix P as wide as the tokens. Here the same ε ablation (the full-skip
-`timm` ViT with SOAP, the same depth, heads and schedule) at d = {dim}, the {patch_dim} columns of P: P·W_E
-with a square W_E reaches every token dimension, as at the paper's ViT-B/16, and these runs have their
-own ungrayed runs (ε 1) at each seed. Same columns as above:""")
+`timm` ViT with SOAP, the same depth, heads and schedule) at {arm(table)}: P·W_E with a
+{patch_dim} × {dim} W_E {"reaches every token dimension, as at the paper's ViT-B/16" if patch_dim >= dim else
+"still misses some token dimensions"}, and these runs have their own ungrayed runs (ε 1) at each seed.
+The width changes with the patches, so the model is smaller too. Same columns as above:""")
     report.table(eps_shown(table), floatfmt="{:.2f}")
-    report.text("What graying does to ln κ_in, paired by seed (ln κ_in of the grayed run less that of the ungrayed "
-                "run of the same seed): the median change over seeds with its range, and in how many seeds it is "
-                "lower. At init a seed's runs share their patch embedding, so that change is the graying's alone; "
-                "after training it is also what training made of it:")
+    report.text("What graying does to ln κ_in and to accuracy at every ε, paired by seed (the grayed run less the "
+                "ungrayed run of the same seed): the median change over seeds with its range, and in how many seeds "
+                "ln κ_in is lower. At init a seed's runs share their patch embedding, so that change is the graying's "
+                "alone; after training it is also what training made of it:")
     report.table(kappa_in_changes(table))
     report.text(GAINS_TEXT)
     report.table(graying_gains(table))
     for png in figures:
         r.add_figure(report, png, f"Token Graying at d = {dim}: accuracy and kappa against epsilon",
-                     caption=f"As the figure above, at d = {dim}, with ln κ_in before the first step as a panel of its "
-                             "own and without the paper's ViT-B values (ln κ 5.3–6.7, off this scale); grey band: the ungrayed runs' seeds (min to max)")
+                     caption=f"As the figure above, at {arm(table)}, with ln κ_in before the first step as a panel "
+                             "of its own and without the paper's ViT-B values (ln κ "
+                             f"{min(min(v['ln_kappa_in'], v['ln_kappa_out']) for v in plots.PAPER_EPS.values()):.1f}–"
+                             f"{max(max(v['ln_kappa_in'], v['ln_kappa_out']) for v in plots.PAPER_EPS.values()):.1f}); "
+                             "grey band: the ungrayed runs' seeds (min to max)")
     report.text(span_reading(eps_table, table))
     return table
 
@@ -539,7 +547,7 @@ def graying_gains(table):
     rows = []
     for (graying, eps), g in at_paper.groupby(["graying", "eps"], sort=False):
         grayed = g.set_index("seed")["accuracy"]
-        gains = (grayed - ungrayed).dropna()
+        gains = paired_deltas(table, graying, eps, "accuracy")
         if not len(gains):
             continue
         both = pd.concat([grayed, ungrayed], axis=1, join="inner")
@@ -550,6 +558,12 @@ def graying_gains(table):
         rows.append({"graying": graying, "eps": eps, "seeds": len(gains), "gain": signed(gains.mean()),
                      "gain per seed": span(gains.tolist()), "seed correlation": correlation, "reading": reading})
     return pd.DataFrame(rows, columns=["graying", "eps", "seeds", "gain", "gain per seed", "seed correlation", "reading"])
+
+
+def arm(table):
+    """An ε ablation named by its token and patch dimensions: "d = 16 with 16-column patches"."""
+    patch_dim, dim = token_dimensions(table.attrs["directory"])
+    return f"d = {dim} with {patch_dim}-column patches"
 
 
 def token_dimensions(directory):
@@ -741,17 +755,16 @@ def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead, span_tab
     grayed = eps_table[eps_table["graying"] != "none"]
     rows.append(graying_verdict(graying_gains(eps_table)))
     patch_dim, dim = token_dimensions(eps_table.attrs["directory"])
-    why = (f"no: the patches span {patch_dim} of the {dim} token dimensions here, the rest (position embedding, "
-           "class token) sets σ_min" if patch_dim < dim else "no")
+    why = (f"the patches span {patch_dim} of the {dim} token dimensions here, the rest (position embedding, "
+           "class token) sets σ_min" if patch_dim < dim else "")
     for graying in GRAYINGS:
         if (grayed["graying"] == graying).any():
             rows.append(kappa_in_verdict(eps_table, graying, why))
-    patch_dim, dim = token_dimensions(span_table.attrs["directory"])
-    where = f" at d = {dim}, the patches spanning the tokens"
+    where = f" at {arm(span_table)}"
     rows.append(graying_verdict(graying_gains(span_table), where))
     for graying in GRAYINGS:
         if (span_table["graying"] == graying).any():
-            rows.append(kappa_in_verdict(span_table, graying, "no", where))
+            rows.append(kappa_in_verdict(span_table, graying, "", where))
     o = {row["graying"]: row for row in overhead}
     rows.append({"claim": "SVD-TG costs ≈ 6.3× the training time, DCT-TG +1.2 %",
                  "here": f"step time ×{o['svd']['step time with / without']:.2f} (svd), ×{o['dct']['step time with / without']:.2f} (dct) "
@@ -763,81 +776,120 @@ def verdicts(slopes, gains, gaps, kappas, control, eps_table, overhead, span_tab
     return pd.DataFrame(rows)
 
 
-def kappa_in_deltas(table, graying, eps, column):
-    """Per seed, ln κ_in (`column`: at init or at the end) of the (graying, ε) run less that of the ungrayed
-    run of the same seed; a seed without both runs, or singular both ways (∞ − ∞), is left out."""
+def paired_deltas(table, graying, eps, column):
+    """Per seed, `column` (accuracy, ln κ_in at init or at the end) of the (graying, ε) run less that of the
+    ungrayed run of the same seed; a seed without both runs, or singular both ways (∞ − ∞), is left out."""
     grayed = table[(table["graying"] == graying) & (table["eps"] == eps)].set_index("seed")[column]
     return (grayed - table[table["graying"] == "none"].set_index("seed")[column]).dropna()
 
 
 def kappa_in_change(table, graying):
-    """(the lowest ε `graying` ran at, its kappa_in_deltas at init, the same at the end of training)."""
+    """(the lowest ε `graying` ran at, its paired_deltas at init, the same at the end of training)."""
     low = table[table["graying"] == graying]["eps"].min()
-    return low, kappa_in_deltas(table, graying, low, "ln_kappa_in_init"), kappa_in_deltas(table, graying, low, "ln_kappa_in")
+    return low, paired_deltas(table, graying, low, "ln_kappa_in_init"), paired_deltas(table, graying, low, "ln_kappa_in")
 
 
 def span_reading(eps_table, span_table):
-    """Whether lower κ_in and higher accuracy go together: for each (graying, ε) of graying_gains at
-    d = SPAN_DIM whose trained κ_in is lower than the ungrayed run's in every seed (kappa_in_deltas), its
-    accuracy gain there and the same setting's gain and trained κ_in at the grid's d."""
-    _, span_dim = token_dimensions(span_table.attrs["directory"])
-    _, wide_dim = token_dimensions(eps_table.attrs["directory"])
+    """What the two ε ablations say together, from their paired_deltas: each (graying, ε) at the paper's
+    best ε whose trained κ_in is lower than the ungrayed run's in every seed (two seeds or more) at the
+    span arm, with its accuracy gain there and at the grid's arm; the correlation over every (graying, ε)
+    of the mean changes in trained ln κ_in and in accuracy; and what else the two arms differ in."""
     span_gains = graying_gains(span_table).set_index(["graying", "eps"])
     wide_gains = graying_gains(eps_table).set_index(["graying", "eps"])
-    def lowered_in_every_seed(table, key):  # ln κ_in after training, against the ungrayed run of each seed
-        changes = kappa_in_deltas(table, *key, "ln_kappa_in")
-        return len(changes) > 0 and changes.max() < 0
-    settings = [k for k in span_gains.index if lowered_in_every_seed(span_table, k)]
-    if not settings:
-        return (f"At d = {span_dim} no graying at the paper's best ε lowers κ_in in every seed: these runs cannot "
-                "tell whether a lower κ_in lifts accuracy.")
+    def lowered_in_every_seed(table, key):  # trained ln κ_in, against the ungrayed run of each seed
+        changes = paired_deltas(table, *key, "ln_kappa_in")
+        return len(changes) >= 2 and changes.max() < 0
     def gain(gains, k):
         return f"{gains.loc[k, 'gain']} points (per seed {gains.loc[k, 'gain per seed']})"
-    parts = [f"{g}-TG ε {e:g}: trained κ_in lower in every seed, accuracy {gain(span_gains, (g, e))}"
-             + (f"; at d = {wide_dim} accuracy {gain(wide_gains, (g, e))}, trained κ_in "
-                + ("lower in every seed" if lowered_in_every_seed(eps_table, (g, e)) else "not lower in every seed")
-                if (g, e) in wide_gains.index else "") for g, e in settings]
+    settings = [k for k in span_gains.index if lowered_in_every_seed(span_table, k)]
+    lines = []
+    for k in settings:
+        line = f"{k[0]}-TG ε {k[1]:g}: trained κ_in lower in every seed, accuracy {gain(span_gains, k)}"
+        if k in wide_gains.index:
+            line += (f"; at {arm(eps_table)} accuracy {gain(wide_gains, k)}, trained κ_in "
+                     + ("lower in every seed" if lowered_in_every_seed(eps_table, k) else "not lower in every seed"))
+        lines.append(f"- {line}")
     lifts = [k for k in settings if span_gains.loc[k, "reading"] == "lifts in every seed"]
-    wide_lifts_alone = [k for k in settings if k in wide_gains.index and not lowered_in_every_seed(eps_table, k)
-                        and wide_gains.loc[k, "reading"] == "lifts in every seed"]
-    if lifts:
-        reading = f"Where graying lowers κ_in in every seed at d = {span_dim} it also lifts accuracy in {len(lifts)} of {len(settings)}."
-    elif wide_lifts_alone:
-        reading = (f"Lower κ_in and higher accuracy do not go together in these runs: at d = {span_dim} graying lowers "
-                   f"κ_in without lifting accuracy in every seed, at d = {wide_dim} "
-                   + ", ".join(f"{g}-TG ε {e:g}" for g, e in wide_lifts_alone)
-                   + f" lift{'s' if len(wide_lifts_alone) == 1 else ''} accuracy in every seed with κ_in not lower. What lifts accuracy at d = {wide_dim} is not the input tokens' conditioning "
-                   "(evidence from two small ViTs on one dataset, not a law).")
+    wide_alone = [k for k in settings if k in wide_gains.index and not lowered_in_every_seed(eps_table, k)
+                  and wide_gains.loc[k, "reading"] == "lifts in every seed"]
+    if not settings:
+        reading = f"At {arm(span_table)} no graying at the paper's best ε lowers trained κ_in in every seed."
+    elif lifts:
+        reading = f"Where graying lowers trained κ_in in every seed it also lifts accuracy in {len(lifts)} of {len(settings)}."
     else:
-        reading = f"At d = {span_dim} graying lowers κ_in without lifting accuracy in every seed."
-    return f"Read with the runs at d = {wide_dim} above, per (graying, ε) at the paper's best ε:\n\n" + \
-        "\n".join(f"- {part}" for part in parts) + f"\n\n{reading}"
+        reading = (f"At {arm(span_table)} graying lowers trained κ_in without lifting accuracy in every seed"
+                   + (f"; at {arm(eps_table)} " + ", ".join(f"{g}-TG ε {e:g}" for g, e in wide_alone)
+                      + f" lift{'s' if len(wide_alone) == 1 else ''} accuracy in every seed with trained κ_in not lower"
+                      if wide_alone else "") + ".")
+    return "\n\n".join([f"Read with the runs at {arm(eps_table)} above, at the paper's best ε:", *(["\n".join(lines)] if lines else []),
+                        reading, dose_response(span_table), arms_differ(eps_table, span_table)])
+
+
+def dose_response(table):
+    """The correlation over every grayed (graying, ε) of the mean paired change in trained ln κ_in and the
+    mean paired change in accuracy: whether a lower κ_in goes with a higher accuracy across ε."""
+    grayed = table[table["graying"] != "none"][["graying", "eps"]].drop_duplicates().itertuples(index=False)
+    means = pd.DataFrame([{"kappa": paired_deltas(table, g, e, "ln_kappa_in").mean(),
+                           "accuracy": paired_deltas(table, g, e, "accuracy").mean()} for g, e in grayed])
+    means = means[np.isfinite(means["kappa"]) & np.isfinite(means["accuracy"])]
+    if len(means) < 3:
+        return f"Too few (graying, ε) at {arm(table)} to correlate κ_in with accuracy."
+    r = means["kappa"].corr(means["accuracy"])
+    direction = ("a lower κ_in goes with a lower accuracy" if r > 0.3 else
+                 "a lower κ_in goes with a higher accuracy" if r < -0.3 else "no clear direction")
+    return (f"Over all {len(means)} (graying, ε) at {arm(table)}, the mean paired changes in trained ln κ_in and in "
+            f"accuracy correlate at {r:+.2f} ({direction}).")
+
+
+def arms_differ(eps_table, span_table):
+    """What the two ablations differ in besides the patches' span: read neither as the cause of the other."""
+    wide_patch, wide_dim = token_dimensions(eps_table.attrs["directory"])
+    span_patch, span_dim = token_dimensions(span_table.attrs["directory"])
+    def ungrayed(table):
+        return table[table["graying"] == "none"]["accuracy"].mean()
+    differ = (f"the width (d = {wide_dim} against {span_dim}, and with it the heads and the MLP; ungrayed "
+              f"{ungrayed(eps_table):.1f} % against {ungrayed(span_table):.1f} %)" if wide_dim != span_dim else
+              f"the patch size ({wide_patch} against {span_patch} columns)")
+    reach = (f" At d = {wide_dim} graying still conditions P·W_E, the {wide_patch} token dimensions the patches "
+             "reach, only not σ_min of the whole token matrix." if wide_patch < wide_dim else "")
+    return (f"The two ablations differ in {differ} as well as in how much of the token space the patches span, "
+            "so together they do not say why graying moves accuracy." + reach)
 
 
 def kappa_in_changes(table):
-    """Per grayed (graying, ε), its kappa_in_deltas at init and at the end of training: the lower median
-    over seeds with their range, and in how many seeds the change is negative."""
+    """Per grayed (graying, ε), its paired_deltas of ln κ_in at init and at the end of training (the median
+    over seeds with their range, and in how many seeds the change is negative) and of accuracy (the
+    mean with its range)."""
     rows = []
     for graying, eps in table[table["graying"] != "none"][["graying", "eps"]].drop_duplicates().itertuples(index=False):
         row = {"graying": graying, "eps": eps}
         for column, when in (("ln_kappa_in_init", "at init"), ("ln_kappa_in", "after training")):
-            changes = kappa_in_deltas(table, graying, eps, column)
-            row[f"Δ ln κ_in {when}"] = (f"{plots.lower_median(changes):+.2f} ({ln_change_range(changes)})"
+            changes = paired_deltas(table, graying, eps, column)
+            row[f"Δ ln κ_in {when}"] = (f"{ln_change(changes.median())} ({ln_change_range(changes)})"
                                         if len(changes) else "—")
             row[f"lower {when}"] = f"{int((changes < 0).sum())} of {len(changes)}"
+        accuracy = paired_deltas(table, graying, eps, "accuracy")
+        row["Δ accuracy (points)"] = f"{signed(accuracy.mean())} ({span(accuracy.tolist())})" if len(accuracy) else "—"
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def ln_change(value):
+    """A change in ln κ: "-0.40"; ±∞ where one run of the pair is singular and the other is not."""
+    return ("+∞, grayed run singular" if value == np.inf else "−∞, ungrayed run singular" if value == -np.inf
+            else f"{value:+.2f}")
+
+
 def ln_change_range(changes):
     """"-0.50 to -0.38": the range of per-seed changes in ln κ (one seed: its change)."""
-    return f"{changes.min():+.2f}" if len(changes) == 1 else f"{changes.min():+.2f} to {changes.max():+.2f}"
+    return ln_change(changes.min()) if len(changes) == 1 else f"{ln_change(changes.min())} to {ln_change(changes.max())}"
 
 
 def kappa_in_verdict(table, graying, why, where=""):
     """Token Graying's κ_in claim for one graying, paired by seed at its lowest ε: "yes" where κ_in is
-    lower than the ungrayed run's at the end of training in every seed, "at init only" where it is lower
-    at init in every seed but not at the end, otherwise `why` (the reason it cannot be lowered here)."""
+    lower than the ungrayed run's at the end of training in every seed (two seeds or more), "at init only"
+    where it is lower at init in every seed but not at the end, otherwise in how many seeds it is lower
+    after training, with `why` (the reason it cannot be lowered here, if one is known)."""
     low, at_init, at_end = kappa_in_change(table, graying)
     def median(column, graying_, eps):
         rows = table[(table["graying"] == graying_) & (table["eps"] == eps)]
@@ -847,9 +899,13 @@ def kappa_in_verdict(table, graying, why, where=""):
             f"{median('ln_kappa_in', graying, low)}; paired by seed (a seed's runs share their patch embedding at "
             f"init), the change {ln_change_range(at_init)} at init, {ln_change_range(at_end)} after training "
             f"({len(at_end)} seeds)") if len(at_end) and len(at_init) else "no seed with both runs"
+    lower = int((at_end < 0).sum())
     holds = ("untested" if not len(at_end) or not len(at_init) else
-             "yes: lower after training in every seed" if at_end.max() < 0 else
-             "at init only (lower in every seed): training undoes it" if at_init.max() < 0 else why)
+             "undecided: one seed" if len(at_end) < 2 else
+             "yes: lower after training in every seed" if lower == len(at_end) else
+             "at init only (lower in every seed): training undoes it" if at_init.max() < 0 else
+             ("no: lower after training in no seed" if lower == 0 else
+              f"not in every seed: lower after training in {lower} of {len(at_end)}") + (f"; {why}" if why else ""))
     return {"claim": f"{graying.upper()}-TG lowers ln κ_in{where} (paper, SVD-TG: 6.72 → 5.29 from ε 1 to 0.5)",
             "here": here, "holds": holds}
 
