@@ -2,12 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
 
+#include "analysis/report/block_report.h"
 #include "analysis/spectral/dense_cost.h"
 #include "experiments/cli/cli_common.h"
 #include "models/track/bridge.h"
@@ -93,6 +95,7 @@ namespace {
 struct FileArchitecture {
   int64_t heads = 0;
   double ln_eps = 1e-6;
+  bool post_norm = false;
 };
 
 // What the tensors alone cannot say: the head count (and LayerNorm's eps). A checkpoint jacond
@@ -103,25 +106,37 @@ FileArchitecture file_architecture(const BlockSource& src, const std::map<std::s
   if (!cfg) {
     if (src.heads == 0)
       throw std::invalid_argument(src.weights + " has no jacond config metadata: pass --heads (the block's head count)");
-    return {src.heads, 1e-6};
+    return {src.heads, 1e-6, false};
   }
   if (src.heads != 0 && src.heads != cfg->heads)
     throw std::invalid_argument("--heads " + std::to_string(src.heads) + " contradicts " + src.weights +
                                 "'s config (heads " + std::to_string(cfg->heads) + "); drop --heads");
-  return {cfg->heads, cfg->ln_eps};
+  return {cfg->heads, cfg->ln_eps, cfg->norm == models::NormPlacement::kPost};
 }
 
 }  // namespace
+
+void check_post_norm_matrices(const std::string& weights, const std::vector<std::string>& matrices) {
+  const std::vector<std::string>& has = post_norm_matrix_names();
+  for (const auto& m : matrices)
+    if (std::find(has.begin(), has.end(), m) == has.end())
+      throw std::invalid_argument(weights + " is a post-norm model (no LayerNorm before its branches): its blocks have "
+                                  "K_sa, B_sa, E_sa, softmax and attention, not " + m);
+}
 
 LoadedBlock load_block(const BlockSource& src) {
   LoadedBlock out;
   if (!src.from_files()) {
     if (!src.tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
     if (src.n < 2) throw std::invalid_argument("--n must be at least 2");
-    // The forward pass alone keeps heads n × n attention maps: refuse what cannot fit, at once.
-    const double forward_bytes = 8.0 * src.n * (static_cast<double>(src.init_heads()) * src.n + 8.0 * src.d);
+    // The forward pass alone keeps heads n × n attention maps, and the MLP's two d × r·d weights and
+    // its n × r·d hidden activations: refuse what cannot fit, at once.
+    const double hidden = static_cast<double>(src.mlp_ratio) * src.d;
+    const double forward_bytes = 8.0 * src.n * (static_cast<double>(src.init_heads()) * src.n + 8.0 * src.d) +
+                                 8.0 * hidden * (2.0 * src.d + 2.0 * src.n);
     if (forward_bytes > physical_memory_bytes())
-      throw std::invalid_argument("--n " + std::to_string(src.n) + " --d " + std::to_string(src.d) + ": the forward pass alone needs " +
+      throw std::invalid_argument("--n " + std::to_string(src.n) + " --d " + std::to_string(src.d) + " --mlp-ratio " +
+                                  std::to_string(src.mlp_ratio) + ": the forward pass alone needs " +
                                   fmt(std::round(forward_bytes / 1e9)) + " GB, more than this machine's " +
                                   fmt(std::round(physical_memory_bytes() / 1e9)) + " GB");
     out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.init_heads(),
@@ -141,6 +156,7 @@ LoadedBlock load_block(const BlockSource& src) {
   const models::TensorMap w = models::load_safetensors(src.weights, &meta);
   const FileArchitecture arch = file_architecture(src, meta);
   out.weights = models::block_from_timm(w, src.layer, arch.heads, src.logit_scale, arch.ln_eps);
+  out.post_norm = arch.post_norm;
   const models::TensorMap t = models::load_safetensors(src.tokens);
   const auto it = t.find("tokens");
   if (it == t.end()) throw std::invalid_argument(src.tokens + ": no tensor named `tokens`");

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cmath>
+#include <exception>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -112,6 +113,29 @@ void check_output_directory(const std::string& dir) {
   }
   if (!fs::is_directory(p, ec)) fail(p.string() + " is not a directory");
   if (::access(p.c_str(), W_OK | X_OK) != 0) fail(p.string() + " is not writable");
+}
+
+OutputDirectoryGuard::OutputDirectoryGuard(const std::string& dir) : exceptions_(std::uncaught_exceptions()) {
+  std::error_code ec;
+  if (dir.empty() || fs::exists(dir, ec)) return;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) return;
+  made_ = p.string();
+  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  existing_ = p.string();
+}
+
+OutputDirectoryGuard::~OutputDirectoryGuard() {
+  if (made_.empty() || std::uncaught_exceptions() <= exceptions_) return;
+  std::error_code ec;
+  // Empty subdirectories first (spectrum's DIR/<matrix>), deepest first; then DIR and its new parents.
+  std::vector<fs::path> below;
+  for (fs::recursive_directory_iterator it(made_, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory(ec)) below.push_back(it->path());
+  for (auto it = below.rbegin(); it != below.rend(); ++it)
+    if (fs::is_empty(*it, ec)) fs::remove(*it, ec);
+  for (fs::path p = made_; p.string() != existing_ && p.has_parent_path() && p.parent_path() != p; p = p.parent_path())
+    if (!fs::is_directory(p, ec) || !fs::is_empty(p, ec) || !fs::remove(p, ec)) break;
 }
 
 std::string fmt(double x) { return format_number(x); }

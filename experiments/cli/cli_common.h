@@ -91,6 +91,23 @@ void begin_output_set(const std::string& dir, const std::string& marker = "run.j
 /// loses them). Throws std::runtime_error "cannot write to DIR: why".
 void check_output_directory(const std::string& dir);
 
+/// Leaves no empty --out behind a command that fails: if `dir` did not exist when the guard was
+/// made and the guarded scope ends by an exception, the directory and the parents the command
+/// made for it are removed while they hold nothing (what a failure after writing files leaves,
+/// e.g. a run's checkpoints, stays). A killed process leaves what it made.
+class OutputDirectoryGuard {
+ public:
+  explicit OutputDirectoryGuard(const std::string& dir);
+  ~OutputDirectoryGuard();
+  OutputDirectoryGuard(const OutputDirectoryGuard&) = delete;
+  OutputDirectoryGuard& operator=(const OutputDirectoryGuard&) = delete;
+
+ private:
+  std::string made_;      // the absolute --out, empty when it existed already (or no --out)
+  std::string existing_;  // its nearest ancestor that existed
+  int exceptions_;        // std::uncaught_exceptions() at construction
+};
+
 /// A tidy results table: one row per measurement. Columns are the knobs (same for every row,
 /// given once) followed by the report fields of analysis/spectral/condition.h.
 class ResultsTable {

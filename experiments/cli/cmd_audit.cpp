@@ -52,7 +52,7 @@ std::vector<std::string> expand(const std::string& path) {
   return {path};
 }
 
-AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_cfg) {
+AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_cfg, bool heads_typed) {
   AuditTarget t;
   t.path = path;
   if (fs::is_directory(path)) {
@@ -73,7 +73,13 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
   std::map<std::string, std::string> meta;
   t.state = models::load_safetensors(path, &meta);
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
-  t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
+  try {
+    t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
+  } catch (const std::invalid_argument& e) {
+    if (cfg || heads_typed) throw;  // the default head count, not a flag the user typed, does not fit
+    throw std::invalid_argument(path + " has no jacond config metadata and the default " + std::to_string(flags_cfg.heads) +
+                                " heads do not fit it (" + e.what() + "): pass --heads");
+  }
   if (meta.count("step")) {
     const std::optional<int64_t> step = parse_integer(meta["step"]);
     if (!step) throw std::runtime_error(path + ": its 'step' metadata is not an integer: '" + meta["step"] + "'");
@@ -224,7 +230,7 @@ int run_audit(int argc, char** argv) {
   Progress progress("audit", audited.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (size_t item = first; item < last; ++item) {
     const std::string& path = listed[item];
-    const AuditTarget t = load_target(path, a.flags_cfg);
+    const AuditTarget t = load_target(path, a.flags_cfg, a.heads > 0);
     if (a.heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
       std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
     const std::vector<models::LayerReport> reports = audit_one(a, path, t, test);

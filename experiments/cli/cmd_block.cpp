@@ -121,13 +121,16 @@ int run_block(int argc, char** argv) {
   BlockReportOptions opt = a.opt;
   select_devices(a.device, opt);
   const LoadedBlock blk = load_block(a.src);
+  if (blk.post_norm) check_post_norm_matrices(a.src.weights, opt.matrices);
   opt.lanczos = a.gkl;
   opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
   opt.route = with_dense_flavour(opt.route, a.kappa);
-  const std::vector<ConditionReport> reports = block_reports(blk.weights, blk.tokens, a.mode, opt);
+  // A post-norm block's attention sees the block input itself; its skip mode changes none of these.
+  const std::vector<ConditionReport> reports = blk.post_norm ? post_norm_block_reports(blk.weights, blk.tokens, opt)
+                                                             : block_reports(blk.weights, blk.tokens, a.mode, opt);
 
   std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads
-            << " skip=" << a.skip << " logit_scale=" << blk.weights.effective_logit_scale()
+            << " skip=" << a.skip << (blk.post_norm ? " norm=post" : "") << " logit_scale=" << blk.weights.effective_logit_scale()
             << (a.src.from_files() ? " weights=" + a.src.weights + " layer=" + std::to_string(a.src.layer)
                                    : " init=" + a.src.init + " seed=" + std::to_string(a.src.seed))
             << " device=" << device_description(opt) << "\n";

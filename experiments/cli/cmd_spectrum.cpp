@@ -209,9 +209,13 @@ int run_spectrum(int argc, char** argv) {
     validate_device_name(device);
   });
   if (!o.out_dir.empty()) check_output_directory(o.out_dir);
+  const OutputDirectoryGuard no_empty_out(o.out_dir);
   set_threads(threads);
   o.device = select_dense_device(device);
   const LoadedBlock blk = load_block(src);
+  if (blk.post_norm)  // every spectrum operator puts LayerNorm before the attention
+    throw std::invalid_argument(src.weights + " is a post-norm model (no LayerNorm before its branches): spectrum "
+                                "analyses pre-norm blocks; `jacond block` reports its K_sa, B_sa and E_sa");
   const BlockWeights& w = blk.weights;
   const BlockForward f = block_forward(w, blk.tokens, mode);
   for (const std::string& name : names) {

@@ -106,8 +106,8 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
     if (!a.resume.empty()) {
       for (const auto& o : model.options())
         if (a.typed.count(o->long_name()))
-          throw UsageError("--" + o->long_name() + " cannot change when resuming (the checkpoint fixes the model)");
-      if (a.typed.count("seed")) throw UsageError("--seed cannot change when resuming (the checkpoint fixes the seed)");
+          throw UsageError("--" + o->long_name() + ": the checkpoint fixes the model; leave it out when resuming");
+      if (a.typed.count("seed")) throw UsageError("--seed: the checkpoint fixes the seed; leave it out when resuming");
     }
     models::for_each_train_field(c, [&](const models::TrainField& f, const auto& field) {
       // Negative is the "optimizer's default" these fields hold until finalize(): typed, it is an error.
@@ -171,6 +171,8 @@ int run_train(int argc, char** argv) {
 
   models::TrainResult r;
   std::string run_dir = a.config.out_dir;
+  // Rank 0 makes the run directory; a run that fails before writing into it leaves none.
+  const OutputDirectoryGuard no_empty_out(a.launch.rank == 0 ? a.config.out_dir : std::string());
   std::unique_ptr<models::dist::RankGroup> ranks;
   if (a.resume.empty()) {
     ranks = join_ranks(a.launch, a.config);

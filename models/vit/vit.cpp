@@ -83,8 +83,20 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
                                                  const std::string& file) {
   const auto it = metadata.find("config");
   if (it == metadata.end()) return std::nullopt;
+  nlohmann::json j;
   try {
-    return from_json(nlohmann::json::parse(it->second));
+    j = nlohmann::json::parse(it->second);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file + ": malformed 'config' metadata: " + e.what());
+  }
+  // What the tensors cannot say must be there: a default would analyse the file as another model.
+  if (!j.is_object()) throw std::runtime_error(file + ": malformed 'config' metadata: not a JSON object");
+  if (j.value("arch", std::string("vit")) != "vit")
+    throw std::runtime_error(file + ": a " + j.value("arch", std::string()) + " model; jacond analyses ViT blocks");
+  for (const char* key : {"dim", "heads"})
+    if (!j.contains(key)) throw std::runtime_error(file + ": malformed 'config' metadata: no '" + key + "'");
+  try {
+    return from_json(j);
   } catch (const std::exception& e) {
     throw std::runtime_error(file + ": malformed 'config' metadata: " + e.what());
   }

@@ -350,6 +350,46 @@ TEST_F(CliTest, BlockFromFilesTakesTheHeadCountFromTheCheckpointConfig_n8_d16_h4
                         {"bare.safetensors", "no jacond config", "--heads"}, path("bare-out") + "/results.csv");
 }
 
+// A post-norm checkpoint (LayerNorm after each residual) has no LayerNorm before its attention:
+// `block` analyses the attention at the block input itself, as audit and train do (it analysed it
+// as pre-norm, norm1 in front: a valid-looking, wrong κ, exit 0), and refuses the matrices such a
+// block has not; `spectrum`, whose operators are pre-norm, refuses the file. A config that is not a
+// JSON object, or lacks the head count, is malformed rather than read as the defaults.
+TEST_F(CliTest, BlockOnAPostNormCheckpointAnalysesTheAttentionAtItsInput_n8_d16_h4) {
+  const int64_t n = 8, d = 16, heads = 4;
+  const std::string wfile = path("post.safetensors"), tfile = path("t.safetensors");
+  const jacond::models::TensorMap t = write_weights(path("bare.safetensors"), d, heads);
+  jacond::models::ViTConfig cfg;
+  cfg.dim = d, cfg.heads = heads, cfg.depth = 1, cfg.norm = jacond::models::NormPlacement::kPost;
+  jacond::models::save_safetensors(wfile, t, {{"config", cfg.to_json().dump()}});
+  const jacond::Mat X = jacond::test::random_tokens(n, d, 12);
+  write_tokens(tfile, X);
+
+  const RunResult r = run({"block", "--weights", wfile, "--tokens", tfile, "--matrices", "K_sa", "--out", path("post")});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "norm=post")) << r.out;
+  const Csv csv = read_csv(path("post") + "/results.csv");
+  ASSERT_EQ(csv.rows.size(), 1u);
+  const jacond::BlockWeights w = jacond::models::block_from_timm(t, 0, heads);
+  const double at_input = jacond::condition_svd(jacond::attention_jacobian(w, jacond::attention_forward(w, X)), "K_sa").kappa;
+  const jacond::Mat Y = jacond::layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps).y;
+  const double after_norm1 = jacond::condition_svd(jacond::attention_jacobian(w, jacond::attention_forward(w, Y)), "K_sa").kappa;
+  ASSERT_GT(std::abs(at_input - after_norm1), 1e-3 * at_input);  // the two readings differ here
+  EXPECT_NEAR(to_double(csv.rows[0].at("kappa")), at_input, 1e-9 * at_input);
+
+  expect_one_line_error({"block", "--weights", wfile, "--tokens", tfile, "--matrices", "K_sa,K_ffn", "--out", path("ffn")},
+                        {"post.safetensors", "post-norm", "not K_ffn"}, path("ffn"));
+  expect_one_line_error({"spectrum", "--weights", wfile, "--tokens", tfile, "--matrix", "K_sa", "--out", path("spec")},
+                        {"post.safetensors", "post-norm", "jacond block"}, path("spec"));
+  for (const auto& [config, why] : std::vector<std::pair<std::string, std::string>>{
+           {"[1, 2]", "not a JSON object"}, {"{\"dim\": 16}", "no 'heads'"}}) {
+    const std::string bad = path("bad-config.safetensors");
+    jacond::models::save_safetensors(bad, t, {{"config", config}});
+    expect_one_line_error({"block", "--weights", bad, "--tokens", tfile, "--out", path("bad")},
+                          {"bad-config.safetensors", "malformed 'config' metadata", why}, path("bad"));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input: one-line error, nonzero exit, nothing written.
 

@@ -208,7 +208,8 @@ TEST_F(TrainCli, CheckpointInitKeepsStepZeroWhichResumesAndAudits) {
 // A resume may extend the run, move it and change what it logs and tracks, but not what it trains
 // on or how: each such flag, typed with a different value, is a usage error that names the run's
 // value, and config.json is left as it was (it described the whole run). --epochs on a run that
-// counts --steps would be ignored, so it is refused too. Typing the saved value is accepted.
+// counts --steps would be ignored, so it is refused too. Typing the saved value is accepted, except
+// for the model's flags and --seed, which the checkpoint fixes.
 TEST_F(TrainCli, AResumeRefusesToChangeWhatTheRunTrainsOnOrHow) {
   const std::string c = path("c");
   RunResult r = run(tiny_run(c, {"--stop-at", "3"}));
@@ -224,6 +225,11 @@ TEST_F(TrainCli, AResumeRefusesToChangeWhatTheRunTrainsOnOrHow) {
   }
   r = expect_one_line_error({"train", "--resume", c, "--epochs", "3"}, {"--epochs", "counts --steps (12)", "--steps"});
   EXPECT_EQ(r.code, 2);
+  // The model and the seed are the checkpoint's: refused whatever their value, and the message says so.
+  for (const auto& flag : {"--dim", "--seed"}) {
+    r = expect_one_line_error({"train", "--resume", c, flag, "0"}, {flag, "the checkpoint fixes the", "leave it out"});
+    EXPECT_EQ(r.code, 2);
+  }
   EXPECT_EQ(slurp(c + "/config.json"), config_before);
   r = run({"train", "--resume", c, "--batch", "32", "--stop-at", "4"});  // the saved value: accepted
   EXPECT_EQ(r.code, 0) << r.describe();
@@ -455,11 +461,19 @@ TEST_F(TrainCli, PostNormRunsTrackAndAuditTheirOwnMatricesAndRefuseOthers) {
   r = expect_one_line_error(tiny_run(path("post-typed"), {"--norm", "post", "--track-matrices", "K_sab"}),
                             {"--track-matrices", "not K_sab"}, path("post-typed"));
   EXPECT_EQ(r.code, 2);
+  // The model's tensors without jacond's config: the default 3 heads do not divide d = 16, and the
+  // error says to pass --heads rather than blaming a --heads 3 nobody typed.
+  const std::string bare = path("bare.safetensors");
+  jacond::models::save_safetensors(bare, jacond::models::load_safetensors(run_dir + "/step-0000005/model.safetensors"));
+  r = expect_one_line_error({"audit", bare, "--data-free", "--out", path("bare-audit")},
+                            {"bare.safetensors", "no jacond config", "default 3 heads", "pass --heads"}, path("bare-audit"));
+  EXPECT_EQ(r.code, 1);
 }
 
 TEST_F(TrainCli, BadInputGivesOneLineErrors) {
   expect_one_line_error(tiny_run(path("x"), {"--skip", "sometimes"}), {"skip mode", "sometimes"});
-  expect_one_line_error(tiny_run(path("y"), {"--data-dir", path("nowhere")}), {"nowhere", "not found"});
+  // A run that fails before writing leaves no --out behind, nor the parents it made for it.
+  expect_one_line_error(tiny_run(path("new/y"), {"--data-dir", path("nowhere")}), {"nowhere", "not found"}, path("new"));
   expect_one_line_error({"train", "--resume", path("nothing")}, {"no complete checkpoint"});
   expect_one_line_error({"train", "--resume", reference_run(*this), "--dim", "32"}, {"--dim", "resuming"});
   expect_one_line_error(tiny_run(reference_run(*this)), {"already holds checkpoints"});
