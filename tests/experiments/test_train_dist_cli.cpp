@@ -268,13 +268,17 @@ TEST_F(TrainDistCli, AKilledRankMakesItsPeerExitWithAnError) {
   EXPECT_FALSE(contains(lower(lines[0]), "timed out")) << lines[0];  // the closed connection, not the timeout
 }
 
-// --nproc: a rank that fails stops the others and the launch exits with its code.
-TEST_F(TrainDistCli, NprocReportsAFailedRank) {
+// --nproc: a rank that fails stops the others and the launch exits with its code, in one line that
+// names the rank (each rank prints the error: two copies, once interleaved mid-line, were printed).
+TEST_F(TrainDistCli, NprocReportsAFailedRankInOneLine) {
   ASSERT_EQ(run(tiny_run(path("run"), {"--steps", "3"})).code, 0);
-  const RunResult r = run(tiny_run(path("run"), {"--nproc", "2"}));  // rank 0 refuses the used directory
+  RunResult r = expect_one_line_error(tiny_run(path("run"), {"--nproc", "2"}),  // rank 0 refuses the used directory
+                                      {"jacond train: error: rank 0: ", "already holds checkpoints"});
   EXPECT_EQ(r.code, 1) << r.describe();
-  EXPECT_TRUE(contains(r.err, "already holds checkpoints")) << r.err;
-  EXPECT_TRUE(contains(r.err, "rank 0 exited with 1")) << r.err;
+  // Both ranks fail on the missing data: still one line, and no run directory is left.
+  r = expect_one_line_error(tiny_run(path("new"), {"--nproc", "2", "--data-dir", path("nowhere")}),
+                            {"jacond train: error: rank ", "nowhere", "not found"}, path("new"));
+  EXPECT_EQ(r.code, 1) << r.describe();
 }
 
 TEST_F(TrainDistCli, BadLaunchesAreUsageErrors) {
