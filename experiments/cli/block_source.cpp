@@ -46,8 +46,9 @@ void BlockSource::validate(const po::variables_map* typed) const {
   for (const char* flag : {"init", "alpha", "beta", "c", "mlp-init", "n", "d", "mlp-ratio"})
     if (from_files() && given(flag))
       throw std::invalid_argument(std::string("--") + flag + " sets up an init; with --weights the block comes from the file");
-  for (const char* flag : {"layer", "sample"})
-    if (!from_files() && given(flag)) throw std::invalid_argument(std::string("--") + flag + " reads a --weights file");
+  if (!from_files() && given("layer")) throw std::invalid_argument("--layer picks a block of a --weights file");
+  if (!from_files() && given("sample"))
+    throw std::invalid_argument("--sample picks a sample of [m, n, d] --tokens, which go with --weights");
   if (!(logit_scale >= 0) || !std::isfinite(logit_scale))
     throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(logit_scale));
   if (heads < 0) throw std::invalid_argument("--heads must be >= 1 (0: the default), got " + std::to_string(heads));

@@ -52,7 +52,27 @@ std::vector<std::string> expand(const std::string& path) {
   return {path};
 }
 
-AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_cfg, bool heads_typed) {
+// The flags that describe a file without jacond's config, and which of them were typed.
+struct ArchitectureFlags {
+  models::ViTConfig cfg;  // --skip, --norm (and --heads)
+  bool heads = false, skip = false, norm = false;
+};
+
+// A typed --heads, --skip or --norm that contradicts the checkpoint's own config is refused (the
+// audit would use the config and record the flag), as `block` refuses a contradicting --heads.
+void check_against_config(const std::string& path, const models::ViTConfig& cfg, const ArchitectureFlags& flags) {
+  const auto refuse = [&](const std::string& flag, const std::string& typed, const std::string& saved) {
+    if (typed != saved)
+      throw std::invalid_argument("--" + flag + " " + typed + " contradicts " + path + "'s config (" + flag + " " + saved +
+                                  "); drop --" + flag);
+  };
+  if (flags.heads) refuse("heads", std::to_string(flags.cfg.heads), std::to_string(cfg.heads));
+  if (flags.skip) refuse("skip", models::to_string(flags.cfg.skip), models::to_string(cfg.skip));
+  if (flags.norm) refuse("norm", models::to_string(flags.cfg.norm), models::to_string(cfg.norm));
+}
+
+AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags) {
+  const models::ViTConfig& flags_cfg = flags.cfg;
   AuditTarget t;
   t.path = path;
   if (fs::is_directory(path)) {
@@ -62,6 +82,7 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
       throw std::runtime_error(path + ": a " + c.meta["model"].value("arch", std::string()) +
                                " checkpoint; jacond audit analyses ViT blocks (the run's conditioning.csv has its token-matrix κ)");
     t.cfg = models::ViTConfig::from_json(c.meta["model"]);
+    check_against_config(path, t.cfg, flags);
     t.state = std::move(c.model);
     if (c.meta.contains("train")) {
       t.probe_size = c.meta["train"].value("probe_size", int64_t{1});
@@ -73,10 +94,11 @@ AuditTarget load_target(const std::string& path, const models::ViTConfig& flags_
   std::map<std::string, std::string> meta;
   t.state = models::load_safetensors(path, &meta);
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
+  if (cfg) check_against_config(path, *cfg, flags);
   try {
     t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
   } catch (const std::invalid_argument& e) {
-    if (cfg || heads_typed) throw;  // the default head count, not a flag the user typed, does not fit
+    if (cfg || flags.heads) throw;  // the default head count, not a flag the user typed, does not fit
     throw std::invalid_argument(path + " has no jacond config metadata and the default " + std::to_string(flags_cfg.heads) +
                                 " heads do not fit it (" + e.what() + "): pass --heads");
   }
@@ -97,7 +119,7 @@ struct AuditArgs {
   double lanczos_seconds = 30;
   std::string data_dir = models::kFashionMnistDir, method = "auto", matrices = "all", out_dir, skip = "full",
               norm = "pre", certify = "none", device = "cpu", shard_spec;
-  models::ViTConfig flags_cfg;  // --skip, --norm (and --heads) for .safetensors files without jacond config
+  ArchitectureFlags flags;  // --skip, --norm (and --heads) for .safetensors files without jacond config
   models::TrackOptions opts;    // route, certificate, matrices
   Shard shard;
 };
@@ -124,16 +146,19 @@ std::optional<AuditArgs> parse_audit(int argc, char** argv) {
   add_device_option(desc, &a.device);
   po::positional_options_description pos;
   pos.add("ckpt", -1);
-  if (!parse_options(argc, argv, desc, &pos)) return std::nullopt;
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, &pos, &vm)) return std::nullopt;
+  const auto typed = [&](const char* flag) { return vm.count(flag) && !vm[flag].defaulted(); };
+  a.flags.heads = typed("heads") && a.heads > 0, a.flags.skip = typed("skip"), a.flags.norm = typed("norm");
   check_usage([&] {
     if (a.paths.empty()) throw std::invalid_argument("give at least one checkpoint (jacond audit CKPT...)");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1");
     if (a.probe_size < 0) throw std::invalid_argument("--probe-size must be >= 0");
     if (a.heads < 0) throw std::invalid_argument("--heads must be >= 0 (0: from the checkpoint)");
     if (!(a.lanczos_seconds > 0)) throw std::invalid_argument("--lanczos-seconds must be positive");
-    a.flags_cfg.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(a.skip); });
-    a.flags_cfg.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(a.norm); });
-    if (a.heads > 0) a.flags_cfg.heads = a.heads;
+    a.flags.cfg.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(a.skip); });
+    a.flags.cfg.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(a.norm); });
+    if (a.heads > 0) a.flags.cfg.heads = a.heads;
     a.opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(a.method); });
     a.opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
     a.opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(a.matrices); });
@@ -230,7 +255,7 @@ int run_audit(int argc, char** argv) {
   Progress progress("audit", audited.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (size_t item = first; item < last; ++item) {
     const std::string& path = listed[item];
-    const AuditTarget t = load_target(path, a.flags_cfg, a.heads > 0);
+    const AuditTarget t = load_target(path, a.flags);
     if (a.heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
       std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
     const std::vector<models::LayerReport> reports = audit_one(a, path, t, test);

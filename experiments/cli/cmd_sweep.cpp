@@ -66,7 +66,8 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
       ("shard", po::value(&a.shard_spec), "I/N: compute only block I of N of the grid points x seeds (join with jacond merge)")
       ("out", po::value(&a.out_dir)->default_value("results/sweep"), "output directory");
   add_device_option(desc, &a.device);
-  if (!parse_options(argc, argv, desc)) return std::nullopt;
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, nullptr, &vm)) return std::nullopt;
   check_usage([&] {
     a.certify_mode = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
     if (a.seeds < 1) throw std::invalid_argument("--seeds must be >= 1");
@@ -77,6 +78,8 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
     if (!(a.logit_scale >= 0) || !std::isfinite(a.logit_scale))  // as `block` (BlockSource::validate)
       throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(a.logit_scale));
     with_dense_flavour(KappaRoute::kFast, a.kappa);  // checks the value
+    if (a.method == "lanczos" && vm.count("kappa") && !vm["kappa"].defaulted())  // as `block`
+      throw std::invalid_argument("--kappa " + a.kappa + " picks the dense route's flavour; --method lanczos has none");
     if (a.method != "auto" && a.method != "dense" && a.method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + a.method + "'");
     if (!(a.gkl.max_seconds > 0) || !(a.gkl.tolerance > 0))

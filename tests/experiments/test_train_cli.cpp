@@ -468,6 +468,16 @@ TEST_F(TrainCli, PostNormRunsTrackAndAuditTheirOwnMatricesAndRefuseOthers) {
   r = expect_one_line_error({"audit", bare, "--data-free", "--out", path("bare-audit")},
                             {"bare.safetensors", "no jacond config", "default 3 heads", "pass --heads"}, path("bare-audit"));
   EXPECT_EQ(r.code, 1);
+  // A checkpoint with its config: a typed --heads, --skip or --norm that contradicts it is refused
+  // (the audit used the config and recorded the flag); one that repeats it is accepted.
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--heads", "4"}, {"--skip", "none"}, {"--norm", "pre"}}) {
+    r = expect_one_line_error({"audit", run_dir, "--data-free", flag, value, "--out", path("contra")},
+                              {flag + " " + value, "contradicts", "config", "drop " + flag}, path("contra"));
+    EXPECT_EQ(r.code, 1);
+  }
+  r = run({"audit", run_dir, "--data-free", "--heads", "2", "--norm", "post", "--threads", "1"});
+  EXPECT_EQ(r.code, 0) << r.describe();
 }
 
 TEST_F(TrainCli, BadInputGivesOneLineErrors) {
