@@ -95,6 +95,10 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
     throw std::runtime_error(file + ": a " + j.value("arch", std::string()) + " model; jacond analyses ViT blocks");
   for (const char* key : {"dim", "heads"})
     if (!j.contains(key)) throw std::runtime_error(file + ": malformed 'config' metadata: no '" + key + "'");
+  for (const char* key : {"image_size", "in_chans", "patch", "num_classes", "dim", "depth", "heads"})
+    if (j.contains(key) && !(j[key].is_number_integer() && j[key].get<int64_t>() > 0))  // 2.5 heads read as 2 otherwise
+      throw std::runtime_error(file + ": malformed 'config' metadata: '" + key + "' is " + j[key].dump() +
+                               ", not a positive integer");
   try {
     return from_json(j);
   } catch (const std::exception& e) {

@@ -382,7 +382,8 @@ TEST_F(CliTest, BlockOnAPostNormCheckpointAnalysesTheAttentionAtItsInput_n8_d16_
   expect_one_line_error({"spectrum", "--weights", wfile, "--tokens", tfile, "--matrix", "K_sa", "--out", path("spec")},
                         {"post.safetensors", "post-norm", "jacond block"}, path("spec"));
   for (const auto& [config, why] : std::vector<std::pair<std::string, std::string>>{
-           {"[1, 2]", "not a JSON object"}, {"{\"dim\": 16}", "no 'heads'"}}) {
+           {"[1, 2]", "not a JSON object"}, {"{\"dim\": 16}", "no 'heads'"},
+           {"{\"dim\": 16, \"heads\": 2.5}", "'heads' is 2.5, not a positive integer"}}) {
     const std::string bad = path("bad-config.safetensors");
     jacond::models::save_safetensors(bad, t, {{"config", config}});
     expect_one_line_error({"block", "--weights", bad, "--tokens", tfile, "--out", path("bad")},
