@@ -1,5 +1,6 @@
 #include "experiments/cli/local_launch.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,7 +33,7 @@ struct RankStderr {
 RankStderr open_rank_stderr(int rank) {
   RankStderr out;
   std::string name = (fs::temp_directory_path() / ("jacond-rank" + std::to_string(rank) + "-XXXXXX")).string();
-  out.fd = ::mkstemp(name.data());
+  out.fd = ::mkostemp(name.data(), O_CLOEXEC);  // a rank gets its own as fd 2 (dup2 clears the flag), not the others'
   if (out.fd < 0) throw std::runtime_error("--nproc: cannot make a file for rank " + std::to_string(rank) + "'s stderr: " + std::strerror(errno));
   out.path = name;
   return out;
@@ -107,7 +108,7 @@ int launch_local_ranks(int nproc, int argc, char** args) {
   // A run that succeeded passes rank 0's stderr on (a library's notices); a failed one says its one line.
   if (result == 0) {
     std::ifstream in(stderr_of[0].path);
-    std::cerr << in.rdbuf();
+    if (in.peek() != std::ifstream::traits_type::eof()) std::cerr << in.rdbuf();  // an empty one would fail std::cerr
   } else {
     std::cerr << error << "\n";
   }
