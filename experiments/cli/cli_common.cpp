@@ -115,27 +115,32 @@ void check_output_directory(const std::string& dir) {
   if (::access(p.c_str(), W_OK | X_OK) != 0) fail(p.string() + " is not writable");
 }
 
-OutputDirectoryGuard::OutputDirectoryGuard(const std::string& dir) : exceptions_(std::uncaught_exceptions()) {
+OutputDirectoryGuard::OutputDirectoryGuard(const std::string& dir) {
+  if (dir.empty()) return;
   std::error_code ec;
-  if (dir.empty() || fs::exists(dir, ec)) return;
   fs::path p = fs::absolute(dir, ec);
   if (ec) return;
-  made_ = p.string();
-  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
-  existing_ = p.string();
+  if (!p.has_filename()) p = p.parent_path();  // a trailing slash: ".../new/y/" names ".../new/y"
+  // Every prefix of the path as typed is a directory create_directories may make ("made" in
+  // made/../there/y); each is undone under its normal name, and only if that did not exist.
+  for (; !p.empty() && p.parent_path() != p; p = p.parent_path()) {
+    const std::string level = p.lexically_normal().string();
+    if (!fs::exists(level, ec) && std::find(made_.begin(), made_.end(), level) == made_.end()) made_.push_back(level);
+  }
 }
 
 OutputDirectoryGuard::~OutputDirectoryGuard() {
-  if (made_.empty() || std::uncaught_exceptions() <= exceptions_) return;
+  if (made_.empty()) return;
   std::error_code ec;
-  // Empty subdirectories first (spectrum's DIR/<matrix>), deepest first; then DIR and its new parents.
+  // Empty directories the command made inside --out first (spectrum's DIR/<matrix>), deepest first.
   std::vector<fs::path> below;
-  for (fs::recursive_directory_iterator it(made_, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_directory(ec)) below.push_back(it->path());
+  if (fs::is_directory(made_.front(), ec))
+    for (fs::recursive_directory_iterator it(made_.front(), ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_directory(ec) && !it->is_symlink(ec)) below.push_back(it->path());
   for (auto it = below.rbegin(); it != below.rend(); ++it)
     if (fs::is_empty(*it, ec)) fs::remove(*it, ec);
-  for (fs::path p = made_; p.string() != existing_ && p.has_parent_path() && p.parent_path() != p; p = p.parent_path())
-    if (!fs::is_directory(p, ec) || !fs::is_empty(p, ec) || !fs::remove(p, ec)) break;
+  for (const std::string& level : made_)  // only the levels that did not exist, deepest first
+    if (fs::is_directory(fs::symlink_status(level, ec)) && fs::is_empty(level, ec)) fs::remove(level, ec);
 }
 
 std::string fmt(double x) { return format_number(x); }

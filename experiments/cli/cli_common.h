@@ -91,21 +91,23 @@ void begin_output_set(const std::string& dir, const std::string& marker = "run.j
 /// loses them). Throws std::runtime_error "cannot write to DIR: why".
 void check_output_directory(const std::string& dir);
 
-/// Leaves no empty --out behind a command that fails: if `dir` did not exist when the guard was
-/// made and the guarded scope ends by an exception, the directory and the parents the command
-/// made for it are removed while they hold nothing (what a failure after writing files leaves,
-/// e.g. a run's checkpoints, stays). A killed process leaves what it made.
+/// Leaves no empty --out behind a command that fails: the levels of `dir` that did not exist when
+/// the guard was made (new/y and new for --out new/y; each prefix as typed, named normally, so
+/// made/../there/y undoes there/y and made, never an existing there) are removed, deepest first,
+/// while they hold nothing, unless keep() was called (a scope left by an
+/// exception never calls it). Empty directories the command made below them go too; a directory
+/// that existed is never removed, and what a failure after writing files leaves (a run's
+/// checkpoints) stays. A killed process leaves what it made.
 class OutputDirectoryGuard {
  public:
   explicit OutputDirectoryGuard(const std::string& dir);
   ~OutputDirectoryGuard();
+  void keep() { made_.clear(); }  // the command succeeded
   OutputDirectoryGuard(const OutputDirectoryGuard&) = delete;
   OutputDirectoryGuard& operator=(const OutputDirectoryGuard&) = delete;
 
  private:
-  std::string made_;      // the absolute --out, empty when it existed already (or no --out)
-  std::string existing_;  // its nearest ancestor that existed
-  int exceptions_;        // std::uncaught_exceptions() at construction
+  std::vector<std::string> made_;  // the missing levels of --out, deepest first; empty: nothing to undo
 };
 
 /// A tidy results table: one row per measurement. Columns are the knobs (same for every row,

@@ -58,17 +58,18 @@ struct ArchitectureFlags {
   bool heads = false, skip = false, norm = false;
 };
 
-// A typed --heads, --skip or --norm that contradicts the checkpoint's own config is refused (the
-// audit would use the config and record the flag), as `block` refuses a contradicting --heads.
-void check_against_config(const std::string& path, const models::ViTConfig& cfg, const ArchitectureFlags& flags) {
-  const auto refuse = [&](const std::string& flag, const std::string& typed, const std::string& saved) {
+// --heads, --skip and --norm describe files without jacond's config (one audit may mix them with
+// checkpoints that have one); where a checkpoint's config says otherwise, its config is used, and
+// a note says so rather than leaving the typed flag to look applied.
+void note_flags_against_config(const std::string& path, const models::ViTConfig& cfg, const ArchitectureFlags& flags) {
+  const auto note = [&](const std::string& flag, const std::string& typed, const std::string& saved) {
     if (typed != saved)
-      throw std::invalid_argument("--" + flag + " " + typed + " contradicts " + path + "'s config (" + flag + " " + saved +
-                                  "); drop --" + flag);
+      std::cout << "note: " << path << " has jacond's config (" << flag << " " << saved << "); --" << flag << " " << typed
+                << " applies to files without one\n";
   };
-  if (flags.heads) refuse("heads", std::to_string(flags.cfg.heads), std::to_string(cfg.heads));
-  if (flags.skip) refuse("skip", models::to_string(flags.cfg.skip), models::to_string(cfg.skip));
-  if (flags.norm) refuse("norm", models::to_string(flags.cfg.norm), models::to_string(cfg.norm));
+  if (flags.heads) note("heads", std::to_string(flags.cfg.heads), std::to_string(cfg.heads));
+  if (flags.skip) note("skip", models::to_string(flags.cfg.skip), models::to_string(cfg.skip));
+  if (flags.norm) note("norm", models::to_string(flags.cfg.norm), models::to_string(cfg.norm));
 }
 
 AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags) {
@@ -82,7 +83,7 @@ AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags)
       throw std::runtime_error(path + ": a " + c.meta["model"].value("arch", std::string()) +
                                " checkpoint; jacond audit analyses ViT blocks (the run's conditioning.csv has its token-matrix κ)");
     t.cfg = models::ViTConfig::from_json(c.meta["model"]);
-    check_against_config(path, t.cfg, flags);
+    note_flags_against_config(path, t.cfg, flags);
     t.state = std::move(c.model);
     if (c.meta.contains("train")) {
       t.probe_size = c.meta["train"].value("probe_size", int64_t{1});
@@ -94,11 +95,13 @@ AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags)
   std::map<std::string, std::string> meta;
   t.state = models::load_safetensors(path, &meta);
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
-  if (cfg) check_against_config(path, *cfg, flags);
+  if (cfg) note_flags_against_config(path, *cfg, flags);
   try {
     t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
   } catch (const std::invalid_argument& e) {
-    if (cfg || flags.heads) throw;  // the default head count, not a flag the user typed, does not fit
+    // The default head count, not a --heads the user typed, does not divide the width (ViTConfig's
+    // "--heads H does not divide --dim D"); any other error is the file's own.
+    if (cfg || flags.heads || std::string(e.what()).rfind("--heads ", 0) != 0) throw;
     throw std::invalid_argument(path + " has no jacond config metadata and the default " + std::to_string(flags_cfg.heads) +
                                 " heads do not fit it (" + e.what() + "): pass --heads");
   }

@@ -26,6 +26,7 @@ struct BlockArgs {
   GklOptions gkl;
   BlockReportOptions opt;  // route (before auto is resolved), certificate, matrices
   SkipMode mode{};
+  bool skip_typed = false;  // a post-norm file has no skip mode to choose (its blocks keep theirs)
 };
 
 // The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
@@ -66,6 +67,7 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
       throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0 and --lanczos-basis >= 2");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1, got " + std::to_string(a.threads));
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
+    a.skip_typed = vm.count("skip") && !vm["skip"].defaulted();
     a.opt.route = parse_kappa_route(a.method);
     a.opt.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
     a.opt.matrices = parse_flag("--matrices", [&] { return parse_matrix_names(a.matrices, block_matrix_names()); });
@@ -94,11 +96,12 @@ void write_block_results(const BlockArgs& a, const LoadedBlock& blk, const Block
                          const std::vector<ConditionReport>& reports, int argc, char** argv) {
   const BlockSource& src = a.src;
   begin_output_set(a.out_dir);
-  ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "skip", "n", "d", "heads", "logit_scale",
-                      "route"});
+  ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "norm", "skip", "n", "d", "heads",
+                      "logit_scale", "route"});
   const std::vector<std::string> knobs = {src.from_files() ? src.weights : "init", src.from_files() ? "" : src.init,
                                           fmt(src.alpha), fmt(src.beta), fmt(src.c), std::to_string(src.seed),
-                                          std::to_string(src.layer), a.skip, std::to_string(blk.tokens.rows()),
+                                          std::to_string(src.layer), blk.post_norm ? "post" : "pre",
+                                          blk.post_norm ? "" : a.skip, std::to_string(blk.tokens.rows()),
                                           std::to_string(blk.weights.d), std::to_string(blk.weights.heads),
                                           fmt(blk.weights.effective_logit_scale()), to_string(opt.route)};
   for (const auto& r : reports) table.add(knobs, r);
@@ -121,7 +124,12 @@ int run_block(int argc, char** argv) {
   BlockReportOptions opt = a.opt;
   select_devices(a.device, opt);
   const LoadedBlock blk = load_block(a.src);
-  if (blk.post_norm) check_post_norm_matrices(a.src.weights, opt.matrices);
+  if (blk.post_norm) {
+    check_post_norm_matrices(a.src.weights, opt.matrices);
+    if (a.skip_typed)
+      throw UsageError("--skip: " + a.src.weights + " is a post-norm model, analysed at each block's input with its own "
+                       "residuals; drop --skip");
+  }
   opt.lanczos = a.gkl;
   opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
   opt.route = with_dense_flavour(opt.route, a.kappa);

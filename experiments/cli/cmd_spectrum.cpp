@@ -209,7 +209,7 @@ int run_spectrum(int argc, char** argv) {
     validate_device_name(device);
   });
   if (!o.out_dir.empty()) check_output_directory(o.out_dir);
-  const OutputDirectoryGuard no_empty_out(o.out_dir);
+  OutputDirectoryGuard no_empty_out(o.out_dir);
   set_threads(threads);
   o.device = select_dense_device(device);
   const LoadedBlock blk = load_block(src);
@@ -229,6 +229,7 @@ int run_spectrum(int argc, char** argv) {
     const nlohmann::json info = spectrum_of_matrix(name, w, f, mode, om, src.seed ^ 0x51c0ULL);
     if (!om.out_dir.empty()) write_run_json(argc, argv, om.out_dir, name, skip, src, blk, info);
   }
+  no_empty_out.keep();
   return 0;
 }
 

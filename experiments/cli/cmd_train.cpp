@@ -167,12 +167,17 @@ int run_train(int argc, char** argv) {
   const std::optional<TrainArgs> parsed = parse_train(argc, argv);
   if (!parsed) return 0;
   const TrainArgs& a = *parsed;
-  if (a.nproc > 1 && !a.launched_here) return launch_local_ranks(a.nproc, argc, argv);
+  // Rank 0 makes the run directory; a run that fails before writing into it leaves none (the
+  // launcher of --nproc undoes it too: its ranks are stopped by a signal, which unwinds nothing).
+  OutputDirectoryGuard no_empty_out(a.launch.rank == 0 ? a.config.out_dir : std::string());
+  if (a.nproc > 1 && !a.launched_here) {
+    const int code = launch_local_ranks(a.nproc, argc, argv);
+    if (code == 0) no_empty_out.keep();
+    return code;
+  }
 
   models::TrainResult r;
   std::string run_dir = a.config.out_dir;
-  // Rank 0 makes the run directory; a run that fails before writing into it leaves none.
-  const OutputDirectoryGuard no_empty_out(a.launch.rank == 0 ? a.config.out_dir : std::string());
   std::unique_ptr<models::dist::RankGroup> ranks;
   if (a.resume.empty()) {
     ranks = join_ranks(a.launch, a.config);
@@ -189,6 +194,7 @@ int run_train(int argc, char** argv) {
   write_file_atomic(run_dir + "/run.json", run_metadata(argc, argv).dump(2) + "\n");
   std::cout << "done: " << r.steps << " steps, last loss " << r.last_loss << ", test acc " << r.test_acc
             << ", checkpoint " << r.last_checkpoint << "\n";
+  no_empty_out.keep();
   return 0;
 }
 

@@ -2,15 +2,16 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,36 +24,61 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A rank's stderr goes to a file the launcher reads when the rank ends: the ranks fail together,
-// each with its own copy of the error, and N copies interleaved on one terminal are not one line.
-struct RankStderr {
-  std::string path;
-  int fd = -1;
+// A rank's stderr: an unlinked temporary file (no path is left behind on any exit), which the
+// launcher reads once the rank has ended. The ranks of a failed run fail together, each printing
+// its own copy of the error; N copies interleaved on one terminal are not one line.
+class RankStderr {
+ public:
+  explicit RankStderr(int rank) {
+    std::string name = (fs::temp_directory_path() / ("jacond-rank" + std::to_string(rank) + "-XXXXXX")).string();
+    fd_ = ::mkostemp(name.data(), O_CLOEXEC);  // a rank gets its own as fd 2 (dup2 clears the flag), not the others'
+    if (fd_ < 0)
+      throw std::runtime_error("--nproc: cannot make a file for rank " + std::to_string(rank) + "'s stderr: " + std::strerror(errno));
+    ::unlink(name.c_str());
+  }
+  ~RankStderr() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RankStderr(RankStderr&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  RankStderr(const RankStderr&) = delete;
+  RankStderr& operator=(const RankStderr&) = delete;
+  RankStderr& operator=(RankStderr&&) = delete;
+
+  int fd() const { return fd_; }
+  std::string text() const {  // pread: the rank's writes moved the shared offset
+    std::string out;
+    char buf[4096];
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(fd_, buf, sizeof buf, at);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      at += n;
+    }
+    return out;
+  }
+  std::string last_line() const {
+    std::istringstream in(text());
+    std::string line, last;
+    while (std::getline(in, line))
+      if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+    return last;
+  }
+
+ private:
+  int fd_ = -1;
 };
 
-RankStderr open_rank_stderr(int rank) {
-  RankStderr out;
-  std::string name = (fs::temp_directory_path() / ("jacond-rank" + std::to_string(rank) + "-XXXXXX")).string();
-  out.fd = ::mkostemp(name.data(), O_CLOEXEC);  // a rank gets its own as fd 2 (dup2 clears the flag), not the others'
-  if (out.fd < 0) throw std::runtime_error("--nproc: cannot make a file for rank " + std::to_string(rank) + "'s stderr: " + std::strerror(errno));
-  out.path = name;
-  return out;
-}
+// A collective that failed because a peer died: the peer's own error is the one to show.
+bool is_peer_failure(const std::string& line) { return line.find("(a rank died, or did not answer") != std::string::npos; }
 
-std::string last_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  return last;
-}
-
-// "jacond train: error: WHAT" from rank R becomes "jacond train: error: rank R: WHAT".
-std::string with_rank(const std::string& error, int rank) {
-  const std::string prefix = "jacond train: error: ";
-  const std::string tag = "rank " + std::to_string(rank) + ": ";
-  if (error.rfind(prefix, 0) == 0) return error.rfind(prefix + "rank ", 0) == 0 ? error : prefix + tag + error.substr(prefix.size());
-  return "jacond train --nproc: " + tag + (error.empty() ? "failed without a message" : error);
+// The one line for a rank that exited with `code`: its own error with "rank R: " after
+// "jacond train: error: ", or what it printed otherwise.
+std::string exit_line(const std::string& last, int rank, int code) {
+  const std::string prefix = "jacond train: error: ", tag = "rank " + std::to_string(rank) + ": ";
+  if (last.rfind(prefix, 0) == 0)
+    return last.rfind(prefix + tag, 0) == 0 ? last : prefix + tag + last.substr(prefix.size());
+  if (last.rfind("jacond train --nproc: ", 0) == 0) return last;  // the launcher's own (exec failed)
+  return "jacond train --nproc: " + tag + "exited with " + std::to_string(code) + (last.empty() ? " and no message" : ": " + last);
 }
 
 }  // namespace
@@ -63,12 +89,15 @@ int launch_local_ranks(int nproc, int argc, char** args) {
   for (int i = 0; i < argc; ++i) child_argv.push_back(args[i]);
   child_argv.push_back(nullptr);
   std::cout.flush();
-  std::map<pid_t, int> rank_of;
   std::vector<RankStderr> stderr_of;
-  for (int rank = 0; rank < nproc; ++rank) stderr_of.push_back(open_rank_stderr(rank));
+  for (int rank = 0; rank < nproc; ++rank) stderr_of.emplace_back(rank);
+  std::map<pid_t, int> rank_of;
   for (int rank = 0; rank < nproc; ++rank) {
     const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error(std::string("--nproc: fork failed: ") + std::strerror(errno));
+    if (pid < 0) {
+      for (const auto& [started, r] : rank_of) ::kill(started, SIGTERM);
+      throw std::runtime_error(std::string("--nproc: fork failed: ") + std::strerror(errno));
+    }
     if (pid == 0) {
       const std::map<std::string, std::string> env{
           {"RANK", std::to_string(rank)},      {"LOCAL_RANK", std::to_string(rank)},
@@ -76,16 +105,17 @@ int launch_local_ranks(int nproc, int argc, char** args) {
           {"MASTER_ADDR", "127.0.0.1"},        {"MASTER_PORT", port},
           {kLocalLaunchVariable, "1"}};
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      ::dup2(stderr_of[rank].fd, STDERR_FILENO);
+      ::dup2(stderr_of[rank].fd(), STDERR_FILENO);
       ::execv("/proc/self/exe", child_argv.data());
       std::cerr << "jacond train --nproc: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
       std::_Exit(127);
     }
     rank_of[pid] = rank;
   }
-  for (const RankStderr& e : stderr_of) ::close(e.fd);
+  // Every rank is waited for; the first failure stops the others. Of the ranks that exited with an
+  // error, the first whose error is its own (not a collective that lost a peer) is the one shown.
   int result = 0;
-  std::string error;  // the first failed rank's one line
+  std::string first, own;
   while (!rank_of.empty()) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, 0);
@@ -97,22 +127,22 @@ int launch_local_ranks(int nproc, int argc, char** args) {
     if (it == rank_of.end()) continue;
     const int rank = it->second;
     rank_of.erase(it);
-    const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    if (!failed || result != 0) continue;
-    result = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    error = WIFEXITED(status) ? with_rank(last_line(stderr_of[rank].path), rank)
-                              : "jacond train --nproc: rank " + std::to_string(rank) + " was killed by signal " +
-                                    std::to_string(WTERMSIG(status));
+    const bool exited = WIFEXITED(status);
+    if (exited && WEXITSTATUS(status) == 0) continue;
+    const std::string last = stderr_of[rank].last_line();
+    if (exited && own.empty() && !is_peer_failure(last)) own = exit_line(last, rank, WEXITSTATUS(status));
+    if (result != 0) continue;  // stopped by us, or failed after the first
+    result = exited ? WEXITSTATUS(status) : 1;
+    first = exited ? exit_line(last, rank, result)
+                   : "jacond train --nproc: rank " + std::to_string(rank) + " was killed by signal " +
+                         std::to_string(WTERMSIG(status)) + (last.empty() ? "" : " after: " + last);
     for (const auto& [other, r] : rank_of) ::kill(other, SIGTERM);
   }
-  // A run that succeeded passes rank 0's stderr on (a library's notices); a failed one says its one line.
   if (result == 0) {
-    std::ifstream in(stderr_of[0].path);
-    if (in.peek() != std::ifstream::traits_type::eof()) std::cerr << in.rdbuf();  // an empty one would fail std::cerr
+    std::cerr << stderr_of[0].text();  // a run that succeeded passes rank 0's stderr on (a library's notices)
   } else {
-    std::cerr << error << "\n";
+    std::cerr << (own.empty() ? first : own) << "\n";
   }
-  for (const RankStderr& e : stderr_of) ::unlink(e.path.c_str());
   return result;
 }
 

@@ -12,11 +12,12 @@ inline constexpr const char* kLocalLaunchVariable = "JACOND_LOCAL_LAUNCH";
 
 /// Starts `nproc` ranks running `jacond <args...>` (args = the command and its arguments, as
 /// run_train receives them) and waits for all of them. When one fails (non-zero exit or a
-/// signal) the others are stopped with SIGTERM. Each rank's stderr goes to a temporary file: the
-/// ranks of a failed run each print the error, so the launcher prints one line instead, the first
-/// failed rank's last line with "rank R: " after "jacond train: error: " (or that it was killed by
-/// signal N); a run that succeeded passes rank 0's stderr on. Returns 0 when every rank
-/// succeeded, else the first failure's exit code (1 for a signal).
+/// signal) the others are stopped with SIGTERM. Each rank's stderr goes to an unlinked temporary
+/// file: the ranks of a failed run each print the error, so the launcher prints one line instead,
+/// the last line of the first rank that failed with an error of its own (not a collective that
+/// lost a peer), with "rank R: " after "jacond train: error: ", or that a rank was killed by signal
+/// N; a run that succeeded passes rank 0's stderr on. Returns 0 when every rank succeeded, else
+/// the first failure's exit code (1 for a signal).
 int launch_local_ranks(int nproc, int argc, char** args);
 
 }  // namespace jacond::cli

@@ -91,14 +91,12 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
   }
   // What the tensors cannot say must be there: a default would analyse the file as another model.
   if (!j.is_object()) throw std::runtime_error(file + ": malformed 'config' metadata: not a JSON object");
+  if (j.contains("arch") && !j["arch"].is_string())
+    throw std::runtime_error(file + ": malformed 'config' metadata: 'arch' is " + j["arch"].dump() + ", not a name");
   if (j.value("arch", std::string("vit")) != "vit")
     throw std::runtime_error(file + ": a " + j.value("arch", std::string()) + " model; jacond analyses ViT blocks");
   for (const char* key : {"dim", "heads"})
     if (!j.contains(key)) throw std::runtime_error(file + ": malformed 'config' metadata: no '" + key + "'");
-  for (const char* key : {"image_size", "in_chans", "patch", "num_classes", "dim", "depth", "heads"})
-    if (j.contains(key) && !(j[key].is_number_integer() && j[key].get<int64_t>() > 0))  // 2.5 heads read as 2 otherwise
-      throw std::runtime_error(file + ": malformed 'config' metadata: '" + key + "' is " + j[key].dump() +
-                               ", not a positive integer");
   try {
     return from_json(j);
   } catch (const std::exception& e) {
@@ -108,6 +106,10 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
 
 ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
   ViTConfig c;
+  if (!j.is_object()) throw std::invalid_argument("model config: not a JSON object");
+  for (const char* key : {"image_size", "in_chans", "patch", "num_classes", "dim", "depth", "heads"})
+    if (j.contains(key) && !(j[key].is_number_integer() && j[key].get<int64_t>() > 0))  // get<int64_t>(2.5) is 2
+      throw std::invalid_argument(std::string("model config: '") + key + "' is " + j[key].dump() + ", not a positive integer");
   try {
     auto get = [&](const char* key, auto& field) {
       if (j.contains(key)) field = j.at(key).get<std::decay_t<decltype(field)>>();

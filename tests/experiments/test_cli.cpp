@@ -370,6 +370,8 @@ TEST_F(CliTest, BlockOnAPostNormCheckpointAnalysesTheAttentionAtItsInput_n8_d16_
   EXPECT_TRUE(contains(r.out, "norm=post")) << r.out;
   const Csv csv = read_csv(path("post") + "/results.csv");
   ASSERT_EQ(csv.rows.size(), 1u);
+  EXPECT_EQ(csv.rows[0].at("norm"), "post");
+  EXPECT_EQ(csv.rows[0].at("skip"), "");  // its blocks keep their own residuals
   const jacond::BlockWeights w = jacond::models::block_from_timm(t, 0, heads);
   const double at_input = jacond::condition_svd(jacond::attention_jacobian(w, jacond::attention_forward(w, X)), "K_sa").kappa;
   const jacond::Mat Y = jacond::layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps).y;
@@ -381,6 +383,10 @@ TEST_F(CliTest, BlockOnAPostNormCheckpointAnalysesTheAttentionAtItsInput_n8_d16_
                         {"post.safetensors", "post-norm", "not K_ffn"}, path("ffn"));
   expect_one_line_error({"spectrum", "--weights", wfile, "--tokens", tfile, "--matrix", "K_sa", "--out", path("spec")},
                         {"post.safetensors", "post-norm", "jacond block"}, path("spec"));
+  const RunResult skip = expect_one_line_error(
+      {"block", "--weights", wfile, "--tokens", tfile, "--skip", "full", "--out", path("skip")},
+      {"--skip", "post-norm", "drop --skip"}, path("skip"));
+  EXPECT_EQ(skip.code, 2);
   for (const auto& [config, why] : std::vector<std::pair<std::string, std::string>>{
            {"[1, 2]", "not a JSON object"}, {"{\"dim\": 16}", "no 'heads'"},
            {"{\"dim\": 16, \"heads\": 2.5}", "'heads' is 2.5, not a positive integer"}}) {
