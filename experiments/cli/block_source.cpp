@@ -2,14 +2,12 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
 
-#include "analysis/report/block_report.h"
 #include "analysis/spectral/dense_cost.h"
 #include "experiments/cli/cli_common.h"
 #include "models/track/bridge.h"
@@ -116,14 +114,6 @@ FileArchitecture file_architecture(const BlockSource& src, const std::map<std::s
 }
 
 }  // namespace
-
-void check_post_norm_matrices(const std::string& weights, const std::vector<std::string>& matrices) {
-  const std::vector<std::string>& has = post_norm_matrix_names();
-  for (const auto& m : matrices)
-    if (std::find(has.begin(), has.end(), m) == has.end())
-      throw std::invalid_argument(weights + " is a post-norm model (no LayerNorm before its branches): its blocks have "
-                                  "K_sa, B_sa, E_sa, softmax and attention, not " + m);
-}
 
 LoadedBlock load_block(const BlockSource& src) {
   LoadedBlock out;

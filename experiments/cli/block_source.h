@@ -4,7 +4,6 @@
 
 #include <boost/program_options.hpp>
 #include <string>
-#include <vector>
 
 #include "analysis/jacobians/block.h"
 #include "models/io/tensor_map.h"
@@ -44,10 +43,6 @@ struct LoadedBlock {
   /// (block_reports would put norm1 in front of the attention: a valid-looking, wrong κ).
   bool post_norm = false;
 };
-
-/// Refuses (std::invalid_argument naming `weights` and the matrix) a matrix a post-norm block does
-/// not have: K_sab, K_mlp, K_ffn, the LayerNorm outputs (post_norm_matrix_names lists what it has).
-void check_post_norm_matrices(const std::string& weights, const std::vector<std::string>& matrices);
 
 /// Builds the block and tokens; throws with a one-line message naming the bad input.
 LoadedBlock load_block(const BlockSource& src);

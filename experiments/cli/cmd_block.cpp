@@ -11,6 +11,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
+#include "models/track/conditioning.h"
 
 namespace jacond::cli {
 
@@ -125,7 +126,11 @@ int run_block(int argc, char** argv) {
   select_devices(a.device, opt);
   const LoadedBlock blk = load_block(a.src);
   if (blk.post_norm) {
-    check_post_norm_matrices(a.src.weights, opt.matrices);
+    try {  // the rule train and audit apply (models/track/conditioning.h), with the file named
+      models::check_matrices_for(models::NormPlacement::kPost, opt.matrices);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(a.src.weights + ": " + e.what());
+    }
     if (a.skip_typed)
       throw UsageError("--skip: " + a.src.weights + " is a post-norm model, analysed at each block's input with its own "
                        "residuals; drop --skip");

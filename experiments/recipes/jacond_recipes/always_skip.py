@@ -783,6 +783,11 @@ def paired_deltas(table, graying, eps, column):
     return (grayed - table[table["graying"] == "none"].set_index("seed")[column]).dropna()
 
 
+def grayed_settings(table):
+    """The (graying, ε) of the table's grayed runs, in the table's order."""
+    return list(table[table["graying"] != "none"][["graying", "eps"]].drop_duplicates().itertuples(index=False))
+
+
 def kappa_in_change(table, graying):
     """(the lowest ε `graying` ran at, its paired_deltas at init, the same at the end of training)."""
     low = table[table["graying"] == graying]["eps"].min()
@@ -828,9 +833,8 @@ def span_reading(eps_table, span_table):
 def dose_response(table):
     """The correlation over every grayed (graying, ε) of the mean paired change in trained ln κ_in and the
     mean paired change in accuracy: whether a lower κ_in goes with a higher accuracy across ε."""
-    grayed = table[table["graying"] != "none"][["graying", "eps"]].drop_duplicates().itertuples(index=False)
     means = pd.DataFrame([{"kappa": paired_deltas(table, g, e, "ln_kappa_in").mean(),
-                           "accuracy": paired_deltas(table, g, e, "accuracy").mean()} for g, e in grayed])
+                           "accuracy": paired_deltas(table, g, e, "accuracy").mean()} for g, e in grayed_settings(table)])
     means = means[np.isfinite(means["kappa"]) & np.isfinite(means["accuracy"])]
     if len(means) < 3:
         return f"Too few (graying, ε) at {arm(table)} to correlate κ_in with accuracy."
@@ -861,7 +865,7 @@ def kappa_in_changes(table):
     over seeds with their range, and in how many seeds the change is negative) and of accuracy (the
     mean with its range)."""
     rows = []
-    for graying, eps in table[table["graying"] != "none"][["graying", "eps"]].drop_duplicates().itertuples(index=False):
+    for graying, eps in grayed_settings(table):
         row = {"graying": graying, "eps": eps}
         for column, when in (("ln_kappa_in_init", "at init"), ("ln_kappa_in", "after training")):
             changes = paired_deltas(table, graying, eps, column)
