@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 
+#include "analysis/core/crash_trace.h"
 #include "analysis/spectral/dense_cost.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
@@ -31,6 +32,7 @@ void print_usage(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  jacond::install_crash_trace("jacond");  // a fatal signal prints native frames before the death
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     print_usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;

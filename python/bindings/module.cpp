@@ -1,6 +1,7 @@
 // jacond._jacond: the module definition (see bindings.h).
 #include <pybind11/stl.h>
 
+#include "analysis/core/crash_trace.h"
 #include "analysis/core/threads.h"
 #include "analysis/report/block_report.h"
 #include "analysis/report/weight_report.h"
@@ -16,6 +17,9 @@ namespace py = pybind11;
 PYBIND11_MODULE(_jacond, m) {
   m.doc() = "jacond's analysis core (C++): block Jacobians, their condition numbers, matrix-free operators";
   m.attr("__version__") = JACOND_VERSION;
+  // A fatal signal inside the C++ prints its native frames, then Python's faulthandler (where enabled)
+  // its Python ones: the handler found is chained (analysis/core/crash_trace.h).
+  jacond::install_crash_trace("jacond._jacond");
   m.def("set_threads", &jacond::set_threads, py::arg("n"),
         "Threads of the BLAS and of jacond's parallel loops (the CLI's --threads).");
   m.def("get_threads", &jacond::get_threads);

@@ -41,6 +41,11 @@ class Log:
     ITEM_TOOK = re.compile(r"^=== item (\d) took (\d+) s \(rc (\d+)\)")
     STOPPED = re.compile(r"^=== item (\d) STOPPED at its cap of (\d+) s")
     REAL = re.compile(r"^real\s+(\d+)m([\d.]+)s")
+    # ctest's summary and each failed test as its list names it ("71 - Name (SEGFAULT)"), pytest's
+    # summary, and a process that died on a signal (bash's "Segmentation fault", Python's fatal error).
+    TEST_LINE = re.compile(r"tests passed|tests failed|^\s*\d+ - \S+ \((Failed|Timeout|SEGFAULT|Subprocess aborted|"
+                           r"Child aborted|ILLEGAL|BUS_ERROR|OTHER_FAULT|Exception)|^\d+ (passed|failed)|"
+                           r"Segmentation fault|^Fatal Python error|Aborted \(core dumped\)")
 
     def __init__(self, paths):
         self.device = None
@@ -79,7 +84,7 @@ class Log:
                             self.stopped.pop(item, None)
                 elif m := self.STOPPED.match(line):
                     self.stopped[int(m.group(1))] = int(m.group(2))
-                elif re.search(r"tests passed|tests failed|\(Failed\)|\(Timeout\)|^\d+ (passed|failed)", line):
+                elif self.TEST_LINE.search(line):
                     self.test_lines.append(line.strip())
                 elif current is not None and re.search(r"\berror: ", line) and line not in self.errors[current]:
                     self.errors[current].append(line.strip())
@@ -277,5 +282,21 @@ def run(r):
         missing = " ".join(str(e).split())[:200]
         raise RecipeError(f"a results file in {r.work_dir} lacks columns this page reads ({missing}): "
                           "was it written by this jacond?") from e
+    reading_section(r, report)
     r.commands.extend(["bash scripts/gpu_measure.sh   # on the GPU machine; it ran:"] + log.commands)
     r.finish(report)
+
+
+def reading_section(r, report):
+    """The measuring session's reading of the numbers: OUT/reading.md, written by hand (this page is
+    generated, so a reading typed into it would be lost), shown verbatim after the numbers, with
+    the folder they were read from (the logs and results a GPU call returned cannot be made again
+    without the GPU, so a session commits them, e.g. under reports/gpu/measured/)."""
+    report.section("Reading")
+    report.text(f"Files read: `{r.work_dir}` (`jacond recipe gpu --work {r.work_dir}` renders this page again).")
+    path = os.path.join(r.out_dir, "reading.md")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            report.text(f.read().strip())
+    else:
+        report.text(f"(no reading yet: the measuring session writes {path})")
