@@ -119,12 +119,19 @@ FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, 
 // calls that end in a synchronising copy (cudaMemcpy to the host), so a phase's seconds include
 // its device work. What the GPU measurements split (design §10: is the copy worth a device-side
 // assembly?).
+// setup: the handles and device allocations; host_checks: the input's finiteness scan and the σ_min
+// check's product on the host (condition_fast), the two host passes over the n² matrix. The first
+// H200 run (reports/gpu) left ≈ 0.18 s of a 0.58 s route at nd 6 400 outside the four device phases.
 struct PhaseSeconds {
-  double copy = 0, gram = 0, factor = 0, inverse_gram = 0;
+  double setup = 0, copy = 0, gram = 0, factor = 0, inverse_gram = 0, host_checks = 0;
   Index gram_calls = 0, inverse_calls = 0;
 };
 
 // Adds the seconds since t0 to `total` on scope exit.
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 class PhaseTimer {
  public:
   explicit PhaseTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
@@ -139,8 +146,9 @@ class PhaseTimer {
 std::string describe(const PhaseSeconds& s) {
   std::ostringstream os;
   os.precision(3);
-  os << "GPU seconds: copy " << s.copy << ", sigma_max sweep " << s.gram << " (" << s.gram_calls << " products), LU "
-     << s.factor << ", sigma_min sweep " << s.inverse_gram << " (" << s.inverse_calls << " solves)";
+  os << "GPU seconds: setup " << s.setup << ", copy " << s.copy << ", sigma_max sweep " << s.gram << " (" << s.gram_calls
+     << " products), LU " << s.factor << ", sigma_min sweep " << s.inverse_gram << " (" << s.inverse_calls
+     << " solves), host checks " << s.host_checks;
   return os.str();
 }
 
@@ -148,7 +156,7 @@ std::string describe(const PhaseSeconds& s) {
 std::string describe_mixed(const PhaseSeconds& s) {
   std::ostringstream os;
   os.precision(3);
-  os << "GPU seconds: copy " << s.copy << ", fp32 LU " << s.factor << ", fp32 solves " << s.inverse_gram << " ("
+  os << "GPU seconds: setup " << s.setup << ", copy " << s.copy << ", fp32 LU " << s.factor << ", fp32 solves " << s.inverse_gram << " ("
      << s.inverse_calls << ")";
   return os.str();
 }
@@ -159,6 +167,7 @@ class CudaLuBackend {
  public:
   explicit CudaLuBackend(const Mat& A)
       : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_) {
+    seconds_.setup = seconds_since(constructed_);
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
   }
@@ -200,7 +209,8 @@ class CudaLuBackend {
   void download(double* y) { JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * n_, cudaMemcpyDeviceToHost)); }
 
   const int64_t n_;
-  PhaseSeconds seconds_;  // first: the constructor's copy is timed into it
+  const std::chrono::steady_clock::time_point constructed_ = std::chrono::steady_clock::now();  // before h_ and the buffers
+  PhaseSeconds seconds_;  // before them too: the constructor's copy is timed into it
   Handles h_;
   DeviceBuffer<double> a_, x_, t_;
   DeviceBuffer<int64_t> ipiv_;
@@ -213,6 +223,7 @@ class CudaLuBackend {
 class CudaLu32 {
  public:
   explicit CudaLu32(const MatF& A) : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), v_(n_), ipiv_(n_) {
+    seconds_.setup = seconds_since(constructed_);
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(float) * a_.count(), cudaMemcpyHostToDevice));
   }
@@ -237,7 +248,8 @@ class CudaLu32 {
 
  private:
   const int64_t n_;
-  PhaseSeconds seconds_;  // first: the constructor's copy is timed into it
+  const std::chrono::steady_clock::time_point constructed_ = std::chrono::steady_clock::now();  // before h_ and the buffers
+  PhaseSeconds seconds_;  // before them too: the constructor's copy is timed into it
   Handles h_;
   DeviceBuffer<float> a_, v_;
   DeviceBuffer<int64_t> ipiv_;
@@ -370,7 +382,9 @@ bool fast_route_on_host(Index rows, Index cols) { return rows != cols || cols < 
 }  // namespace
 
 ConditionReport condition_fast(Mat A, const std::string& matrix) {
+  const auto t_scan = std::chrono::steady_clock::now();
   if (!A.allFinite()) throw std::invalid_argument("condition_fast (cuda): " + matrix + " contains NaN or inf");
+  const double scan_seconds = seconds_since(t_scan);
   if (fast_route_on_host(A.rows(), A.cols())) {
     const std::string why = A.rows() != A.cols() ? "not square: CPU route" : "smaller than the Lanczos route's minimum: CPU route";
     ConditionReport r = jacond::condition_fast(std::move(A), matrix);
@@ -381,16 +395,19 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   const Index n = A.rows();
   require_free_memory(sizeof(double) * (static_cast<size_t>(n) * n + 2 * n) + sizeof(int64_t) * n, matrix + " on the GPU");
   LuLanczosExtremes e;
-  std::string seconds_note;
+  PhaseSeconds phases;
   {
     CudaLuBackend backend(A);
     e = lu_lanczos_extremes(backend);
-    seconds_note = describe(backend.seconds());
+    phases = backend.seconds();
   }
   // lu_lanczos.h's check, A v on the host (A is still there; a BLAS dgemv, ≈ 1 s at ViT-S).
+  const auto t_check = std::chrono::steady_clock::now();
   const std::string unsupported = e.outcome == LuLanczosExtremes::Outcome::kOk
                                       ? unsupported_sigma_min(e, (A * e.v_min).norm(), noise_floor(n, n, e.sigma_max))
                                       : "";
+  phases.host_checks = scan_seconds + seconds_since(t_check);
+  const std::string seconds_note = describe(phases);
   if (e.outcome != LuLanczosExtremes::Outcome::kOk || !unsupported.empty()) {
     // The full spectrum on the device too (the LU's memory is free again): at ViT scale the CPU's
     // SVD would take hours.

@@ -11,7 +11,7 @@ fused qkv Linear, exact GELU, LayerNorm eps 1e-6, cls token + learned position e
 patch embedding, final norm, linear head; --skip full | none | no-ffn-skip | no-sab-skip (or the
 earlier sab | ffn) keeps the residual of both sub-blocks, neither, only the attention's, only the
 MLP's, as `jacond train --skip`. fp32, trained with torch.optim.AdamW(lr 1e-3, betas (0.9, 0.999),
-wd 0.05) and cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
+wd 0.05 on matrices only: timm's rule, as jacond's AdamW) and cross-entropy on [batch, 1, 28, 28] images. Data are random tensors generated once (throughput
 does not depend on pixel values), so the timing is forward + backward + optimizer step only.
 
 --device cuda puts the model and the optimizer state on the GPU; the batch is copied there from the
@@ -24,7 +24,7 @@ torch.multiprocessing.spawn starts N processes, each joins a Gloo process group 
 wraps the model in DistributedDataParallel and trains on its batch/N images with --threads
 threads; rank 0 times the steps (each ends with loss.item() after the gradient all-reduce).
 
-Prints ONE JSON line: {"images_per_s", "step_s", "steps", "batch", "threads", "nproc",
+Prints ONE JSON line: {"images_per_s", "step_s", "optimizer_step_s", "steps", "batch", "threads", "nproc",
 "torch_version", "device"} (device: the GPU's name, or "cpu").
 """
 
@@ -51,6 +51,14 @@ def build_model(a):
     return vit.VisionTransformer({"image_size": 28, "in_chans": 1, "num_classes": 10, "dim": a.dim, "depth": a.depth,
                                   "heads": a.heads, "patch": a.patch, "mlp_ratio": 4.0, "skip": a.skip, "norm": "pre",
                                   "ln_eps": 1e-6})
+
+
+def param_groups(model):
+    """timm's weight-decay rule, as `jacond train`'s AdamW (models/train/trainer.cpp, decays): decay on
+    matrices only, not on biases, LayerNorms, pos_embed, cls_token."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and n not in ("pos_embed", "cls_token")]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and n not in ("pos_embed", "cls_token"))]
+    return [{"params": decay}, {"params": rest, "weight_decay": 0.0}]
 
 
 def main():
@@ -95,24 +103,37 @@ def train(rank, a, port=None, result=None):
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
         dist.init_process_group("gloo", rank=rank, world_size=a.nproc)
         model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
+    opt = torch.optim.AdamW(param_groups(getattr(model, "module", model)), lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05)
     x = torch.randn(local_batch, 1, 28, 28)  # on the host: copied to the device in every step
     y = torch.randint(0, 10, (local_batch,)).to(dev)
 
-    def step():
+    on_gpu = dev.type == "cuda"
+    step_s, optimizer_s = [], []
+    for k in range(-a.warmup, a.steps):  # k < 0: warm-up
+        # As `jacond bench train` times its own route (bench_train.cpp): on a GPU the odd timed steps
+        # time opt.step() between synchronisations and the even ones the whole step, unsynchronised.
+        time_optimizer, time_step = (not on_gpu or k % 2 == 1), (not on_gpu or k % 2 == 0)
+        t0 = time.perf_counter()
         opt.zero_grad()
         loss = F.cross_entropy(model(x.to(dev)), y)
         loss.backward()
+        if on_gpu and time_optimizer:
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
         opt.step()
-        return loss.item()
-
-    for _ in range(a.warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    dt = time.perf_counter() - t0
-    out = {"images_per_s": a.steps * a.batch / dt, "step_s": dt / a.steps, "steps": a.steps, "batch": a.batch,
+        if on_gpu and time_optimizer:
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        loss.item()
+        if k < 0:
+            continue
+        if time_step:
+            step_s.append(time.perf_counter() - t0)
+        if time_optimizer:
+            optimizer_s.append(t2 - t1)
+    dt = sum(step_s) / len(step_s)
+    out = {"images_per_s": a.batch / dt, "step_s": dt, "optimizer_step_s": sum(optimizer_s) / len(optimizer_s) if optimizer_s else None,
+           "steps": a.steps, "batch": a.batch,
            "threads": torch.get_num_threads(), "nproc": a.nproc, "torch_version": torch.__version__,
            "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"}
     if a.nproc > 1:

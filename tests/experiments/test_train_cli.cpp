@@ -549,6 +549,24 @@ TEST_F(TrainCli, NegativeOrNonFiniteOptimizerValuesAreUsageErrors) {
   }
 }
 
+// bench train against the Python PyTorch route (torch_train_route.py, Debian's python3-torch) on the
+// CPU: both routes' rows, each with its optimizer.step() time inside its step time, and the split
+// the GPU run needed (reports/gpu: jacond 0.92× PyTorch, with no way to say where the gap was).
+TEST_F(TrainCli, BenchTrainTimesBothRoutesAndSplitsTheirSteps) {
+  const RunResult r = run({"bench", "train", "--dim", "16", "--depth", "1", "--heads", "2", "--batch", "8", "--steps",
+                           "2", "--warmup", "1", "--threads", "1", "--track-every", "0", "--out", path("bench")});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  EXPECT_NE(r.out.find("where the step time goes (ms): optimizer.step() jacond "), std::string::npos) << r.out;
+  const Csv csv = read_csv(path("bench") + "/bench_train.csv");
+  for (const char* route : {"jacond", "pytorch"}) {
+    const auto rows = csv.where("route", route);
+    ASSERT_FALSE(rows.empty()) << route;
+    const double step = to_double(rows.front()->at("step_s")), optimizer = to_double(rows.front()->at("optimizer_step_s"));
+    EXPECT_GT(optimizer, 0) << route;
+    EXPECT_LT(optimizer, step) << route;
+  }
+}
+
 // Training on CUDA where this LibTorch has none (Debian's is CPU-only): exit 1 naming the flag,
 // before any run directory or output is written; on a CUDA LibTorch with a GPU (the device
 // tool's machine) the bench's tiny run goes through instead and writes its device, and a run moves
