@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "analysis/spectral/lu_lanczos.h"
@@ -47,8 +49,10 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr_) cudaFree(ptr_);
   }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)), count_(std::exchange(other.count_, 0)) {}
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
   T* get() const { return ptr_; }
   size_t count() const { return count_; }
  private:
@@ -120,10 +124,11 @@ FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, 
 // its device work. What the GPU measurements split (design §10: is the copy worth a device-side
 // assembly?).
 // setup: the handles and device allocations; host_checks: the input's finiteness scan and the σ_min
-// check's product on the host (condition_fast), the two host passes over the n² matrix. The first
+// check's product (on the host in condition_fast, the two host passes over the n² matrix; the map's
+// product in condition_fast_assembled). The first
 // H200 run (reports/gpu) left ≈ 0.18 s of a 0.58 s route at nd 6 400 outside the four device phases.
 struct PhaseSeconds {
-  double setup = 0, copy = 0, gram = 0, factor = 0, inverse_gram = 0, host_checks = 0;
+  double setup = 0, copy = 0, assembly = 0, gram = 0, factor = 0, inverse_gram = 0, host_checks = 0;
   Index gram_calls = 0, inverse_calls = 0;
 };
 
@@ -146,9 +151,10 @@ class PhaseTimer {
 std::string describe(const PhaseSeconds& s) {
   std::ostringstream os;
   os.precision(3);
-  os << "GPU seconds: setup " << s.setup << ", copy " << s.copy << ", sigma_max sweep " << s.gram << " (" << s.gram_calls
+  os << "GPU seconds: setup " << s.setup << (s.assembly > 0 ? ", assembly " : ", copy ")
+     << (s.assembly > 0 ? s.assembly : s.copy) << ", sigma_max sweep " << s.gram << " (" << s.gram_calls
      << " products), LU " << s.factor << ", sigma_min sweep " << s.inverse_gram << " (" << s.inverse_calls
-     << " solves), host checks " << s.host_checks;
+     << " solves), checks " << s.host_checks;
   return os.str();
 }
 
@@ -170,6 +176,12 @@ class CudaLuBackend {
     seconds_.setup = seconds_since(constructed_);
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
+  }
+  // A already on the device (TokenMap::assemble into `a`, `assembly_seconds`): adopted, no copy.
+  CudaLuBackend(DeviceBuffer<double>&& a, int64_t n, double assembly_seconds)
+      : n_(n), a_(std::move(a)), x_(n_), t_(n_), ipiv_(n_) {
+    seconds_.setup = seconds_since(constructed_);
+    seconds_.assembly = assembly_seconds;
   }
   Index order() const { return n_; }
   const PhaseSeconds& seconds() const { return seconds_; }
@@ -381,6 +393,45 @@ namespace {
 bool fast_route_on_host(Index rows, Index cols) { return rows != cols || cols < kFastMinSize; }
 }  // namespace
 
+namespace {
+
+Vec singular_values_on_device(const DeviceBuffer<double>& a, int64_t rows, int64_t cols);  // below
+
+// The exact route's report from the device's extremes (lu_lanczos.h): its outcome and its check of
+// σ_min's support, ‖A v_min‖ by `product_norm` (a route independent of the LU); where either fails,
+// the full spectrum on the device by `svd` (at ViT scale the CPU's SVD would take hours).
+template <typename ProductNorm, typename Svd>
+ConditionReport extremes_report(const LuLanczosExtremes& e, PhaseSeconds phases, Index n, const std::string& matrix,
+                                const ProductNorm& product_norm, const Svd& svd,
+                                std::chrono::steady_clock::time_point t0) {
+  const auto t_check = std::chrono::steady_clock::now();
+  const bool ok = e.outcome == LuLanczosExtremes::Outcome::kOk;
+  const std::string unsupported = ok ? unsupported_sigma_min(e, product_norm(e.v_min), noise_floor(n, n, e.sigma_max)) : "";
+  phases.host_checks += seconds_since(t_check);
+  if (!ok || !unsupported.empty()) {
+    ConditionReport s = svd();
+    s.note = !unsupported.empty() ? unsupported + " on the GPU; dense SVD (GPU) used"
+             : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
+                 ? "exactly singular pivot on the GPU; dense SVD (GPU) used"
+                 : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (GPU) used";
+    s.seconds = seconds_since(t0);
+    return s;
+  }
+  ConditionReport r;
+  r.matrix = matrix;
+  r.rows = r.cols = n;
+  r.method = "dense-lu-lanczos-cuda";
+  r.sigma_max = e.sigma_max;
+  r.sigma_min = e.sigma_min;
+  r.products = e.products;
+  finish_extremes_report(r);
+  r.note += std::string(r.note.empty() ? "" : "; ") + describe(phases);
+  r.seconds = seconds_since(t0);
+  return r;
+}
+
+}  // namespace
+
 ConditionReport condition_fast(Mat A, const std::string& matrix) {
   const auto t_scan = std::chrono::steady_clock::now();
   if (!A.allFinite()) throw std::invalid_argument("condition_fast (cuda): " + matrix + " contains NaN or inf");
@@ -401,34 +452,53 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
     e = lu_lanczos_extremes(backend);
     phases = backend.seconds();
   }
-  // lu_lanczos.h's check, A v on the host (A is still there; a BLAS dgemv, ≈ 1 s at ViT-S).
-  const auto t_check = std::chrono::steady_clock::now();
-  const std::string unsupported = e.outcome == LuLanczosExtremes::Outcome::kOk
-                                      ? unsupported_sigma_min(e, (A * e.v_min).norm(), noise_floor(n, n, e.sigma_max))
-                                      : "";
-  phases.host_checks = scan_seconds + seconds_since(t_check);
-  const std::string seconds_note = describe(phases);
-  if (e.outcome != LuLanczosExtremes::Outcome::kOk || !unsupported.empty()) {
-    // The full spectrum on the device too (the LU's memory is free again): at ViT scale the CPU's
-    // SVD would take hours.
-    ConditionReport s = CudaDenseDevice().condition_svd(std::move(A), matrix);
-    s.note = !unsupported.empty() ? unsupported + " on the GPU; dense SVD (GPU) used"
-             : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
-                 ? "exactly singular pivot on the GPU; dense SVD (GPU) used"
-                 : "lanczos did not converge on the GPU (or matrix numerically singular); dense SVD (GPU) used";
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return s;
+  phases.host_checks = scan_seconds;
+  // The check's A v on the host (A is still there; a BLAS dgemv, ≈ 1 s at ViT-S).
+  return extremes_report(
+      e, phases, n, matrix, [&](const Vec& v) { return (A * v).norm(); },
+      [&] { return CudaDenseDevice().condition_svd(std::move(A), matrix); }, t0);
+}
+
+std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) {
+  const Index n = map.n() * map.d_out();
+  if (map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
+  {
+    Handles h;
+    if (getrf_device_bytes(h, n) > free_device_bytes()) return std::nullopt;
   }
-  ConditionReport r;
-  r.matrix = matrix;
-  r.rows = r.cols = n;
-  r.method = "dense-lu-lanczos-cuda";
-  r.sigma_max = e.sigma_max;
-  r.sigma_min = e.sigma_min;
-  r.products = e.products;
-  finish_extremes_report(r);
-  r.note += std::string(r.note.empty() ? "" : "; ") + seconds_note;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto assembled = [&](double* seconds) {
+    DeviceBuffer<double> a(static_cast<size_t>(n) * n);
+    const auto t = std::chrono::steady_clock::now();
+    const bool made = map.assemble(a.get());
+    if (seconds) *seconds = seconds_since(t);
+    return made ? std::optional<DeviceBuffer<double>>(std::move(a)) : std::nullopt;
+  };
+  LuLanczosExtremes e;
+  PhaseSeconds phases;
+  {
+    double assembly_seconds = 0;
+    std::optional<DeviceBuffer<double>> a = assembled(&assembly_seconds);
+    if (!a) return std::nullopt;
+    CudaLuBackend backend(std::move(*a), n, assembly_seconds);
+    e = lu_lanczos_extremes(backend);
+    phases = backend.seconds();
+  }
+  // The check's A v by the map's own fp64 product on the device (the LU overwrote the matrix).
+  const auto product_norm = [&](const Vec& v) {
+    return map.apply(Eigen::Map<const Mat>(v.data(), map.n(), map.d_in())).norm();
+  };
+  const auto svd = [&] {  // the matrix again (the LU overwrote it), then its spectrum, all on the device
+    const auto t = std::chrono::steady_clock::now();
+    std::optional<DeviceBuffer<double>> a = assembled(nullptr);
+    if (!a) throw std::runtime_error("condition_fast_assembled: " + matrix + " could not be assembled again for the SVD");
+    ConditionReport r = report_from_singular_values(matrix, n, n, singular_values_on_device(*a, n, n),
+                                                   CudaDenseDevice().svd_method());
+    r.seconds = seconds_since(t);
+    return r;
+  };
+  ConditionReport r = extremes_report(e, phases, n, matrix, product_norm, svd, t0);
+  r.note = "assembled on the GPU from the operator's products" + (r.note.empty() ? "" : "; " + r.note);
   return r;
 }
 
@@ -443,23 +513,21 @@ ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string&
   return r;
 }
 
-Vec singular_values(Mat A) {
-  if (!A.allFinite()) throw std::invalid_argument("singular_values (cuda): matrix contains NaN or inf");
-  if (A.rows() < A.cols()) A.transposeInPlace();  // σ(A) = σ(Aᵀ); gesvd wants rows ≥ cols
-  const int64_t rows = A.rows(), cols = A.cols();
+namespace {
+
+// Every singular value, descending, of the rows × cols (rows ≥ cols, column-major) device matrix
+// `a`, which cusolverDnXgesvd overwrites.
+Vec singular_values_on_device(const DeviceBuffer<double>& a, int64_t rows, int64_t cols) {
   Vec s(cols);
-  if (cols == 0) return s;
   Handles h;
   const std::string what = "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix";
-  require_free_memory(sizeof(double) * (static_cast<size_t>(rows) * cols + cols), what);
-  DeviceBuffer<double> a(static_cast<size_t>(rows) * cols), sv(cols);
+  DeviceBuffer<double> sv(cols);
   size_t host_bytes = 0;
   const size_t work_bytes = gesvd_work_bytes(h, rows, cols, a.get(), sv.get(), &host_bytes);
   require_free_memory(work_bytes, what + "'s workspace");
   DeviceBuffer<char> work(work_bytes);
   DeviceInfo info;
   std::vector<char> host_work(host_bytes);
-  JACOND_CUDA(cudaMemcpy(a.get(), A.data(), sizeof(double) * a.count(), cudaMemcpyHostToDevice));
   JACOND_CUDA(cusolverDnXgesvd(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, a.get(), rows, CUDA_R_64F, sv.get(),
                                CUDA_R_64F, nullptr, 1, CUDA_R_64F, nullptr, 1, CUDA_R_64F, work.get(), work_bytes,
                                host_work.data(), host_bytes, info.get()));
@@ -470,6 +538,20 @@ Vec singular_values(Mat A) {
     fail("cusolverDnXgesvd", __FILE__, __LINE__, std::to_string(devinfo) + " superdiagonals did not converge to zero");
   JACOND_CUDA(cudaMemcpy(s.data(), sv.get(), sizeof(double) * cols, cudaMemcpyDeviceToHost));
   return s;  // gesvd returns them descending
+}
+
+}  // namespace
+
+Vec singular_values(Mat A) {
+  if (!A.allFinite()) throw std::invalid_argument("singular_values (cuda): matrix contains NaN or inf");
+  if (A.rows() < A.cols()) A.transposeInPlace();  // σ(A) = σ(Aᵀ); gesvd wants rows ≥ cols
+  const int64_t rows = A.rows(), cols = A.cols();
+  if (cols == 0) return Vec(0);
+  require_free_memory(sizeof(double) * (static_cast<size_t>(rows) * cols + cols),
+                      "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
+  DeviceBuffer<double> a(static_cast<size_t>(rows) * cols);
+  JACOND_CUDA(cudaMemcpy(a.get(), A.data(), sizeof(double) * a.count(), cudaMemcpyHostToDevice));
+  return singular_values_on_device(a, rows, cols);
 }
 
 namespace {

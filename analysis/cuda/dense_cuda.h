@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -52,6 +53,15 @@ std::string device_description();
 /// CPU's own rule: its SVD) takes the CPU route, noted. Throws
 /// std::invalid_argument on NaN/inf, CudaError on a device failure.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
+
+/// condition_fast of `map`'s matrix assembled on the GPU by the map itself (TokenMap::assemble: the
+/// operator's device twin in LibTorch, models/device, writing its columns into our cudaMalloc'd
+/// buffer), so the host neither assembles nor copies the n² matrix; the σ_min check's A v is the
+/// map's own fp64 product, and the SVD fallback assembles again on the device. Same report as
+/// condition_fast (method dense-lu-lanczos-cuda, noted "assembled on the GPU …" with the assembly's
+/// seconds). nullopt where it does not run here: a rectangular or small map (condition_fast's
+/// CPU-route sizes), too little free device memory for the LU, or a map that cannot assemble.
+std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix);
 
 /// κ from the fp32 LU of A32 = fl₃₂(A) on the GPU, each solve refined to fp64 against the operator
 /// A on the host (analysis/spectral/mixed_lu.h: the algorithm and its bounds; the CPU's
@@ -88,6 +98,9 @@ class CudaDenseDevice final : public DenseDevice {
   std::string description() const override { return device_description(); }
   ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
     return cuda::condition_fast(std::move(A), matrix);
+  }
+  std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const override {
+    return cuda::condition_fast_assembled(map, matrix);
   }
   Vec singular_values(Mat A) const override { return cuda::singular_values(std::move(A)); }
   ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {

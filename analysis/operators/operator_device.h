@@ -42,6 +42,16 @@ class TokenMap {
   virtual Mat apply(const Mat& dX) const = 0;
   /// unvec(Kᵀ vec G) (VJP).
   virtual Mat apply_transpose(const Mat& G) const = 0;
+  /// Writes K itself (n·d_out × n·d_in, column-major, leading dimension n·d_out) into
+  /// `device_out`: memory for it where this map's products run (a GPU's global memory; host memory
+  /// for a host-side device), from the products of unit inputs, so a dense device factorises it
+  /// there with no host matrix and no copy (DenseDevice::condition_fast_assembled, design §10).
+  /// False, writing nothing, where the map cannot; std::invalid_argument where an entry is NaN or
+  /// inf; a device error as one line naming the operation.
+  virtual bool assemble(double* device_out) const {
+    (void)device_out;
+    return false;
+  }
 };
 
 /// A TokenMap as a matrix-free operator (perform_op / perform_op_transpose, design §5), so GKL

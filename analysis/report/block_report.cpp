@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -299,6 +300,20 @@ ConditionReport mixed_report(const Op& op, const std::string& name, const BlockR
   return with_certificate(r, dense, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
 }
 
+// kFast on a dense device that assembles the matrix itself from the operator device's twin of
+// `name` (DenseDevice::condition_fast_assembled, design §10): no host matrix, no copy. nullopt
+// where it does not (another route; no operator device; a certificate, whose counts need K on the
+// host; or the device declines): the caller assembles on the host.
+std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const BlockForward& f, const std::string& name,
+                                              KappaRoute route, const BlockReportOptions& opt) {
+  const Index nd = f.X.rows() * w.d;
+  if (route != KappaRoute::kFast || !opt.operator_device || !opt.device || wants_certificate(opt, nd, nd))
+    return std::nullopt;
+  if (opt.before_dense_solve) opt.before_dense_solve();
+  const std::unique_ptr<TokenMap> map = opt.operator_device->block_operator(w, f, name);
+  return opt.device->condition_fast_assembled(*map, name);
+}
+
 // K_sa, B_sa, E_sa (paper Eq. 10/13) of the attention at f.attn, by `route`: assembled and solved
 // densely (kFast, kSvd, kMixed) or through their operators (kLanczos). Reads f.X and f.attn only,
 // so a post-norm block, whose attention sees its input itself, passes a forward pass with just those.
@@ -313,6 +328,10 @@ void attention_reports(const BlockWeights& w, const BlockForward& f, KappaRoute 
           [&, n = name](const auto& op) { out.push_back(lanczos_report(op, n, "full", opt, K)); });
       continue;
     }
+    if (std::optional<ConditionReport> r = fast_on_device(w, f, name, route, opt)) {
+      out.push_back(std::move(*r));
+      continue;
+    }
     const auto K32 = [&, p = part] { return attention_jacobian_fp32(w, f.attn, p); };
     out.push_back(route == KappaRoute::kMixed ? mixed_report(AttentionJacobianOp(w, f.attn, part), name, opt, K, K32)
                                               : dense_report(K(), name, route, opt));
@@ -325,10 +344,14 @@ void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMo
                             const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
   const Index n = f.X.rows();
   const bool can_restrict = w.d >= 3;
-  if (wants(opt, "K_sab")) {
+  const bool restricts = !sab_residual(skip) && can_restrict;  // the ln-complement row needs K_sab on the host
+  std::optional<ConditionReport> sab_on_device;
+  if (wants(opt, "K_sab") && !restricts) sab_on_device = fast_on_device(w, f, "K_sab", route, opt);
+  if (sab_on_device) {
+    out.push_back(std::move(*sab_on_device));
+  } else if (wants(opt, "K_sab")) {
     Mat Ksab = sab_jacobian(w, f);
     ConditionReport restricted;
-    const bool restricts = !sab_residual(skip) && can_restrict;
     if (restricts) {  // nd × n(d − 2): kMixed takes kFast (condition_dense)
       restricted =
           dense_report(right_multiply_tokenwise(Ksab, n, layernorm_complement_bases(f.ln1.x_hat)), "K_sab", route, opt);

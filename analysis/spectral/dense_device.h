@@ -17,17 +17,25 @@
 //                        whether the route's working set for an r × c matrix fits the budget, and
 //                        its predicted time where this device has a measured rate (the host's)
 //
-// What stays on the host on every device: assembling the matrix (the closed-form Jacobians of
-// analysis/jacobians), the per-token spectra of K_mlp/K_ffn (d × d blocks), the per-head softmax
+//   condition_fast_assembled(map)  condition_fast of a block operator's matrix assembled on the
+//                        device from the products of its device twin (analysis/operators/
+//                        operator_device.h), where device and map can; the GPU's K_sa, B_sa, E_sa and
+//                        K_sab under `--device cuda` with a CUDA LibTorch
+//
+// What stays on the host on every device: assembling the matrix elsewhere (the closed-form
+// Jacobians of analysis/jacobians: certificates, the mixed and SVD routes, a LibTorch without
+// CUDA), the per-token spectra of K_mlp/K_ffn (d × d blocks), the per-head softmax
 // and attention maps, and the O(M²) rest of an inertia certificate (the count from D, the
 // rounding radius from |L||D||Lᵀ|: inertia.h).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "analysis/core/types.h"
+#include "analysis/operators/operator_device.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/dense_cost.h"
 #include "analysis/spectral/ldlt.h"
@@ -47,6 +55,14 @@ class DenseDevice {
   /// A one-line description for run.json and logs (the GPU's name and free memory).
   virtual std::string description() const = 0;
   virtual ConditionReport condition_fast(Mat A, const std::string& matrix) const = 0;
+  /// condition_fast of the map's matrix, assembled where this device factorises it
+  /// (TokenMap::assemble): no host matrix, no copy. nullopt where it is not done here (the host;
+  /// a map whose products are host kernels; a size this device's fast route leaves to the host;
+  /// too little device memory): the caller assembles on the host and calls condition_fast.
+  virtual std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const {
+    (void)map, (void)matrix;
+    return std::nullopt;
+  }
   virtual Vec singular_values(Mat A) const = 0;
   virtual ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const = 0;
   virtual bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const = 0;

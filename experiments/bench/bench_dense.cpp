@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,6 +20,7 @@
 #include "experiments/bench/python_route.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/device_option.h"
+#include "models/device/torch_operator_device.h"
 #include "models/init/init.h"
 #include "models/io/safetensors.h"
 #include "models/track/bridge.h"
@@ -70,16 +72,34 @@ std::vector<Shape> parse_sizes(const std::string& spec) {
 }
 
 std::string route_name(JacondRoute route, const DenseDevice& device) {
-  const std::string base = route == JacondRoute::kExact  ? "jacond-exact-kappa"
-                           : route == JacondRoute::kFull ? "jacond-full-spectrum"
-                                                         : "jacond-mixed-kappa";
-  return device.name() == "cpu" ? base : base + "-" + device.name();
+  const std::string base = route == JacondRoute::kFull    ? "jacond-full-spectrum"
+                           : route == JacondRoute::kMixed ? "jacond-mixed-kappa"
+                                                          : "jacond-exact-kappa";
+  const std::string on = device.name() == "cpu" ? base : base + "-" + device.name();
+  return route == JacondRoute::kExactAssembled ? on + "-assembled" : on;
 }
 
 // jacond in-process: forward + dense K + the route's κ, `repeat` times. K lives only inside one
 // iteration, so at most one K (plus the κ routine's own copy) exists.
+namespace {
+
+// K_sa's κ by condition_fast_assembled: the forward pass on the host, K on the device.
+ConditionReport exact_assembled(const BlockWeights& w, const Mat& X, const DenseDevice& device,
+                                const OperatorDevice* operators) {
+  if (!operators) throw std::invalid_argument("the assembled route needs the device's operator twin");
+  BlockForward f;  // the attention reads X and its cache only (as a post-norm block's)
+  f.X = X;
+  f.attn = attention_forward(w, X);
+  const std::unique_ptr<TokenMap> map = operators->block_operator(w, f, "K_sa");
+  std::optional<ConditionReport> r = device.condition_fast_assembled(*map, "K_sa");
+  if (!r) throw std::runtime_error(device.name() + " declined to assemble K_sa (" + std::to_string(X.size()) + "^2)");
+  return std::move(*r);
+}
+
+}  // namespace
+
 RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
-                             const DenseDevice& device) {
+                             const DenseDevice& device, const OperatorDevice* operators) {
   RouteResult best;
   best.route = route_name(route, device);
   std::vector<double> totals;
@@ -87,7 +107,9 @@ RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute ro
     const auto t0 = Clock::now();
     double assembly = 0;
     ConditionReport rep;
-    {
+    if (route == JacondRoute::kExactAssembled) {
+      rep = exact_assembled(w, X, device, operators);  // its assembly is on the device, in the note
+    } else {
       const AttentionCache cache = attention_forward(w, X);
       if (route == JacondRoute::kMixed) {  // K assembled straight into fp32; the fp64 truth is the operator
         MatF K32 = attention_jacobian_fp32(w, cache, AttentionPart::kFull);
@@ -207,6 +229,7 @@ struct Options {
   std::string script = std::string(JACOND_SOURCE_DIR) + "/experiments/bench/torch_dense_route.py";
   std::string sizes = "1024,3200,6400", device = "cpu";
   std::shared_ptr<const DenseDevice> dense_device;  // --device other than cpu: a fourth route
+  std::shared_ptr<const OperatorDevice> operator_device;  // its operator twin: the assembled route
   bool skip_python = false, skip_full = false;
   std::vector<Shape> shapes;
 };
@@ -313,13 +336,14 @@ SizeResult measure_size(const Options& o, const Shape& s, std::string& error) {
   std::vector<std::pair<JacondRoute, const DenseDevice*>> versus{{JacondRoute::kMixed, cpu_dense_device().get()}};
   if (o.dense_device) {
     versus.emplace_back(JacondRoute::kExact, o.dense_device.get());
+    if (o.operator_device) versus.emplace_back(JacondRoute::kExactAssembled, o.dense_device.get());
     versus.emplace_back(JacondRoute::kMixed, o.dense_device.get());
   }
   for (const auto& [route, device] : versus) {
     std::printf(", %s ...", route_name(route, *device).c_str());
     std::fflush(stdout);
     VersusExact v;
-    v.route = run_jacond_route(w, X, route, o.repeat, *device);
+    v.route = run_jacond_route(w, X, route, o.repeat, *device, o.operator_device.get());
     v.agreement = compare(v.route, res.exact);
     std::printf(" %.3fs", v.route.total_s);
     res.versus_exact.push_back(v);
@@ -365,6 +389,11 @@ int run_bench_dense(int argc, char** argv) {
   if (!parse_bench_options(argc, argv, o)) return 0;
   set_threads(o.threads);
   if (o.device != "cpu") o.dense_device = select_dense_device(o.device);
+  if (o.device == "cuda") {  // the assembled route where this LibTorch has CUDA (`jacond block`'s route there)
+    std::string why;
+    o.operator_device = models::cuda_operator_device(&why);
+    if (!o.operator_device) std::cerr << "jacond bench dense: --device cuda: no assembled route: " << why << "\n";
+  }
   begin_output_set(o.out_dir);
   print_banner(o);
   std::vector<SizeResult> results;

@@ -133,16 +133,20 @@ struct SizeResult {
 };
 
 /// What run_jacond_route computes after the assembly: condition_fast, condition_svd, or
-/// condition_mixed (K rounded to fp32, residuals by the matrix-free K_sa operator).
-enum class JacondRoute { kExact, kFull, kMixed };
+/// condition_mixed (K rounded to fp32, residuals by the matrix-free K_sa operator); or
+/// kExactAssembled: condition_fast_assembled, K assembled on the device from the products of its
+/// operator twin (no host K; what `jacond block --device cuda` runs with a CUDA LibTorch).
+enum class JacondRoute { kExact, kFull, kMixed, kExactAssembled };
 
 /// "jacond-exact-kappa" / "jacond-full-spectrum" / "jacond-mixed-kappa" on the host, with
-/// "-<device>" appended elsewhere.
+/// "-<device>" appended elsewhere; kExactAssembled: "jacond-exact-kappa-<device>-assembled".
 std::string route_name(JacondRoute route, const DenseDevice& device);
 
 /// jacond in-process: forward + dense K + the route's κ on `device`, the best of `repeat`.
+/// kExactAssembled needs `operators`, the device's operator twin (std::invalid_argument without it,
+/// std::runtime_error where the device declines the assembly).
 RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
-                             const DenseDevice& device = *cpu_dense_device());
+                             const DenseDevice& device = *cpu_dense_device(), const OperatorDevice* operators = nullptr);
 
 /// The Python route (torch_dense_route.py) in a subprocess on DIR/{weights,tokens}.safetensors.
 TorchResult run_torch_route(const std::string& python, const std::string& script, const std::string& dir,

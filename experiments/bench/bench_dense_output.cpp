@@ -203,6 +203,9 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
   if (device) {
     run["routes"][route_name(JacondRoute::kExact, *device)] =
         "attention_forward + attention_jacobian (host) + condition_fast on " + device->description();
+    run["routes"][route_name(JacondRoute::kExactAssembled, *device)] =
+        "attention_forward (host) + K_sa assembled on the device from its operator twin's products "
+        "(models/device) + condition_fast_assembled on " + device->description() + " (where this LibTorch has CUDA)";
     run["routes"][route_name(JacondRoute::kMixed, *device)] =
         "attention_forward + attention_jacobian (host), rounded to fp32 + condition_mixed on " + device->description();
     run["device"] = device_json(*device);

@@ -20,8 +20,9 @@ namespace jacond::cli {
 void add_device_option(boost::program_options::options_description& desc, std::string* device) {
   desc.add_options()("device", boost::program_options::value(device)->default_value(*device),
                      "where the work runs: cpu | cuda (dense LU + Lanczos and the full spectrum on the GPU, the "
-                     "lanczos route's matrix-free products and GKL basis, and --certify's LDL^T factorisations; "
-                     "assembly and GKL's k x k recurrence stay on the host)");
+                     "lanczos route's matrix-free products and GKL basis, --certify's LDL^T factorisations, and, with a "
+                     "CUDA LibTorch, the exact route's K_sa/B_sa/E_sa/K_sab assembly; GKL's k x k recurrence stays on "
+                     "the host)");
 }
 
 void validate_device_name(const std::string& device) {

@@ -1,9 +1,12 @@
 // The block's operators on a LibTorch device; the math is in models/device/torch_operator_device.h.
 #include "models/device/torch_operator_device.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+
+#include <torch/cuda.h>
 
 #include "analysis/operators/block_kernels.h"
 #include "models/track/bridge.h"
@@ -39,7 +42,7 @@ struct LayerNormOnDevice {
   LayerNormOnDevice(const Vec& g, const LayerNormCache& c, const torch::Device& dev)
       : gamma(to_device(g, dev)), x_hat(to_device(c.x_hat, dev)), inv_sigma(to_device(c.inv_sigma, dev).unsqueeze(1)) {}
   at::Tensor project(const at::Tensor& in) const {
-    const at::Tensor mean_in = in.mean(1, true), mean_xin = (x_hat * in).mean(1, true);
+    const at::Tensor mean_in = in.mean(-1, true), mean_xin = (x_hat * in).mean(-1, true);
     return (in - mean_in - x_hat * mean_xin) * inv_sigma;
   }
   at::Tensor jvp(const at::Tensor& dX) const { return project(dX) * gamma; }
@@ -62,25 +65,37 @@ struct AttentionOnDevice {
     for (const Mat& Ah : c.A) maps.push_back(to_device(Ah, dev));
     A = torch::stack(maps);
   }
-  at::Tensor split(const at::Tensor& X) const { return X.view({n, heads, dh}).permute({1, 0, 2}); }
-  at::Tensor merge(const at::Tensor& Xh) const { return Xh.permute({1, 0, 2}).reshape({n, d}); }
+  // [..., n, d] <-> [..., h, n, d_h] (a leading batch of inputs, or none).
+  at::Tensor split(const at::Tensor& X) const {
+    std::vector<int64_t> shape(X.sizes().begin(), X.sizes().end() - 1);
+    shape.insert(shape.end(), {heads, dh});
+    return X.view(shape).transpose(-3, -2);
+  }
+  at::Tensor merge(const at::Tensor& Xh) const {
+    std::vector<int64_t> shape(Xh.sizes().begin(), Xh.sizes().end() - 3);
+    shape.insert(shape.end(), {n, d});
+    return Xh.transpose(-3, -2).reshape(shape);
+  }
 
   at::Tensor jvp(const at::Tensor& dY) const {
-    at::Tensor dH = torch::zeros({heads, n, dh}, dY.options());
-    if (via_v) dH += A.matmul(split(dY.mm(Wv)));
+    at::Tensor dH;
+    if (via_v) dH = A.matmul(split(dY.matmul(Wv)));
     if (via_a) {
-      const at::Tensor dM = s * (split(dY.mm(Wq)).matmul(Kh.transpose(1, 2)) + Qh.matmul(split(dY.mm(Wk)).transpose(1, 2)));
-      dH += softmax_rows_product(A, dM).matmul(Vh);
+      const at::Tensor dM =
+          s * (split(dY.matmul(Wq)).matmul(Kh.transpose(-2, -1)) + Qh.matmul(split(dY.matmul(Wk)).transpose(-2, -1)));
+      const at::Tensor dA = softmax_rows_product(A, dM).matmul(Vh);
+      dH = dH.defined() ? dH + dA : dA;
     }
-    return merge(dH).mm(Wo);
+    return merge(dH).matmul(Wo);
   }
   at::Tensor vjp(const at::Tensor& G) const {
-    const at::Tensor gH = split(G.mm(Wo.t()));
-    at::Tensor gY = torch::zeros({n, d}, G.options());
-    if (via_v) gY += merge(A.transpose(1, 2).matmul(gH)).mm(Wv.t());
+    const at::Tensor gH = split(G.matmul(Wo.t()));
+    at::Tensor gY;
+    if (via_v) gY = merge(A.transpose(-2, -1).matmul(gH)).matmul(Wv.t());
     if (via_a) {
-      const at::Tensor gM = s * softmax_rows_product(A, gH.matmul(Vh.transpose(1, 2)));
-      gY += merge(gM.matmul(Kh)).mm(Wq.t()) + merge(gM.transpose(1, 2).matmul(Qh)).mm(Wk.t());
+      const at::Tensor gM = s * softmax_rows_product(A, gH.matmul(Vh.transpose(-2, -1)));
+      const at::Tensor gA = merge(gM.matmul(Kh)).matmul(Wq.t()) + merge(gM.transpose(-2, -1).matmul(Qh)).matmul(Wk.t());
+      gY = gY.defined() ? gY + gA : gA;
     }
     return gY;
   }
@@ -90,8 +105,8 @@ struct MlpOnDevice {
   at::Tensor W1, W2, gelu_prime;  // [d, hidden], [hidden, d], [n, hidden]
   MlpOnDevice(const BlockWeights& w, const MlpCache& c, const torch::Device& dev)
       : W1(to_device(w.W1, dev)), W2(to_device(w.W2, dev)), gelu_prime(to_device(mlp_gelu_prime(c), dev)) {}
-  at::Tensor jvp(const at::Tensor& dY) const { return (dY.mm(W1) * gelu_prime).mm(W2); }
-  at::Tensor vjp(const at::Tensor& G) const { return (G.mm(W2.t()) * gelu_prime).mm(W1.t()); }
+  at::Tensor jvp(const at::Tensor& dY) const { return (dY.matmul(W1) * gelu_prime).matmul(W2); }
+  at::Tensor vjp(const at::Tensor& G) const { return (G.matmul(W2.t()) * gelu_prime).matmul(W1.t()); }
 };
 
 // A TokenMap whose products run on device tensors: [n, d_in] -> [n, d_out] (jvp) and back (vjp).
@@ -99,11 +114,47 @@ struct MlpOnDevice {
 // calls jvp/vjp on its own device tensors.
 class TorchMap : public TokenMap {
  public:
-  explicit TorchMap(torch::Device device) : device_(device) {}
+  TorchMap(torch::Device device, double batch_bytes) : device_(device), batch_bytes_(batch_bytes) {}
   const torch::Device& device() const { return device_; }
-  // The products on device tensors (no grad; the caller names errors).
+  double batch_bytes() const { return batch_bytes_; }
+  // The products on device tensors [..., n, d_in] -> [..., n, d_out], a leading batch of inputs or
+  // none (no grad; the caller names errors).
   virtual at::Tensor jvp(const at::Tensor& x) const = 0;
   virtual at::Tensor vjp(const at::Tensor& g) const = 0;
+  // Device bytes one input of a batched jvp holds at its peak (its intermediates), for assemble's
+  // batch size.
+  virtual double bytes_per_product() const = 0;
+
+  // K column by column from unit inputs, `columns_per_batch()` at a time: column j = K e_j, with
+  // e_j = vec(E), E(i, c) = 1 at j = i + n·c (column-major vec, analysis/core/types.h). A batch's
+  // outputs [m, n, d_out], read as vec's of their columns, are m consecutive columns of the
+  // column-major K, so they are copied straight into `out`.
+  bool assemble(double* out) const final {
+    return on_device("assembling the matrix from its products", device_, [&] {
+      torch::NoGradGuard no_grad;
+      const int64_t n_in = n() * d_in(), n_out = n() * d_out(), step = columns_per_batch();
+      const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+      const at::Tensor K = torch::from_blob(out, {n_in, n_out}, opts);  // row j: column j of K
+      for (int64_t j0 = 0; j0 < n_in; j0 += step) {
+        const int64_t m = std::min(step, n_in - j0);
+        const at::Tensor units = torch::zeros({m, n_in}, opts);
+        units.narrow(1, j0, m).copy_(torch::eye(m, opts));
+        const at::Tensor E = units.view({m, d_in(), n()}).transpose(1, 2).contiguous();  // [m, n, d_in]
+        const at::Tensor columns = jvp(E).transpose(1, 2).reshape({m, n_out});
+        if (!torch::isfinite(columns).all().item<bool>())
+          throw std::invalid_argument("the assembled matrix contains NaN or inf (columns " + std::to_string(j0) + "..." +
+                                      std::to_string(j0 + m - 1) + ")");
+        K.narrow(0, j0, m).copy_(columns);
+      }
+      if (device_.is_cuda()) torch::cuda::synchronize();  // the caller's cuSOLVER reads `out` next
+      return true;
+    });
+  }
+  // Columns per batch: the batch budget over one product's bytes and its unit input's.
+  int64_t columns_per_batch() const {
+    const double per_column = bytes_per_product() + 8.0 * static_cast<double>(n() * d_in());
+    return std::clamp<int64_t>(static_cast<int64_t>(batch_bytes_ / per_column), 1, n() * d_in());
+  }
   Mat apply(const Mat& dX) const final {
     return on_device("matrix-free product (JVP)", device_, [&] {
       torch::NoGradGuard no_grad;
@@ -119,13 +170,14 @@ class TorchMap : public TokenMap {
 
  private:
   torch::Device device_;
+  double batch_bytes_;
 };
 
 // One of the six operators: an optional LayerNorm, then attention or the MLP, then the optional
 // residual (K_sa/B_sa/E_sa and K_mlp have neither).
 class TorchBlockMap final : public TorchMap {
  public:
-  TorchBlockMap(torch::Device device, Index n, Index d) : TorchMap(device), n_(n), d_(d) {}
+  TorchBlockMap(torch::Device device, double batch_bytes, Index n, Index d) : TorchMap(device, batch_bytes), n_(n), d_(d) {}
   std::optional<LayerNormOnDevice> ln;
   std::optional<AttentionOnDevice> attention;
   std::optional<MlpOnDevice> mlp;
@@ -146,6 +198,15 @@ class TorchBlockMap final : public TorchMap {
     if (residual) out += g;
     return out;
   }
+  // Attention: up to six [h, n, n] tensors alive at once (the two halves of dM, their sum, A ∘ dM,
+  // its row sums' broadcast, S_A(dM)) and a few [n, d] ones; the MLP: [n, hidden] ones.
+  double bytes_per_product() const override {
+    const double nd = static_cast<double>(n_ * d_);
+    double bytes = 8.0 * 6 * nd;
+    if (attention) bytes += 8.0 * (6.0 * attention->heads * n_ * n_ + 8 * nd);
+    if (mlp) bytes += 8.0 * 3 * n_ * mlp->W1.size(1);
+    return bytes;
+  }
 
  private:
   Index n_, d_;
@@ -158,25 +219,28 @@ class TorchBlockMap final : public TorchMap {
 class TorchLnComplementMap final : public TorchMap {
  public:
   TorchLnComplementMap(const TorchMap& inner, const LayerNormComplement& basis)
-      : TorchMap(inner.device()), inner_(inner),
+      : TorchMap(inner.device(), inner.batch_bytes()), inner_(inner),
         v0_(to_device(basis.reflectors(0), inner.device())), v1_(to_device(basis.reflectors(1), inner.device())),
         tau_(to_device(basis.taus(), inner.device())) {}
   Index n() const override { return inner_.n(); }
   Index d_in() const override { return inner_.d_in() - 2; }
   Index d_out() const override { return inner_.d_out(); }
   at::Tensor jvp(const at::Tensor& c) const override {
-    const at::Tensor z = torch::cat({torch::zeros({c.size(0), 2}, c.options()), c}, 1);
+    std::vector<int64_t> two(c.sizes().begin(), c.sizes().end());
+    two.back() = 2;
+    const at::Tensor z = torch::cat({torch::zeros(two, c.options()), c}, -1);
     return inner_.jvp(reflect(reflect(z, v1_, 1), v0_, 0));  // H_0 (H_1 [0; 0; c])
   }
   at::Tensor vjp(const at::Tensor& g) const override {
     const at::Tensor y = reflect(reflect(inner_.vjp(g), v0_, 0), v1_, 1);  // H_1 (H_0 y)
-    return y.narrow(1, 2, d_in()).contiguous();
+    return y.narrow(-1, 2, d_in()).contiguous();
   }
+  double bytes_per_product() const override { return inner_.bytes_per_product() + 8.0 * 4 * n() * inner_.d_in(); }
 
  private:
   // Row i of z ↦ (I − τ_ik v_ik v_ikᵀ) z_i.
   at::Tensor reflect(const at::Tensor& z, const at::Tensor& v, int64_t k) const {
-    return z - tau_.narrow(1, k, 1) * v * (v * z).sum(1, /*keepdim=*/true);
+    return z - tau_.narrow(1, k, 1) * v * (v * z).sum(-1, /*keepdim=*/true);
   }
   const TorchMap& inner_;
   at::Tensor v0_, v1_, tau_;  // [n, d], [n, d], [n, 2]
@@ -306,7 +370,8 @@ const TorchMap& own_map(const TokenMap& map, const torch::Device& device, const 
 
 }  // namespace
 
-TorchOperatorDevice::TorchOperatorDevice(torch::Device device) : device_(device) {
+TorchOperatorDevice::TorchOperatorDevice(torch::Device device, double assembly_batch_bytes)
+    : device_(device), assembly_batch_bytes_(assembly_batch_bytes) {
   if (device_.is_cuda() && !torch::cuda::is_available())
     throw std::runtime_error("TorchOperatorDevice: this LibTorch sees no CUDA device");
 }
@@ -344,7 +409,7 @@ std::unique_ptr<TokenMap> TorchOperatorDevice::ln_complement(const TokenMap& map
 std::unique_ptr<TokenMap> TorchOperatorDevice::make_map(const BlockWeights& w, const BlockForward& f,
                                                         const std::string& matrix) const {
   torch::NoGradGuard no_grad;
-  auto map = std::make_unique<TorchBlockMap>(device_, f.X.rows(), w.d);
+  auto map = std::make_unique<TorchBlockMap>(device_, assembly_batch_bytes_, f.X.rows(), w.d);
   if (matrix == "K_sa" || matrix == "B_sa" || matrix == "E_sa") {
     const AttentionPart part = matrix == "B_sa" ? AttentionPart::kB : matrix == "E_sa" ? AttentionPart::kE : AttentionPart::kFull;
     map->attention.emplace(w, f.attn, part, device_);

@@ -22,6 +22,11 @@
 //   K_sab      K_sa J_LN1 (+ I),  K_ffn = K_mlp J_LN2 (+ I)  (per the block's skip mode)
 // gelu'(pre) is computed once on the host (analysis mlp_gelu_prime) and copied.
 //
+// Every product also takes a leading batch of inputs ([m, n, d]: the heads' GEMMs become batched
+// ones), which assemble() uses: K = [K e_1 … K e_N] from unit inputs, m columns a batch, written
+// straight into the caller's column-major matrix on the device (design §10: the dense GPU route
+// then needs no host matrix and no copy). It is the same code as the products, so the dense
+// matrix is the operator's to rounding, and is tested against the host's closed-form Jacobians.
 // A product through the TokenMap interface copies its n × d input to the device and the result
 // back; through krylov_space, GKL's basis lives on the device with the products (TorchKrylovBasis,
 // design §10) and nothing of length nd crosses per step. ln_complement restricts K_sab / K_ffn to
@@ -40,8 +45,11 @@ namespace jacond::models {
 
 class TorchOperatorDevice final : public OperatorDevice {
  public:
-  /// Products on `device` (torch::kCPU or a CUDA device, which must exist).
-  explicit TorchOperatorDevice(torch::Device device);
+  /// Products on `device` (torch::kCPU or a CUDA device, which must exist). A map's assemble()
+  /// (the dense matrix from its products, for a dense device that factorises it where it is) runs
+  /// as many unit inputs at once as fit `assembly_batch_bytes` of intermediates.
+  explicit TorchOperatorDevice(torch::Device device, double assembly_batch_bytes = kAssemblyBatchBytes);
+  static constexpr double kAssemblyBatchBytes = 1e9;
   /// "cuda" on a CUDA device, "torch-cpu" on the CPU. A LibTorch error on the device (out of
   /// memory, a CUDA failure) becomes one std::runtime_error line naming the operation and device.
   std::string name() const override;
@@ -62,6 +70,7 @@ class TorchOperatorDevice final : public OperatorDevice {
  private:
   std::unique_ptr<TokenMap> make_map(const BlockWeights& w, const BlockForward& f, const std::string& matrix) const;
   torch::Device device_;
+  double assembly_batch_bytes_;
 };
 
 /// The device twin of `--device cuda` for the lanczos route: the CUDA device 0 when this

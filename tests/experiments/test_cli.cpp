@@ -155,8 +155,8 @@ TEST_F(CliTest, BlockFromInitWritesTidyResults_n8_d16_h2) {
   EXPECT_EQ(meta["rows"].get<size_t>(), csv.rows.size());
 }
 
-// On a GPU the square nd × nd rows come from the device's dense route with the host's κ; the
-// rectangular ones (K_sab on the ln-complement, nd × (nd − n)) and K_ffn's block-diagonal SVD stay on
+// On a GPU the square nd × nd rows come from the device's dense route with the host's κ (K_sa
+// assembled there, where LibTorch has CUDA); the rectangular ones (K_sab on the ln-complement, nd × (nd − n)) and K_ffn's block-diagonal SVD stay on
 // the host's routes (README: --device cuda), as on a first H200 run (reports/gpu).
 TEST_F(CliTest, BlockDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
   const auto runs = run_on_both_devices({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2",
@@ -168,6 +168,10 @@ TEST_F(CliTest, BlockDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
     const std::string m = g.rows[i].at("matrix") + "/" + g.rows[i].at("space");
     const bool on_device = g.rows[i].at("matrix") != "K_ffn" && g.rows[i].at("rows") == g.rows[i].at("cols");
     EXPECT_EQ(g.rows[i].at("method"), on_device ? "dense-lu-lanczos-cuda" : c.rows[i].at("method")) << m;
+    // With a CUDA LibTorch, K_sa is assembled on the GPU from its operator's products (no host matrix).
+    if (m == "K_sa/full" && !contains(runs->gpu.err, "has no CUDA device")) {
+      EXPECT_TRUE(contains(g.rows[i].at("note"), "assembled on the GPU")) << g.rows[i].at("note");
+    }
     EXPECT_EQ(g.rows[i].at("status"), c.rows[i].at("status")) << m;
     if (g.rows[i].at("status") == "exact") {
       EXPECT_NEAR(to_double(g.rows[i].at("kappa")) / to_double(c.rows[i].at("kappa")), 1.0, 1e-9) << m;

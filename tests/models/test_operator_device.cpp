@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <type_traits>
 
@@ -281,6 +284,150 @@ TEST(TorchOperatorDevice, LnComplementRefusesABasisOfAnotherShape) {
   }
 }
 
+// K from TokenMap::assemble, written into memory on the map's device (a torch tensor there, read
+// back as the column-major N_out × N_in matrix it holds).
+Mat assembled(const TokenMap& map, const torch::Device& device) {
+  const Index n_in = map.n() * map.d_in(), n_out = map.n() * map.d_out();
+  at::Tensor buffer = torch::full({n_in * n_out}, std::nan(""), torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  EXPECT_TRUE(map.assemble(buffer.data_ptr<double>()));
+  const at::Tensor host = buffer.cpu();
+  return Eigen::Map<const Mat>(host.data_ptr<double>(), n_out, n_in);
+}
+
+// A host operator's matrix from its products on unit inputs (block_kernels, not ATen).
+template <typename Op>
+Mat host_columns(const Op& op) {
+  const Index n = op.n_in(), d = op.d_in();
+  Mat K(op.n_out() * op.d_out(), n * d);
+  for (Index j = 0; j < n * d; ++j) {
+    Mat E = Mat::Zero(n, d);
+    E(j % n, j / n) = 1;  // vec index j = i + n·c (column-major)
+    const Mat Y = op.apply(E);
+    K.col(j) = Eigen::Map<const Vec>(Y.data(), Y.size());
+  }
+  return K;
+}
+
+// assemble(): every operator's matrix against the closed-form Jacobians of analysis/jacobians (an
+// implementation independent of the products), in every skip mode, in one batch, one column a
+// batch and batches that do not divide the columns; the ln-complement map against the host
+// kernels' restriction, column by column.
+void expect_assembly_equals_the_closed_form(const torch::Device& dev) {
+  const Index n = 9, d = 12;
+  const BlockWeights w = test::random_block(d, 3, 4 * d, 17, 0.7);
+  const Mat X = test::random_tokens(n, d, 5);
+  for (const double batch_bytes : {1.0, 1.75e5, TorchOperatorDevice::kAssemblyBatchBytes}) {  // 1, 7 (K_sa), all columns
+    const TorchOperatorDevice device(dev, batch_bytes);
+    for (SkipMode skip : kSkipModes) {
+      const BlockForward f = block_forward(w, X, skip);
+      const std::map<std::string, Mat> closed_form = {
+          {"K_sa", attention_jacobian(w, f.attn, AttentionPart::kFull)},
+          {"B_sa", attention_jacobian(w, f.attn, AttentionPart::kB)},
+          {"E_sa", attention_jacobian(w, f.attn, AttentionPart::kE)},
+          {"K_sab", sab_jacobian(w, f)},
+          {"K_mlp", mlp_jacobian(w, f.mlp).to_dense()},
+          {"K_ffn", ffn_jacobian(w, f).to_dense()}};
+      for (const auto& [matrix, K] : closed_form) {
+        const std::string knobs = matrix + " skip " + to_string(skip) + " batch bytes " + std::to_string(batch_bytes);
+        EXPECT_LE(test::rel_error(assembled(*device.block_operator(w, f, matrix), dev), K), test::kSameMathRounding)
+            << knobs;
+      }
+      const LayerNormComplement basis(f.ln1.x_hat);
+      const auto sab = device.block_operator(w, f, "K_sab");
+      const Mat restricted = assembled(*device.ln_complement(*sab, basis), dev);
+      EXPECT_LE(test::rel_error(restricted, host_columns(LnComplementOp<SabJacobianOp>(SabJacobianOp(w, f), basis))),
+                test::kSameMathRounding)
+          << "K_sab on the ln-complement, skip " << to_string(skip);
+    }
+  }
+}
+
+TEST(TorchOperatorDevice, CpuAssemblyEqualsTheClosedFormJacobians_n9_d12_h3) {
+  expect_assembly_equals_the_closed_form(torch::kCPU);
+}
+
+// A NaN in the operator's weights: assemble() refuses the matrix in one line, naming the columns.
+TEST(TorchOperatorDevice, AssemblyRefusesANonFiniteMatrix) {
+  const BlockWeights w = test::random_block(8, 2, 32, 3);
+  const BlockForward f = block_forward(w, test::random_tokens(5, 8, 4), SkipMode::kFull);
+  BlockWeights broken = w;
+  broken.Wo(2, 3) = std::nan("");
+  const auto map = TorchOperatorDevice(torch::kCPU).block_operator(broken, f, "K_sa");
+  at::Tensor buffer = torch::zeros({40 * 40}, torch::kFloat64);
+  try {
+    map->assemble(buffer.data_ptr<double>());
+    ADD_FAILURE() << "a NaN weight was assembled";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("contains NaN or inf (columns 0..."), std::string::npos) << e.what();
+  }
+}
+
+// A dense device that takes condition_fast_assembled on the host (the map's assemble() into host
+// memory, then the host's condition_fast), to test block_reports' dispatch without a GPU: which
+// rows it routes there, and that they are the host's reports.
+class HostAssemblingDevice final : public DenseDevice {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string description() const override { return "test: assembles through its operator device"; }
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
+    return cpu_dense_device()->condition_fast(std::move(A), matrix);
+  }
+  std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const override {
+    Mat K(map.n() * map.d_out(), map.n() * map.d_in());
+    if (!map.assemble(K.data())) return std::nullopt;
+    ConditionReport r = jacond::condition_fast(std::move(K), matrix);
+    r.note = "assembled by the map";
+    return r;
+  }
+  Vec singular_values(Mat A) const override { return cpu_dense_device()->singular_values(std::move(A)); }
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {
+    return cpu_dense_device()->condition_mixed(std::move(A32), A, matrix);
+  }
+  bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override {
+    return cpu_dense_device()->fits(route, rows, cols, budget);
+  }
+};
+
+// block_reports with an operator device and a dense device that assembles: the dense exact rows
+// K_sa, B_sa, E_sa and K_sab (with its residual) go to condition_fast_assembled and equal the host's;
+// a skipless K_sab (its ln-complement row needs K_sab on the host), the SVD route and a certified
+// report stay on the host.
+TEST(TorchOperatorDevice, DenseRowsAreAssembledOnTheDeviceWhereItCan_n8_d16_h2) {
+  const BlockWeights w = test::random_block(16, 2, 64, 23);
+  const Mat X = test::random_tokens(8, 16, 29);
+  BlockReportOptions host;
+  host.route = KappaRoute::kFast;
+  host.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};
+  BlockReportOptions on_device = host;
+  on_device.device = std::make_shared<HostAssemblingDevice>();
+  on_device.operator_device = std::make_shared<TorchOperatorDevice>(torch::kCPU);
+  const auto expect_rows = [&](SkipMode skip, const BlockReportOptions& opt, const std::set<std::string>& assembled) {
+    BlockReportOptions reference = opt;  // the same rows on the host alone
+    reference.device = nullptr;
+    reference.operator_device = nullptr;
+    const auto a = block_reports(w, X, skip, opt), b = block_reports(w, X, skip, reference);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string knobs = a[i].matrix + "/" + a[i].space + " skip " + to_string(skip);
+      const bool here = a[i].space == "full" && assembled.count(a[i].matrix) > 0;
+      EXPECT_EQ(a[i].note.find("assembled by the map") != std::string::npos, here) << knobs << ": " << a[i].note;
+      EXPECT_EQ(a[i].status, b[i].status) << knobs;
+      EXPECT_EQ(a[i].method, b[i].method) << knobs;
+      if (a[i].status == Status::kExact) {
+        EXPECT_NEAR(a[i].kappa / b[i].kappa, 1.0, 1e-8) << knobs;
+      }
+    }
+  };
+  expect_rows(SkipMode::kFull, on_device, {"K_sa", "B_sa", "E_sa", "K_sab"});
+  expect_rows(SkipMode::kNone, on_device, {"K_sa", "B_sa", "E_sa"});
+  BlockReportOptions svd = on_device;
+  svd.route = KappaRoute::kSvd;
+  expect_rows(SkipMode::kFull, svd, {});
+  BlockReportOptions certified = on_device;
+  certified.certify = CertifyMode::kInertia;
+  expect_rows(SkipMode::kFull, certified, {});
+}
+
 bool have_cuda() { return torch::cuda::is_available(); }
 
 TEST(OperatorDeviceCuda, KrylovBasisMeetsTheContract_n6_d8_h2) {
@@ -310,6 +457,11 @@ TEST(OperatorDeviceCuda, LanczosReportsBracketTheExactKappa_n8_d16_h2) {
 TEST(OperatorDeviceCuda, LanczosKeepsItsBracketAtTinyAndHugeScales) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
   expect_lanczos_keeps_its_bracket_at_tiny_and_huge_scales(models::cuda_operator_device());
+}
+
+TEST(OperatorDeviceCuda, AssemblyEqualsTheClosedFormJacobians_n9_d12_h3) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  expect_assembly_equals_the_closed_form(torch::Device(torch::kCUDA, 0));
 }
 
 TEST(OperatorDeviceCuda, WithoutAGpuTheHostRunsTheProductsAndSaysWhy) {

@@ -145,12 +145,16 @@ def dense_section(r, report, log):
         return
     report.table(blank(df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
                      "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"})))
-    gpu = df[df["route"] == "jacond-exact-kappa-cuda"]
+    # The GPU's exact routes: K copied from the host, and K assembled on the device (from issue 11's
+    # second GPU session on; `jacond block --device cuda` takes it where LibTorch has CUDA).
+    gpu = df[df["route"].isin(["jacond-exact-kappa-cuda", "jacond-exact-kappa-cuda-assembled"])]
     if gpu.empty:
         report.text("- No `jacond-exact-kappa-cuda` row in these files: the GPU route did not run.")
     for _, row in gpu.iterrows():
         ratio, agree = row["cpu_exact_over_this"], row["agree_with_cpu_exact"]
-        head = f"- GPU exact route against the CPU's exact route on {int(row['threads'])} threads: **{fmt(ratio)}×**"
+        how = "assembled on the GPU" if row["route"].endswith("-assembled") else "K copied from the host"
+        head = (f"- GPU exact route ({how}) against the CPU's exact route on {int(row['threads'])} threads: "
+                f"**{fmt(ratio)}×**")
         if agree == "PASS" and np.isfinite(ratio):
             verdict = "meets" if ratio >= TARGETS["dense_speedup"] else "misses"
             report.text(f"{head} ({verdict} the ≥ {TARGETS['dense_speedup']:g}× target), κ agrees with the CPU's.")
