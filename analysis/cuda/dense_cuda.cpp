@@ -461,16 +461,23 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
 
 std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) {
   const Index n = map.n() * map.d_out();
-  if (map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
-  {
+  if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
+  {  // the matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards
     Handles h;
-    if (getrf_device_bytes(h, n) > free_device_bytes()) return std::nullopt;
+    if (static_cast<double>(getrf_device_bytes(h, n)) + map.assembly_bytes() > static_cast<double>(free_device_bytes()))
+      return std::nullopt;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const auto assembled = [&](double* seconds) {
+    require_free_memory(sizeof(double) * static_cast<size_t>(n) * n, matrix + " on the GPU");
     DeviceBuffer<double> a(static_cast<size_t>(n) * n);
     const auto t = std::chrono::steady_clock::now();
-    const bool made = map.assemble(a.get());
+    bool made = false;
+    try {
+      made = map.assemble(a.get());
+    } catch (const std::invalid_argument& e) {  // a NaN or inf entry, named as condition_fast names it
+      throw std::invalid_argument("condition_fast (cuda): " + matrix + ": " + e.what());
+    }
     if (seconds) *seconds = seconds_since(t);
     return made ? std::optional<DeviceBuffer<double>>(std::move(a)) : std::nullopt;
   };

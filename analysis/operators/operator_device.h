@@ -52,6 +52,12 @@ class TokenMap {
     (void)device_out;
     return false;
   }
+  /// Where assemble() writes: "cuda" (device 0's global memory), "cpu" (host memory), "" where it
+  /// cannot. A dense device takes only the memory it works in.
+  virtual std::string assembles_into() const { return ""; }
+  /// Device bytes assemble() allocates beside the matrix at its peak (a batch's intermediates), for
+  /// the dense device's memory check.
+  virtual double assembly_bytes() const { return 0; }
 };
 
 /// A TokenMap as a matrix-free operator (perform_op / perform_op_transpose, design §5), so GKL

@@ -83,13 +83,16 @@ std::string route_name(JacondRoute route, const DenseDevice& device) {
 // iteration, so at most one K (plus the κ routine's own copy) exists.
 namespace {
 
-// K_sa's κ by condition_fast_assembled: the forward pass on the host, K on the device.
+// K_sa's κ by condition_fast_assembled: the forward pass on the host (its seconds in *forward_s),
+// K on the device (its seconds in the report's note).
 ConditionReport exact_assembled(const BlockWeights& w, const Mat& X, const DenseDevice& device,
-                                const OperatorDevice* operators) {
+                                const OperatorDevice* operators, double* forward_s) {
   if (!operators) throw std::invalid_argument("the assembled route needs the device's operator twin");
+  const auto t0 = Clock::now();
   BlockForward f;  // the attention reads X and its cache only (as a post-norm block's)
   f.X = X;
   f.attn = attention_forward(w, X);
+  *forward_s = seconds_since(t0);
   const std::unique_ptr<TokenMap> map = operators->block_operator(w, f, "K_sa");
   std::optional<ConditionReport> r = device.condition_fast_assembled(*map, "K_sa");
   if (!r) throw std::runtime_error(device.name() + " declined to assemble K_sa (" + std::to_string(X.size()) + "^2)");
@@ -108,7 +111,7 @@ RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute ro
     double assembly = 0;
     ConditionReport rep;
     if (route == JacondRoute::kExactAssembled) {
-      rep = exact_assembled(w, X, device, operators);  // its assembly is on the device, in the note
+      rep = exact_assembled(w, X, device, operators, &assembly);  // "assembly": the host's forward pass only
     } else {
       const AttentionCache cache = attention_forward(w, X);
       if (route == JacondRoute::kMixed) {  // K assembled straight into fp32; the fp64 truth is the operator
@@ -336,7 +339,8 @@ SizeResult measure_size(const Options& o, const Shape& s, std::string& error) {
   std::vector<std::pair<JacondRoute, const DenseDevice*>> versus{{JacondRoute::kMixed, cpu_dense_device().get()}};
   if (o.dense_device) {
     versus.emplace_back(JacondRoute::kExact, o.dense_device.get());
-    if (o.operator_device) versus.emplace_back(JacondRoute::kExactAssembled, o.dense_device.get());
+    if (o.operator_device && s.N() >= kFastMinSize)  // smaller: condition_fast's CPU route, nothing to assemble
+      versus.emplace_back(JacondRoute::kExactAssembled, o.dense_device.get());
     versus.emplace_back(JacondRoute::kMixed, o.dense_device.get());
   }
   for (const auto& [route, device] : versus) {

@@ -205,7 +205,8 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
         "attention_forward + attention_jacobian (host) + condition_fast on " + device->description();
     run["routes"][route_name(JacondRoute::kExactAssembled, *device)] =
         "attention_forward (host) + K_sa assembled on the device from its operator twin's products "
-        "(models/device) + condition_fast_assembled on " + device->description() + " (where this LibTorch has CUDA)";
+        "(models/device) + condition_fast_assembled on " + device->description() +
+        " (where this LibTorch has CUDA; its kappa seconds include the device assembly, its note splits them)";
     run["routes"][route_name(JacondRoute::kMixed, *device)] =
         "attention_forward + attention_jacobian (host), rounded to fp32 + condition_mixed on " + device->description();
     run["device"] = device_json(*device);

@@ -150,11 +150,15 @@ class TorchMap : public TokenMap {
       return true;
     });
   }
-  // Columns per batch: the batch budget over one product's bytes and its unit input's.
+  std::string assembles_into() const final { return device_.is_cuda() ? "cuda" : "cpu"; }
+  double assembly_bytes() const final { return static_cast<double>(columns_per_batch()) * column_bytes(); }
+  // Columns per batch: the batch budget over one column's bytes (at least one, at most all).
   int64_t columns_per_batch() const {
-    const double per_column = bytes_per_product() + 8.0 * static_cast<double>(n() * d_in());
-    return std::clamp<int64_t>(static_cast<int64_t>(batch_bytes_ / per_column), 1, n() * d_in());
+    const int64_t columns = std::max<int64_t>(1, n() * d_in());
+    return static_cast<int64_t>(std::clamp(std::floor(batch_bytes_ / column_bytes()), 1.0, static_cast<double>(columns)));
   }
+  // One product's intermediates, its unit input and its output column.
+  double column_bytes() const { return bytes_per_product() + 8.0 * static_cast<double>(n() * (d_in() + d_out())); }
   Mat apply(const Mat& dX) const final {
     return on_device("matrix-free product (JVP)", device_, [&] {
       torch::NoGradGuard no_grad;

@@ -5,6 +5,7 @@
 // block_reports through either device (products and basis there) against the dense exact κ.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
+#include "analysis/spectral/dense_device_module.h"
 #include "models/device/torch_operator_device.h"
 #include "support/krylov_basis_contract.h"
 #include "support/random_block.h"
@@ -316,7 +318,9 @@ void expect_assembly_equals_the_closed_form(const torch::Device& dev) {
   const Index n = 9, d = 12;
   const BlockWeights w = test::random_block(d, 3, 4 * d, 17, 0.7);
   const Mat X = test::random_tokens(n, d, 5);
-  for (const double batch_bytes : {1.0, 1.75e5, TorchOperatorDevice::kAssemblyBatchBytes}) {  // 1, 7 (K_sa), all columns
+  // Columns per batch: 1; at 2e5 bytes 7 of K_sa's and K_sab's 108, 11 of K_mlp's and K_ffn's, 7 of
+  // the ln-complement map's 90 (column_bytes: 25 488, 17 280, 28 224), each with an uneven last batch; all.
+  for (const double batch_bytes : {1.0, 2e5, TorchOperatorDevice::kAssemblyBatchBytes}) {
     const TorchOperatorDevice device(dev, batch_bytes);
     for (SkipMode skip : kSkipModes) {
       const BlockForward f = block_forward(w, X, skip);
@@ -373,6 +377,7 @@ class HostAssemblingDevice final : public DenseDevice {
     return cpu_dense_device()->condition_fast(std::move(A), matrix);
   }
   std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const override {
+    if (map.assembles_into() != "cpu") return std::nullopt;  // host memory only, as the GPU's takes "cuda" only
     Mat K(map.n() * map.d_out(), map.n() * map.d_in());
     if (!map.assemble(K.data())) return std::nullopt;
     ConditionReport r = jacond::condition_fast(std::move(K), matrix);
@@ -463,6 +468,36 @@ TEST(OperatorDeviceCuda, AssemblyEqualsTheClosedFormJacobians_n9_d12_h3) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
   expect_assembly_equals_the_closed_form(torch::Device(torch::kCUDA, 0));
 }
+
+#ifdef JACOND_CUDA_MODULE_PATH
+// The GPU end to end, as `jacond block --device cuda` runs it: the dense device of the CUDA module
+// (cuSOLVER) and the operators' CUDA twin (ATen) together, the fast route's K_sa, B_sa, E_sa and
+// K_sab (with its residual) assembled on the GPU: the host's reports, each noted as assembled there.
+TEST(OperatorDeviceCuda, BlockReportsAssembleTheDenseRowsOnTheGpu_n40_d32_h2) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  const BlockWeights w = test::random_block(32, 2, 128, 31);
+  const Mat X = test::random_tokens(40, 32, 37);
+  BlockReportOptions host;
+  host.route = KappaRoute::kFast;
+  host.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};
+  BlockReportOptions gpu = host;
+  gpu.device = load_cuda_dense_device({JACOND_CUDA_MODULE_PATH}, "test");
+  gpu.operator_device = models::cuda_operator_device();
+  ASSERT_TRUE(gpu.operator_device);
+  const auto a = block_reports(w, X, SkipMode::kFull, gpu), b = block_reports(w, X, SkipMode::kFull, host);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string knobs = a[i].matrix + "/" + a[i].space + ": " + a[i].note;
+    EXPECT_EQ(a[i].method, "dense-lu-lanczos-cuda") << knobs;
+    EXPECT_NE(a[i].note.find("assembled on the GPU"), std::string::npos) << knobs;
+    EXPECT_EQ(a[i].status, b[i].status) << knobs;
+    if (b[i].status == Status::kExact) {  // σ_min of two backward-stable LUs: O(nd·eps·κ) relative
+      const double tol = std::max(1e-9, 1280 * 2.2e-16 * b[i].kappa);
+      EXPECT_NEAR(a[i].kappa / b[i].kappa, 1.0, tol) << knobs;
+    }
+  }
+}
+#endif
 
 TEST(OperatorDeviceCuda, WithoutAGpuTheHostRunsTheProductsAndSaysWhy) {
   if (have_cuda()) GTEST_SKIP() << "this LibTorch sees a GPU";

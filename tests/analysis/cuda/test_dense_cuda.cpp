@@ -89,6 +89,7 @@ class HostMatrixMap final : public TokenMap {
     const Vec y = K_.transpose() * Eigen::Map<const Vec>(G.data(), G.size());
     return Eigen::Map<const Mat>(y.data(), n_, d_in());
   }
+  std::string assembles_into() const override { return can_ ? "cuda" : ""; }
   bool assemble(double* device_out) const override {
     if (!can_) return false;
     return cudaMemcpy(device_out, K_.data(), sizeof(double) * K_.size(), cudaMemcpyHostToDevice) == cudaSuccess;
