@@ -73,7 +73,13 @@ item1_tests() {
   (cd "$build" && ctest -j4 -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure) || rc=$?
   # Failures again, one at a time: does a failure need its neighbours? (The first H200 run's four
   # segmentation faults were the four tests started together.) A death prints native frames now.
-  [ "$rc" = 0 ] || (cd "$build" && ctest -j1 --rerun-failed --output-on-failure) || true
+  # Controls: a test of each CLI test executable that touches no GPU (does the executable die at
+  # its exit on this machine whatever it runs?).
+  if [ "$rc" != 0 ]; then
+    (cd "$build" && ctest -j1 --rerun-failed --output-on-failure) || true
+    (cd "$build" && ctest -j1 -R "^CliTest.TopLevelHelp$|^TrainCli.NegativeOrNonFiniteOptimizerValuesAreUsageErrors$" \
+      --output-on-failure) || true
+  fi
   if [ -d "$build/python/jacond" ]; then  # the Python module's device="cuda" against its CPU route
     PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda ||
       rc=$?
