@@ -189,6 +189,10 @@ for n in 1 2 3 4 5 6 7 8 9; do grep -qE "^\| $n \| .* \| [0-9]+ \| 0 \|  \|$" "$
 # Numbers are the files' cells: the ViT-S κ (4 digits) and jacond/PyTorch images/s (3 digits).
 kappa=$(numcell "$render/vit-s/results.csv" kappa matrix K_sa) || exit 1
 has "| $(num %.4g "$kappa") |"
+kappa=$(numcell "$render/vit-s-ours/results.csv" kappa matrix K_sa) || exit 1  # item 3's second run, `ours`
+has "## 2b. The same under \`ours\`"
+has "| ours | dense-lu-lanczos | exact |"
+has "| $(num %.4g "$kappa") |"
 train=$render/bench-train/bench_train.csv
 ours=$(numcell "$train" images_per_s route jacond optimizer adamw) || exit 1
 theirs=$(numcell "$train" images_per_s route pytorch) || exit 1

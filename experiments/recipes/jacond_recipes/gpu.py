@@ -276,7 +276,10 @@ def run(r):
         tests_section(r, report, log)
         dense_section(r, report, log)
         exact_section(r, report, log, 3, "vit-s", "2. Exact fp64 κ of a ViT-S attention Jacobian (item 3)",
-                      "--d 384 --heads 6 --matrices K_sa --method dense", TARGETS["vit_s_seconds"])
+                      "--init timm --n 197 --d 384 --heads 6 --matrices K_sa --method dense", TARGETS["vit_s_seconds"])
+        if os.path.isdir(os.path.join(r.work_dir, "vit-s-ours")):  # item 3's second run (from 2026-11-27 on)
+            exact_section(r, report, log, 3, "vit-s-ours", "2b. The same under `ours`: the σ_min issue's open case "
+                          "(item 3)", "--init ours --n 197 --d 384 --heads 6 --matrices K_sa --method dense")
         exact_section(r, report, log, 5, "vit-b", "3a. ViT-B K_sa under `ours` by the mixed route (item 5)",
                       "--kappa mixed")
         lanczos_section(r, report, log)
