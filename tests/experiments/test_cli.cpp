@@ -1226,6 +1226,17 @@ TEST_F(CliTest, PlotDrawsBlockSweepAndBenchDenseFigures_n8_d16_h2) {
   const RunResult norows = run({"plot", path("plot-norows")});
   EXPECT_EQ(norows.code, 1) << norows.describe();
   EXPECT_NE(norows.err.find("results.csv: no rows"), std::string::npos) << norows.err;
+  // A results.csv without block's columns names the file and what it lacks; a file is not a folder.
+  fs::create_directories(path("plot-damaged"));
+  std::ofstream(path("plot-damaged") + "/results.csv") << "matrix,space,kappa\nK_sa,full,3\n";
+  const RunResult damaged = run({"plot", path("plot-damaged")});
+  EXPECT_EQ(damaged.code, 1) << damaged.describe();
+  EXPECT_NE(damaged.err.find(path("plot-damaged") + "/results.csv lacks the block columns head, kappa_lo, kappa_hi"),
+            std::string::npos) << damaged.err;
+  EXPECT_EQ(std::count(damaged.err.begin(), damaged.err.end(), '\n'), 1) << damaged.err;
+  const RunResult file = run({"plot", block + "/results.csv"});
+  EXPECT_EQ(file.code, 1) << file.describe();
+  EXPECT_NE(file.err.find("results.csv is not a directory"), std::string::npos) << file.err;
   const RunResult format = run({"plot", block, "--format", "gif"});
   EXPECT_EQ(format.code, 2) << format.describe();
   EXPECT_NE(format.err.find("--format"), std::string::npos) << format.err;

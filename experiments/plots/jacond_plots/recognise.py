@@ -33,12 +33,20 @@ def _header(path):
 def recognise(directory):
     """The kinds of jacond output in `directory` (possibly several); PlotError when none."""
     if not os.path.isdir(directory):
-        raise PlotError(f"{directory}: not a directory")
-    found = []
+        kind = "a file" if os.path.isfile(directory) else "not there"
+        raise PlotError(f"{directory}: not a directory ({kind}; jacond plot takes the folders jacond commands write)")
+    found, malformed = [], []
     for kind, (filename, columns, _) in KINDS.items():
         path = os.path.join(directory, filename)
-        if os.path.isfile(path) and all(c in _header(path) for c in columns):
+        if not os.path.isfile(path):
+            continue
+        missing = [c for c in columns if c not in _header(path)]
+        if missing:
+            malformed.append(f"{path} lacks the {kind} columns {', '.join(missing)}")
+        else:
             found.append(kind)
+    if not found and malformed:  # the file a kind is named by, without its columns: say which
+        raise PlotError(f"{'; '.join(malformed)} (not written by this jacond, or damaged)")
     if not found:
         known = ", ".join(f"{k} ({v[0]})" for k, v in KINDS.items())
         raise PlotError(f"{directory}: no jacond results this package recognises (knows: {known})")
