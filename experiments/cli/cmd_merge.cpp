@@ -49,6 +49,9 @@ std::string table_name(const json& grid) {
 }
 
 ShardOutput read_shard(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw std::runtime_error(dir + (fs::exists(dir) ? ": not a directory" : ": no such directory") +
+                             " (give the shards' --out directories)");
   ShardOutput s;
   s.dir = dir;
   try {

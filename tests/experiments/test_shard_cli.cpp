@@ -101,6 +101,9 @@ TEST_F(ShardCli, MergeRefusesShardsThatDoNotFit) {
   // An unsharded output, an unfinished shard, a table cut short.
   ASSERT_EQ(run(with(kSweep, {"--out", path("whole")})).code, 0);
   expect_one_line_error({"merge", path("whole"), "--out", out}, {"not a shard"}, out);
+  // A file or a missing path where a shard's directory goes: named as such.
+  expect_one_line_error({"merge", path("whole") + "/sweep.csv", "--out", out}, {"sweep.csv: not a directory"}, out);
+  expect_one_line_error({"merge", path("nowhere"), "--out", out}, {"nowhere: no such directory"}, out);
   fs::remove(fs::path(dirs[1]) / "run.json");
   expect_one_line_error({"merge", dirs[0], dirs[1], dirs[2], "--out", out}, {"run.json", "did the shard finish"}, out);
   std::ofstream(fs::path(dirs[2]) / "sweep.csv", std::ios::app) << "an,extra,row\n";
