@@ -163,6 +163,13 @@ MlpCache mlp_forward(const BlockWeights& w, const Mat& Y) {
   return c;
 }
 
+BlockForward attention_only_forward(const BlockWeights& w, const Mat& X) {
+  BlockForward f;
+  f.X = X;
+  f.attn = attention_forward(w, X);
+  return f;
+}
+
 BlockForward block_forward(const BlockWeights& w, const Mat& X, SkipMode skip) {
   if (X.cols() != w.d) {
     std::ostringstream os;

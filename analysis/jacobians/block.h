@@ -100,6 +100,9 @@ struct BlockForward {
   Mat X2;                 // block output
 };
 BlockForward block_forward(const BlockWeights& w, const Mat& X, SkipMode skip);
+/// Only X and the attention at X itself (no LayerNorm, nothing after): what the attention's
+/// Jacobians K_sa, B_sa, E_sa read, e.g. in a post-norm block, where the attention sees its input.
+BlockForward attention_only_forward(const BlockWeights& w, const Mat& X);
 
 /// Exact GELU and its derivative.
 double gelu(double z);

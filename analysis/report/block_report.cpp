@@ -457,9 +457,7 @@ std::vector<ConditionReport> post_norm_block_reports(const BlockWeights& w, cons
   for (const auto& m : opt.matrices)
     if (std::find(valid.begin(), valid.end(), m) == valid.end())
       throw std::invalid_argument("a post-norm block has only K_sa, B_sa, E_sa, softmax and attention, not " + m);
-  BlockForward f;  // the attention sees Y itself: attention_reports reads only X and attn
-  f.X = Y;
-  f.attn = attention_forward(w, Y);
+  const BlockForward f = attention_only_forward(w, Y);  // the attention sees Y itself
   std::vector<ConditionReport> out;
   attention_reports(w, f, resolve_route(opt, Y.rows(), w.d), opt, out);
   head_reports(w, f.attn, opt, out);

@@ -89,9 +89,7 @@ ConditionReport exact_assembled(const BlockWeights& w, const Mat& X, const Dense
                                 const OperatorDevice* operators, double* forward_s) {
   if (!operators) throw std::invalid_argument("the assembled route needs the device's operator twin");
   const auto t0 = Clock::now();
-  BlockForward f;  // the attention reads X and its cache only (as a post-norm block's)
-  f.X = X;
-  f.attn = attention_forward(w, X);
+  const BlockForward f = attention_only_forward(w, X);
   *forward_s = seconds_since(t0);
   const std::unique_ptr<TokenMap> map = operators->block_operator(w, f, "K_sa");
   std::optional<ConditionReport> r = device.condition_fast_assembled(*map, "K_sa");

@@ -56,8 +56,9 @@ def build_model(a):
 def param_groups(model):
     """timm's weight-decay rule, as `jacond train`'s AdamW (models/train/trainer.cpp, decays): decay on
     matrices only, not on biases, LayerNorms, pos_embed, cls_token."""
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and n not in ("pos_embed", "cls_token")]
-    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and n not in ("pos_embed", "cls_token"))]
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() >= 2 and name not in ("pos_embed", "cls_token") else rest).append(p)
     return [{"params": decay}, {"params": rest, "weight_decay": 0.0}]
 
 

@@ -366,6 +366,14 @@ TEST(TorchOperatorDevice, AssemblyRefusesANonFiniteMatrix) {
   }
 }
 
+// The fast route's options for the matrices a dense device may assemble (fast_on_device).
+BlockReportOptions fast_route_options() {
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  opt.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};
+  return opt;
+}
+
 // A dense device that takes condition_fast_assembled on the host (the map's assemble() into host
 // memory, then the host's condition_fast), to test block_reports' dispatch without a GPU: which
 // rows it routes there, and that they are the host's reports.
@@ -400,10 +408,7 @@ class HostAssemblingDevice final : public DenseDevice {
 TEST(TorchOperatorDevice, DenseRowsAreAssembledOnTheDeviceWhereItCan_n8_d16_h2) {
   const BlockWeights w = test::random_block(16, 2, 64, 23);
   const Mat X = test::random_tokens(8, 16, 29);
-  BlockReportOptions host;
-  host.route = KappaRoute::kFast;
-  host.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};
-  BlockReportOptions on_device = host;
+  BlockReportOptions on_device = fast_route_options();
   on_device.device = std::make_shared<HostAssemblingDevice>();
   on_device.operator_device = std::make_shared<TorchOperatorDevice>(torch::kCPU);
   const auto expect_rows = [&](SkipMode skip, const BlockReportOptions& opt, const std::set<std::string>& assembled) {
@@ -477,9 +482,7 @@ TEST(OperatorDeviceCuda, BlockReportsAssembleTheDenseRowsOnTheGpu_n40_d32_h2) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
   const BlockWeights w = test::random_block(32, 2, 128, 31);
   const Mat X = test::random_tokens(40, 32, 37);
-  BlockReportOptions host;
-  host.route = KappaRoute::kFast;
-  host.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};
+  const BlockReportOptions host = fast_route_options();
   BlockReportOptions gpu = host;
   gpu.device = load_cuda_dense_device({JACOND_CUDA_MODULE_PATH}, "test");
   gpu.operator_device = models::cuda_operator_device();

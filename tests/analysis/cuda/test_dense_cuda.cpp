@@ -52,6 +52,14 @@ void expect_same_report(const ConditionReport& cpu, const ConditionReport& gpu) 
   EXPECT_NE(gpu.note.find(", checks "), std::string::npos);
 }
 
+// A bare attention Jacobian (`ours`-like block, n 40, d 32, 2 heads: nd 1280) for the device tests.
+Mat bare_attention_jacobian() {
+  std::mt19937_64 rng(3);
+  const BlockWeights w = test::ours_like_block(32, 2, 128, 4);
+  const Mat X = test::gaussian(40, 32, 1.0, rng);
+  return attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+}
+
 TEST(DenseCuda, AgreesWithTheCpuRouteOnConstructedSpectra) {
   REQUIRE_DEVICE();
   for (double kappa : {10.0, 1e6, 1e10}) {
@@ -65,10 +73,7 @@ TEST(DenseCuda, AgreesWithTheCpuRouteOnConstructedSpectra) {
 
 TEST(DenseCuda, AgreesWithTheCpuRouteOnABareAttentionJacobian) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(3);
-  const BlockWeights w = test::ours_like_block(32, 2, 128, 4);
-  const Mat X = test::gaussian(40, 32, 1.0, rng);
-  const Mat K = attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+  const Mat K = bare_attention_jacobian();
   expect_same_report(condition_fast(K, "K_sa"), cuda::condition_fast(K, "K_sa"));
 }
 
@@ -108,9 +113,7 @@ class HostMatrixMap final : public TokenMap {
 TEST(DenseCuda, AssembledOnTheDeviceAgreesWithTheCopiedRoute) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(3);
-  const BlockWeights w = test::ours_like_block(32, 2, 128, 4);
-  const Mat X = test::gaussian(40, 32, 1.0, rng);
-  const Mat K = attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+  const Mat K = bare_attention_jacobian();
   const std::optional<ConditionReport> r = cuda::condition_fast_assembled(HostMatrixMap(K, 40), "K_sa");
   ASSERT_TRUE(r);
   expect_same_report(condition_fast(K, "K_sa"), *r);
