@@ -16,6 +16,7 @@
 
 #include "analysis/spectral/lu_lanczos.h"
 #include "analysis/spectral/mixed_lu.h"
+#include "analysis/spectral/schur_lu.h"
 
 namespace jacond::cuda {
 
@@ -268,6 +269,48 @@ class CudaLu32 {
   DeviceInfo info_;
 };
 
+// schur_lu.h's Store on the device: cudaMalloc'd buffers, 2-D copies by cudaMemcpy2D / cudaMemset2D,
+// differences by cublasDgeam, the LUs by cusolverDnXgetrf / Xgetrs (64-bit API: A11 of ViT-B's K_sa
+// is 75 648², 5.7e9 entries). Every call ends synchronised (a read of devInfo or a blocking copy),
+// so SchurStats' host timers measure the device work.
+class CudaSchurStore {
+ public:
+  using Buffer = DeviceBuffer<double>;
+  using Pivots = DeviceBuffer<int64_t>;
+  Buffer alloc(size_t count) {
+    require_free_memory(sizeof(double) * count, "the Schur route's buffers");
+    return Buffer(count);
+  }
+  Pivots pivots(Index m) { return Pivots(static_cast<size_t>(m)); }
+  void copy(Index rows, Index cols, const double* src, Index ld_src, double* dst, Index ld_dst) {
+    JACOND_CUDA(cudaMemcpy2D(dst, sizeof(double) * ld_dst, src, sizeof(double) * ld_src, sizeof(double) * rows, cols,
+                             cudaMemcpyDeviceToDevice));
+  }
+  void zero(Index rows, Index cols, double* dst, Index ld) {
+    JACOND_CUDA(cudaMemset2D(dst, sizeof(double) * ld, 0, sizeof(double) * rows, cols));
+  }
+  void subtract(Index rows, Index cols, const double* a, Index lda, const double* b, Index ldb, double* c, Index ldc) {
+    const double one = 1.0, minus_one = -1.0;
+    JACOND_CUDA(cublasDgeam_64(h_.blas, CUBLAS_OP_N, CUBLAS_OP_N, rows, cols, &one, a, lda, &minus_one, b, ldb, c, ldc));
+  }
+  void upload(const double* host, double* dst, Index count) {
+    JACOND_CUDA(cudaMemcpy(dst, host, sizeof(double) * count, cudaMemcpyHostToDevice));
+  }
+  void download(const double* src, double* host, Index count) {
+    JACOND_CUDA(cudaMemcpy(host, src, sizeof(double) * count, cudaMemcpyDeviceToHost));
+  }
+  FactorOutcome lu_factor(double* a, Index m, Pivots& p) { return getrf_in_place(h_, m, CUDA_R_64F, a, p.get(), info_); }
+  void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb) {
+    JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, CUDA_R_64F, lu, m,
+                                 p.get(), CUDA_R_64F, b, ldb, info_.get()));
+    read_info(info_, "cusolverDnXgetrs");
+  }
+
+ private:
+  Handles h_;
+  DeviceInfo info_;
+};
+
 // H = P L D Lᵀ Pᵀ on the device (analysis/spectral/ldlt.h): cusolverDnDsytrf (Bunch–Kaufman, the
 // only LDLᵀ in cuSOLVER) in place on a device copy of H's lower triangle. The factors come back to
 // the host once and are converted there to dsytrf_rk's layout (dsyconvf), which the count and the
@@ -462,11 +505,18 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
 std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) {
   const Index n = map.n() * map.d_out();
   if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
-  {  // the matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards
+  // The matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards;
+  // where that does not fit, the Schur route's half of it (A11, S, three panels and A11's workspace).
+  const SchurPlan plan = SchurPlan::for_order(n);
+  bool whole = false, half = false;
+  {
     Handles h;
-    if (static_cast<double>(getrf_device_bytes(h, n)) + map.assembly_bytes() > static_cast<double>(free_device_bytes()))
-      return std::nullopt;
+    const double free_bytes = static_cast<double>(free_device_bytes());
+    whole = static_cast<double>(getrf_device_bytes(h, n)) + map.assembly_bytes() <= free_bytes;
+    const size_t a11_workspace = getrf_device_bytes(h, plan.split) - sizeof(double) * plan.split * plan.split;
+    half = plan.bytes() + static_cast<double>(a11_workspace) + map.assembly_bytes() <= free_bytes;
   }
+  if (!whole) return half ? cuda::condition_schur(map, plan, matrix) : std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   const auto assembled = [&](double* seconds) {
     require_free_memory(sizeof(double) * static_cast<size_t>(n) * n, matrix + " on the GPU");
@@ -507,6 +557,18 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
   ConditionReport r = extremes_report(e, phases, n, matrix, product_norm, svd, t0);
   r.note = "assembled on the GPU from the operator's products" + (r.note.empty() ? "" : "; " + r.note);
   return r;
+}
+
+std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix) {
+  if (map.assembles_into() != "cuda") return std::nullopt;
+  CudaSchurStore store;
+  try {
+    ConditionReport r = condition_schur_with(store, map, plan, matrix, "dense-schur-lu-lanczos-cuda");
+    r.note = "assembled on the GPU from the operator's products; " + r.note;
+    return r;
+  } catch (const std::invalid_argument& e) {  // a NaN or inf entry, named as condition_fast names it
+    throw std::invalid_argument("condition_schur (cuda): " + matrix + ": " + e.what());
+  }
 }
 
 ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) {

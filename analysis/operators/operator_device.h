@@ -52,6 +52,21 @@ class TokenMap {
     (void)device_out;
     return false;
   }
+  /// Columns [first, first + count) of K (n·d_out × count, column-major, leading dimension
+  /// n·d_out) into `device_out`, in the memory assemble() writes: the same products of unit inputs,
+  /// a panel at a time (the Schur route, analysis/spectral/schur_lu.h, never holds all of K). False
+  /// where the map cannot; errors as assemble().
+  virtual bool assemble_columns(Index first, Index count, double* device_out) const {
+    (void)first, (void)count, (void)device_out;
+    return false;
+  }
+  /// K times `count` inputs held in the memory assemble() writes: `device_in` n·d_in × count and
+  /// `device_out` n·d_out × count, column-major (each column a vec'd token matrix). False where the
+  /// map cannot; a device error as one line naming the operation.
+  virtual bool apply_columns(const double* device_in, Index count, double* device_out) const {
+    (void)device_in, (void)count, (void)device_out;
+    return false;
+  }
   /// Where assemble() writes: "cuda" (device 0's global memory), "cpu" (host memory), "" where it
   /// cannot. A dense device takes only the memory it works in.
   virtual std::string assembles_into() const { return ""; }

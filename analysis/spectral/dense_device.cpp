@@ -25,6 +25,12 @@ ConditionReport CpuDenseDevice::condition_fast(Mat A, const std::string& matrix)
   return jacond::condition_fast(std::move(A), matrix);
 }
 
+std::optional<ConditionReport> CpuDenseDevice::condition_schur(const TokenMap& map, const SchurPlan& plan,
+                                                               const std::string& matrix) const {
+  if (map.assembles_into() != "cpu") return std::nullopt;
+  return jacond::condition_schur(map, plan, matrix);
+}
+
 Vec CpuDenseDevice::singular_values(Mat A) const { return jacond::singular_values(std::move(A)); }
 
 ConditionReport CpuDenseDevice::condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const {

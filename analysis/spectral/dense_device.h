@@ -20,7 +20,10 @@
 //   condition_fast_assembled(map)  condition_fast of a block operator's matrix assembled on the
 //                        device from the products of its device twin (analysis/operators/
 //                        operator_device.h), where device and map can; the GPU's K_sa, B_sa, E_sa and
-//                        K_sab under `--device cuda` with a CUDA LibTorch
+//                        K_sab under `--device cuda` with a CUDA LibTorch. Where the whole LU does
+//                        not fit the device but half of it does, the Schur route instead
+//   condition_schur(map, plan)  κ by a 2 × 2 block LU whose off-diagonal blocks stay matrix-free
+//                        (analysis/spectral/schur_lu.h): exact fp64 κ of ViT-B's K_sa on one H200
 //
 // What stays on the host on every device: assembling the matrix elsewhere (the closed-form
 // Jacobians of analysis/jacobians: certificates, the mixed and SVD routes, a LibTorch without
@@ -40,6 +43,7 @@
 #include "analysis/spectral/dense_cost.h"
 #include "analysis/spectral/ldlt.h"
 #include "analysis/spectral/mixed_lu.h"
+#include "analysis/spectral/schur_lu.h"
 
 namespace jacond {
 
@@ -63,6 +67,15 @@ class DenseDevice {
     (void)map, (void)matrix;
     return std::nullopt;
   }
+  /// κ of the map's matrix by the Schur route (analysis/spectral/schur_lu.h: A11 and the Schur
+  /// complement dense on this device, the off-diagonal blocks matrix-free) with `plan`: the route
+  /// condition_fast_assembled takes where the whole LU does not fit, forced here (the tests run it
+  /// on small maps). nullopt where this device cannot run it on this map.
+  virtual std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan,
+                                                         const std::string& matrix) const {
+    (void)map, (void)plan, (void)matrix;
+    return std::nullopt;
+  }
   virtual Vec singular_values(Mat A) const = 0;
   virtual ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const = 0;
   virtual bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const = 0;
@@ -84,6 +97,9 @@ class CpuDenseDevice final : public DenseDevice {
   std::string name() const override { return "cpu"; }
   std::string description() const override;
   ConditionReport condition_fast(Mat A, const std::string& matrix) const override;
+  /// The host's Schur route (condition_schur of schur_lu.h) on a map that assembles into host memory.
+  std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan,
+                                                 const std::string& matrix) const override;
   Vec singular_values(Mat A) const override;
   ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override;
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;

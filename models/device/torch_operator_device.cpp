@@ -129,24 +129,44 @@ class TorchMap : public TokenMap {
   // e_j = vec(E), E(i, c) = 1 at j = i + n·c (column-major vec, analysis/core/types.h). A batch's
   // outputs [m, n, d_out], read as vec's of their columns, are m consecutive columns of the
   // column-major K, so they are copied straight into `out`.
-  bool assemble(double* out) const final {
+  bool assemble(double* out) const final { return assemble_columns(0, n() * d_in(), out); }
+  bool assemble_columns(Index first, Index count, double* out) const final {
+    if (first < 0 || count < 0 || first + count > n() * d_in())
+      throw std::invalid_argument("assemble_columns: columns " + std::to_string(first) + "+" + std::to_string(count) +
+                                  " outside 0..." + std::to_string(n() * d_in()));
     return on_device("assembling the matrix from its products", device_, [&] {
       torch::NoGradGuard no_grad;
-      const int64_t n_in = n() * d_in(), n_out = n() * d_out(), step = columns_per_batch();
+      const int64_t n_in = n() * d_in(), step = columns_per_batch();
       const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
-      const at::Tensor K = torch::from_blob(out, {n_in, n_out}, opts);  // row j: column j of K
-      for (int64_t j0 = 0; j0 < n_in; j0 += step) {
-        const int64_t m = std::min(step, n_in - j0);
+      const at::Tensor K = torch::from_blob(out, {count, n() * d_out()}, opts);  // row k: column first + k of K
+      for (int64_t k0 = 0; k0 < count; k0 += step) {
+        const int64_t m = std::min(step, count - k0), j0 = first + k0;
         const at::Tensor units = torch::zeros({m, n_in}, opts);
         units.narrow(1, j0, m).copy_(torch::eye(m, opts));
-        const at::Tensor E = units.view({m, d_in(), n()}).transpose(1, 2).contiguous();  // [m, n, d_in]
-        const at::Tensor columns = jvp(E).transpose(1, 2).reshape({m, n_out});
+        const at::Tensor columns = products_of_columns(units);
         if (!torch::isfinite(columns).all().item<bool>())
           throw std::invalid_argument("the assembled matrix contains NaN or inf (columns " + std::to_string(j0) + "..." +
                                       std::to_string(j0 + m - 1) + ")");
-        K.narrow(0, j0, m).copy_(columns);
+        K.narrow(0, k0, m).copy_(columns);
       }
       if (device_.is_cuda()) torch::cuda::synchronize();  // the caller's cuSOLVER reads `out` next
+      return true;
+    });
+  }
+  // The same products on `count` inputs the caller holds (its column-major n·d_in × count array is
+  // the row-major [count, n·d_in] tensor of vec'd inputs).
+  bool apply_columns(const double* in, Index count, double* out) const final {
+    return on_device("matrix-free products of a panel", device_, [&] {
+      torch::NoGradGuard no_grad;
+      const int64_t step = columns_per_batch();
+      const auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+      const at::Tensor X = torch::from_blob(const_cast<double*>(in), {count, n() * d_in()}, opts);
+      const at::Tensor Y = torch::from_blob(out, {count, n() * d_out()}, opts);
+      for (int64_t k0 = 0; k0 < count; k0 += step) {
+        const int64_t m = std::min(step, count - k0);
+        Y.narrow(0, k0, m).copy_(products_of_columns(X.narrow(0, k0, m)));
+      }
+      if (device_.is_cuda()) torch::cuda::synchronize();
       return true;
     });
   }
@@ -159,6 +179,12 @@ class TorchMap : public TokenMap {
   }
   // One product's intermediates, its unit input and its output column.
   double column_bytes() const { return bytes_per_product() + 8.0 * static_cast<double>(n() * (d_in() + d_out())); }
+  // K x for the rows of `vecs` ([m, n·d_in], each a vec'd n × d_in input): [m, n·d_out].
+  at::Tensor products_of_columns(const at::Tensor& vecs) const {
+    const int64_t m = vecs.size(0);
+    const at::Tensor X = vecs.view({m, d_in(), n()}).transpose(1, 2).contiguous();  // [m, n, d_in]
+    return jvp(X).transpose(1, 2).reshape({m, n() * d_out()});
+  }
   Mat apply(const Mat& dX) const final {
     return on_device("matrix-free product (JVP)", device_, [&] {
       torch::NoGradGuard no_grad;
