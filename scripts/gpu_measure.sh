@@ -123,7 +123,7 @@ item5_vit_b_exact() {
     echo "ViT-B's Schur route needs >= 100 GB of device memory (A11 and S: 91.6 GB): skipped on ${mem_mib} MiB"
     return 0
   fi
-  time jc block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --kappa dense --device cuda \
+  time jc block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --device cuda \
     --threads 16 --out "$out/vit-b"
 }
 

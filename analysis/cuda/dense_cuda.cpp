@@ -271,8 +271,10 @@ class CudaLu32 {
 
 // schur_lu.h's Store on the device: cudaMalloc'd buffers, 2-D copies by cudaMemcpy2D / cudaMemset2D,
 // differences by cublasDgeam, the LUs by cusolverDnXgetrf / Xgetrs (64-bit API: A11 of ViT-B's K_sa
-// is 75 648², 5.7e9 entries). Every call ends synchronised (a read of devInfo or a blocking copy),
-// so SchurStats' host timers measure the device work.
+// is 75 648², 5.7e9 entries). Everything runs on the legacy default stream, as LibTorch's products
+// do, so the calls are ordered; each call ends synchronised (a read of devInfo, a blocking copy, or,
+// after the asynchronous 2-D copies and cublasDgeam, subtract's device synchronisation, once a
+// panel), so SchurStats' host timers measure the device work.
 class CudaSchurStore {
  public:
   using Buffer = DeviceBuffer<double>;
@@ -292,6 +294,7 @@ class CudaSchurStore {
   void subtract(Index rows, Index cols, const double* a, Index lda, const double* b, Index ldb, double* c, Index ldc) {
     const double one = 1.0, minus_one = -1.0;
     JACOND_CUDA(cublasDgeam_64(h_.blas, CUBLAS_OP_N, CUBLAS_OP_N, rows, cols, &one, a, lda, &minus_one, b, ldb, c, ldc));
+    JACOND_CUDA(cudaDeviceSynchronize());  // the panel's last call: its seconds are the assembly's
   }
   void upload(const double* host, double* dst, Index count) {
     JACOND_CUDA(cudaMemcpy(dst, host, sizeof(double) * count, cudaMemcpyHostToDevice));

@@ -114,13 +114,9 @@ template <typename Store>
 class SchurLuBackend {
  public:
   SchurLuBackend(Store& store, const TokenMap& map, const SchurPlan& plan)
-      : store_(store), map_(map), plan_(plan), m_(plan.split), s_(plan.order - plan.split),
+      : store_(store), map_(map), plan_(checked(plan, map)), m_(plan.split), s_(plan.order - plan.split),
         a11_(store.alloc(static_cast<size_t>(m_) * m_)), schur_(store.alloc(static_cast<size_t>(s_) * s_)),
-        p11_(store.pivots(m_)), ps_(store.pivots(s_)), v_(store.alloc(static_cast<size_t>(std::max(m_, s_)))) {
-    if (map.n() * map.d_in() != plan.order || map.d_in() != map.d_out())
-      throw std::invalid_argument("SchurLuBackend: the plan's order does not match the square map");
-    if (m_ < 1 || s_ < 1 || plan.panel < 1) throw std::invalid_argument("SchurLuBackend: split or panel out of range");
-  }
+        p11_(store.pivots(m_)), ps_(store.pivots(s_)), v_(store.alloc(static_cast<size_t>(std::max(m_, s_)))) {}
   Index order() const { return plan_.order; }
   const SchurStats& stats() const { return stats_; }
 
@@ -163,6 +159,14 @@ class SchurLuBackend {
   }
 
  private:
+  // The plan, if it fits the map (checked before anything is allocated).
+  static const SchurPlan& checked(const SchurPlan& plan, const TokenMap& map) {
+    if (map.n() * map.d_in() != plan.order || map.d_in() != map.d_out())
+      throw std::invalid_argument("SchurLuBackend: the plan's order does not match the square map");
+    if (plan.split < 1 || plan.split >= plan.order || plan.panel < 1)
+      throw std::invalid_argument("SchurLuBackend: split or panel out of range");
+    return plan;
+  }
   Eigen::Map<const Mat> as_tokens(const double* x) const { return Eigen::Map<const Mat>(x, map_.n(), map_.d_in()); }
   Vec product(const Vec& x, bool transposed) const {
     const Mat r = transposed ? map_.apply_transpose(as_tokens(x.data())) : map_.apply(as_tokens(x.data()));

@@ -537,6 +537,8 @@ TEST(SchurRoute, RefusesAPlanOfAnotherOrderOrAnEmptyBlock) {
   const HostMatrixMap map(Mat::Identity(10, 10));
   EXPECT_THROW(condition_schur(map, SchurPlan{12, 6, 2}, "I"), std::invalid_argument);
   EXPECT_THROW(condition_schur(map, SchurPlan{10, 0, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, 10, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, 5, 0}, "I"), std::invalid_argument);
 }
 
 // The fast route's options for the matrices a dense device may assemble (fast_on_device).
@@ -640,6 +642,11 @@ TEST(OperatorDeviceCuda, LanczosReportsBracketTheExactKappa_n8_d16_h2) {
 TEST(OperatorDeviceCuda, LanczosKeepsItsBracketAtTinyAndHugeScales) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
   expect_lanczos_keeps_its_bracket_at_tiny_and_huge_scales(models::cuda_operator_device());
+}
+
+TEST(OperatorDeviceCuda, PanelsEqualTheAssembledMatrix_n9_d12_h3) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  expect_panels_equal_the_assembled_matrix(torch::Device(torch::kCUDA, 0));
 }
 
 TEST(OperatorDeviceCuda, AssemblyEqualsTheClosedFormJacobians_n9_d12_h3) {
