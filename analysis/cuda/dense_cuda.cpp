@@ -1,5 +1,6 @@
 // The CUDA backend of lu_lanczos_extremes; the math is in analysis/spectral/lu_lanczos.h, the
 // choices in analysis/cuda/dense_cuda.h.
+#include "analysis/core/clock.h"
 #include "analysis/cuda/dense_cuda.h"
 
 #include <cublas_v2.h>
@@ -133,15 +134,11 @@ struct PhaseSeconds {
   Index gram_calls = 0, inverse_calls = 0;
 };
 
-// Adds the seconds since t0 to `total` on scope exit.
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
+// Adds the seconds since construction to `total` on scope exit.
 class PhaseTimer {
  public:
   explicit PhaseTimer(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
-  ~PhaseTimer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  ~PhaseTimer() { total_ += seconds_since(t0_); }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
  private:

@@ -1,3 +1,4 @@
+#include "analysis/core/clock.h"
 #include "analysis/spectral/condition.h"
 
 #include <lapacke.h>
@@ -33,9 +34,6 @@ double noise_floor(Index rows, Index cols, double sigma_max) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Fills σ_min/σ_max-derived fields: κ, the bracket, and the status (exact or singular).
 void finish_report(ConditionReport& r) {
@@ -216,6 +214,13 @@ void finish_extremes_report(ConditionReport& r) {
   // if σ_min is above the floor).
   r.rank = r.status == Status::kExact ? std::min(r.rows, r.cols) : -1;
   if (r.status == Status::kSingular) r.note = "rank unknown (fast route); --kappa svd (Python: method='svd') gives it";
+}
+
+void finish_not_converged_report(ConditionReport& r, const std::string& why) {
+  r.status = Status::kNotConverged;
+  r.kappa = r.kappa_lo = r.kappa_hi = std::numeric_limits<double>::quiet_NaN();
+  r.rank = -1;
+  r.note = why;
 }
 
 ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix) {

@@ -69,6 +69,10 @@ ConditionReport condition_svd(const Mat& A, const std::string& matrix);
 /// (condition_fast and its CUDA twin).
 void finish_extremes_report(ConditionReport& r);
 
+/// Marks a report whose extremes route did not reach a checked κ (the mixed and Schur routes):
+/// status not-converged, κ and its bracket NaN, rank −1 (unknown), note `why`.
+void finish_not_converged_report(ConditionReport& r, const std::string& why);
+
 /// Below this many columns (of the tall side) condition_fast takes the SVD: cheaper than setting
 /// up Lanczos, and Spectra's Lanczos needs more columns than its basis anyway. The CUDA twin keeps
 /// the same rule (a matrix this small runs on the host).

@@ -1,3 +1,4 @@
+#include "analysis/core/clock.h"
 #include "analysis/spectral/dense_device.h"
 
 #include <chrono>
@@ -13,7 +14,7 @@ ConditionReport DenseDevice::condition_svd(Mat A, const std::string& matrix) con
   const auto t0 = std::chrono::steady_clock::now();
   const Index rows = A.rows(), cols = A.cols();
   ConditionReport r = report_from_singular_values(matrix, rows, cols, singular_values(std::move(A)), svd_method());
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 

@@ -1,4 +1,5 @@
 // Thick-restart Golub–Kahan–Lanczos with certified brackets; the math is in analysis/spectral/gkl.h.
+#include "analysis/core/clock.h"
 #include "analysis/spectral/gkl.h"
 
 #include <lapacke.h>
@@ -24,7 +25,6 @@ using Clock = std::chrono::steady_clock;
 constexpr double kEps = std::numeric_limits<double>::epsilon();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 enum class Which { kLargest, kSmallest };
 

@@ -1,3 +1,4 @@
+#include "analysis/core/clock.h"
 #include "analysis/spectral/inertia.h"
 
 #include <Spectra/SymEigsSolver.h>
@@ -213,7 +214,7 @@ SingularValueCount count_singular_values_below(const Mat& K, double mu, int near
     double distance = 0;
     if (nearest_singular_values(f, mu, k, c.nearest, &distance)) c.decided = distance > c.delta;
   }
-  c.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  c.seconds = seconds_since(t0);
   return c;
 }
 
@@ -322,7 +323,7 @@ CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sig
     note << "sigma_max not certified: N(" << fmt(top.mu) << ")=" << top.below << " < " << all << " ";
   }
   out.note = note.str();
-  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  out.seconds = seconds_since(t0);
   return out;
 }
 

@@ -62,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/core/clock.h"
 #include "analysis/core/types.h"
 #include "analysis/operators/operators.h"
 #include "analysis/spectral/condition.h"
@@ -273,16 +274,14 @@ ConditionReport condition_mixed_with(Factor32& lu, const LinearMap& A, const std
     finish_extremes_report(r);
     r.note += std::string(r.note.empty() ? "" : "; ") + describe(backend.stats());
   } else {
-    r.status = Status::kNotConverged;
-    r.kappa = r.kappa_lo = r.kappa_hi = std::numeric_limits<double>::quiet_NaN();
-    r.rank = -1;
     const std::string& failure = backend.stats().failure;
-    r.note = !unsupported.empty()                                      ? unsupported
-             : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular ? "a pivot of the fp32 LU is exactly zero"
-             : !failure.empty()                                        ? "fp32 LU refinement failed: " + failure
-                                                                       : "lanczos did not converge";
+    finish_not_converged_report(r, !unsupported.empty() ? unsupported
+                                   : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
+                                       ? "a pivot of the fp32 LU is exactly zero"
+                                   : !failure.empty() ? "fp32 LU refinement failed: " + failure
+                                                      : "lanczos did not converge");
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 

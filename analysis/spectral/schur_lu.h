@@ -55,12 +55,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "analysis/core/clock.h"
 #include "analysis/core/types.h"
 #include "analysis/operators/operator_device.h"
 #include "analysis/spectral/condition.h"
@@ -100,12 +100,6 @@ struct SchurStats {
   bool a11_singular = false;  // a pivot of A11 is exactly zero (the assumption fails)
 };
 
-namespace detail {
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace detail
-
 /// lu_lanczos_extremes' backend (lu_lanczos.h's concept) by the 2 × 2 block factorisation above.
 /// gram() is the map's two products; factor() forms and factorises A11 and S; inverse_gram() is
 /// (2) then (1), each refined once. Vectors cross to the Store's memory per solve (N doubles each
@@ -130,19 +124,19 @@ class SchurLuBackend {
     sigma_max_ = sigma_max;
     auto t = std::chrono::steady_clock::now();
     assemble_a11();
-    stats_.assembly_seconds += detail::seconds_since(t);
+    stats_.assembly_seconds += seconds_since(t);
     t = std::chrono::steady_clock::now();
     if (store_.lu_factor(a11_.get(), m_, p11_) == FactorOutcome::kExactlySingular) {
       stats_.a11_singular = true;
       return FactorOutcome::kExactlySingular;
     }
-    stats_.factor_seconds += detail::seconds_since(t);
+    stats_.factor_seconds += seconds_since(t);
     t = std::chrono::steady_clock::now();
     form_schur_complement();
-    stats_.assembly_seconds += detail::seconds_since(t);
+    stats_.assembly_seconds += seconds_since(t);
     t = std::chrono::steady_clock::now();
     const FactorOutcome s = store_.lu_factor(schur_.get(), s_, ps_);
-    stats_.factor_seconds += detail::seconds_since(t);
+    stats_.factor_seconds += seconds_since(t);
     return s;
   }
 
@@ -153,7 +147,7 @@ class SchurLuBackend {
     const auto t = std::chrono::steady_clock::now();
     const Vec z = refined_solve(xv, true);
     const Vec out = refined_solve(z, false);
-    stats_.solve_seconds += detail::seconds_since(t);
+    stats_.solve_seconds += seconds_since(t);
     if (!out.allFinite()) throw NonFiniteSolve();
     std::copy(out.data(), out.data() + plan_.order, y);
   }
@@ -296,17 +290,15 @@ ConditionReport condition_schur_with(Store& store, const TokenMap& map, const Sc
     r.sigma_min = e.sigma_min;
     finish_extremes_report(r);
   } else {
-    r.status = Status::kNotConverged;
-    r.kappa = r.kappa_lo = r.kappa_hi = std::numeric_limits<double>::quiet_NaN();
-    r.rank = -1;
-    r.note = !unsupported.empty() ? unsupported
-             : s.a11_singular     ? "a pivot of A11 is exactly zero: this split does not factorise the matrix"
-             : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
-                 ? "a pivot of the Schur complement is exactly zero: singular to working precision (no SVD at this size)"
-                 : "lanczos did not converge (or the matrix is numerically singular)";
+    finish_not_converged_report(
+        r, !unsupported.empty() ? unsupported
+           : s.a11_singular     ? "a pivot of A11 is exactly zero: this split does not factorise the matrix"
+           : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
+               ? "a pivot of the Schur complement is exactly zero: singular to working precision (no SVD at this size)"
+               : "lanczos did not converge (or the matrix is numerically singular)");
   }
   r.note += std::string(r.note.empty() ? "" : "; ") + describe(plan, s);
-  r.seconds = detail::seconds_since(t0);
+  r.seconds = seconds_since(t0);
   return r;
 }
 
