@@ -508,14 +508,22 @@ void TrainingRun::log_step(int64_t step, int64_t epoch, const StepResult& r, dou
 
 void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
   last_eval_ = evaluate(*model_, test_split_, cfg_, device_, ranks_);
-  if (!main_) return;
-  std::ostringstream row;
-  row << step << "," << epoch << "," << format_number(last_eval_.loss) << "," << format_number(last_eval_.acc) << ","
-      << format_number(epoch_loss_ / epoch_seen_) << "," << format_number(epoch_correct_ / epoch_seen_);
-  eval_log_->line(row.str());
-  log_ << "[eval] step " << step << ": test loss " << std::fixed << std::setprecision(4) << last_eval_.loss
-       << ", test acc " << std::setprecision(4) << last_eval_.acc << " (" << test_split_.size() << " images)" << std::endl
-       << std::defaultfloat << std::setprecision(6);
+  if (main_) {
+    std::ostringstream row;
+    row << step << "," << epoch << "," << format_number(last_eval_.loss) << "," << format_number(last_eval_.acc) << ","
+        << format_number(epoch_loss_ / epoch_seen_) << "," << format_number(epoch_correct_ / epoch_seen_);
+    eval_log_->line(row.str());
+    log_ << "[eval] step " << step << ": test loss " << std::fixed << std::setprecision(4) << last_eval_.loss
+         << ", test acc " << std::setprecision(4) << last_eval_.acc << " (" << test_split_.size() << " images)"
+         << std::endl
+         << std::defaultfloat << std::setprecision(6);
+  }
+  // The last optimizer step can turn finite weights into NaN after that step's own (finite) loss was
+  // checked: the test loss is then the first to see it. Every rank holds the all-reduced loss, so
+  // every rank stops here (after eval.csv's row), before a checkpoint of NaN weights is written.
+  if (!std::isfinite(last_eval_.loss))
+    throw std::runtime_error("test loss is " + std::to_string(last_eval_.loss) + " at step " + std::to_string(step) +
+                             " (diverged; lower --lr)");
 }
 
 void TrainingRun::track_now(int64_t step) {

@@ -549,6 +549,25 @@ TEST_F(TrainCli, NegativeOrNonFiniteOptimizerValuesAreUsageErrors) {
   }
 }
 
+// A step whose own loss is finite can leave NaN weights behind (AdamW at --lr 1e30: the first
+// update is ±lr on every weight). The test loss is then the first to see it: exit 1 naming the test
+// loss, its eval.csv row kept, and no checkpoint of the NaN weights (was: tracking failed with
+// "tokens contain NaN or inf", or, without tracking, exit 0 and a checkpoint of NaN weights).
+TEST_F(TrainCli, ALastStepThatDivergesStopsAtTheTestLoss) {
+  for (const std::string track : {"5", "0"}) {
+    const std::string run = path("diverged-" + track);
+    const RunResult r = expect_one_line_error(
+        tiny_run(run, {"--steps", "1", "--warmup-steps", "0", "--optimizer", "adamw", "--lr", "1e30", "--track-every", track}),
+        {"test loss is", "step 1", "diverged"});
+    EXPECT_EQ(r.code, 1) << r.describe();
+    EXPECT_FALSE(fs::exists(run + "/step-0000001")) << "a checkpoint of the diverged weights was written";
+    std::ifstream eval(run + "/eval.csv");
+    std::string header, row;
+    std::getline(eval, header), std::getline(eval, row);
+    EXPECT_EQ(row.rfind("1,0,nan,", 0), 0u) << "eval.csv row: " << row;
+  }
+}
+
 // bench train against the Python PyTorch route (torch_train_route.py, Debian's python3-torch) on the
 // CPU: both routes' rows, each with its optimizer.step() time inside its step time, and the split
 // the GPU run needed (reports/gpu: jacond 0.92× PyTorch, with no way to say where the gap was).
