@@ -36,6 +36,8 @@ void BlockSource::add_options(po::options_description& desc) {
       ("layer", po::value(&layer)->default_value(layer), "block index in --weights (blocks.{layer}.*)")
       ("tokens", po::value(&tokens), "safetensors file with tensor `tokens` [n, d] or [m, n, d]")
       ("sample", po::value(&sample)->default_value(sample), "sample index when tokens are [m, n, d]")
+      ("norm", po::value(&norm), "pre | post: LayerNorm placement of a --weights file without jacond config "
+       "(default: the file's config; pre-norm, as timm's ViT, without one)")
       ("logit-scale", number_value(&logit_scale), "logit scale s; 0 = 1/sqrt(d_h)");
 }
 
@@ -54,8 +56,11 @@ void BlockSource::validate(const po::variables_map* typed) const {
     if (tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");
     if (layer < 0) throw std::invalid_argument("--layer must be >= 0, got " + std::to_string(layer));
     if (sample < 0) throw std::invalid_argument("--sample must be >= 0, got " + std::to_string(sample));
+    if (!norm.empty() && norm != "pre" && norm != "post")
+      throw std::invalid_argument("--norm must be pre or post, got '" + norm + "'");
     return;
   }
+  if (!norm.empty()) throw std::invalid_argument("--norm describes a --weights file; an --init block is pre-norm");
   if (!tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
   if (n < 2) throw std::invalid_argument("--n must be at least 2, got " + std::to_string(n));
   if (d < 1 || mlp_ratio < 1) throw std::invalid_argument("--d and --mlp-ratio must be >= 1");
@@ -95,22 +100,32 @@ struct FileArchitecture {
   int64_t heads = 0;
   double ln_eps = 1e-6;
   bool post_norm = false;
+  std::string norm_note;  // set when the placement is assumed
 };
 
-// What the tensors alone cannot say: the head count (and LayerNorm's eps). A checkpoint jacond
-// wrote carries them in its "config" metadata; a --heads that contradicts it is refused (analysing
-// a 6-head block as 2 heads gives a valid-looking, wrong κ); a file without it needs --heads.
+// What the tensors alone cannot say: the head count, where the LayerNorms sit (pre- and post-norm
+// blocks have the same tensors) and LayerNorm's eps. A checkpoint jacond wrote carries them in its
+// "config" metadata; a --heads or --norm that contradicts it is refused (analysing a 6-head block as
+// 2 heads, or a post-norm block with a LayerNorm before its attention, gives a valid-looking, wrong
+// κ); a file without it needs --heads, and is read as pre-norm unless --norm says post.
 FileArchitecture file_architecture(const BlockSource& src, const std::map<std::string, std::string>& meta) {
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, src.weights);
   if (!cfg) {
     if (src.heads == 0)
       throw std::invalid_argument(src.weights + " has no jacond config metadata: pass --heads (the block's head count)");
-    return {src.heads, 1e-6, false};
+    if (!src.norm.empty())
+      return {src.heads, 1e-6, models::parse_norm_placement(src.norm) == models::NormPlacement::kPost, ""};
+    return {src.heads, 1e-6, false,
+            "note: " + src.weights + " has no jacond config: read as pre-norm (LayerNorm before each branch, as "
+            "timm's ViT); pass --norm post for a post-norm model"};
   }
   if (src.heads != 0 && src.heads != cfg->heads)
     throw std::invalid_argument("--heads " + std::to_string(src.heads) + " contradicts " + src.weights +
                                 "'s config (heads " + std::to_string(cfg->heads) + "); drop --heads");
-  return {cfg->heads, cfg->ln_eps, cfg->norm == models::NormPlacement::kPost};
+  if (!src.norm.empty() && models::parse_norm_placement(src.norm) != cfg->norm)
+    throw std::invalid_argument("--norm " + src.norm + " contradicts " + src.weights + "'s config (norm " +
+                                models::to_string(cfg->norm) + "); drop --norm");
+  return {cfg->heads, cfg->ln_eps, cfg->norm == models::NormPlacement::kPost, ""};
 }
 
 }  // namespace
@@ -148,6 +163,7 @@ LoadedBlock load_block(const BlockSource& src) {
   const FileArchitecture arch = file_architecture(src, meta);
   out.weights = models::block_from_timm(w, src.layer, arch.heads, src.logit_scale, arch.ln_eps);
   out.post_norm = arch.post_norm;
+  out.norm_note = arch.norm_note;
   const models::TensorMap t = models::load_safetensors(src.tokens);
   const auto it = t.find("tokens");
   if (it == t.end()) throw std::invalid_argument(src.tokens + ": no tensor named `tokens`");

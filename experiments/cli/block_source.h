@@ -23,6 +23,10 @@ struct BlockSource {
   std::string weights, tokens;
   int64_t layer = 0;
   int64_t sample = 0;  // which sample of a [m, n, d] tokens tensor
+  /// pre | post for a --weights file without jacond's config (the tensors cannot say where the
+  /// LayerNorms sit); "": the file's config, pre-norm (timm's ViT) without one. A --norm that
+  /// contradicts the file's config is refused, as --heads is.
+  std::string norm;
   // both
   double logit_scale = 0.0;  // 0 = 1/sqrt(d_h)
 
@@ -42,6 +46,9 @@ struct LoadedBlock {
   /// so the block's attention sees its input itself and only post_norm_block_reports apply
   /// (block_reports would put norm1 in front of the attention: a valid-looking, wrong κ).
   bool post_norm = false;
+  /// Non-empty when the placement was assumed (a file without config and no --norm): one line the
+  /// command prints, so a post-norm file read as pre-norm does not pass unseen.
+  std::string norm_note;
 };
 
 /// Builds the block and tokens; throws with a one-line message naming the bad input.

@@ -96,6 +96,9 @@ AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags)
   t.state = models::load_safetensors(path, &meta);
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
   if (cfg) note_flags_against_config(path, *cfg, flags);
+  if (!cfg && !flags.norm)  // as `block`: pre- and post-norm blocks have the same tensors
+    std::cout << "note: " << path << " has no jacond config: read as pre-norm (LayerNorm before each branch, as "
+              << "timm's ViT); pass --norm post for a post-norm model\n";
   try {
     t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
   } catch (const std::invalid_argument& e) {

@@ -125,6 +125,7 @@ int run_block(int argc, char** argv) {
   BlockReportOptions opt = a.opt;
   select_devices(a.device, opt);
   const LoadedBlock blk = load_block(a.src);
+  if (!blk.norm_note.empty()) std::cout << blk.norm_note << "\n";
   if (blk.post_norm) {
     try {  // the rule train and audit apply (models/track/conditioning.h), with the file named
       models::check_matrices_for(models::NormPlacement::kPost, opt.matrices);

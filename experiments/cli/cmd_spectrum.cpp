@@ -213,6 +213,7 @@ int run_spectrum(int argc, char** argv) {
   set_threads(threads);
   o.device = select_dense_device(device);
   const LoadedBlock blk = load_block(src);
+  if (!blk.norm_note.empty()) std::cout << blk.norm_note << "\n";
   if (blk.post_norm)  // every spectrum operator puts LayerNorm before the attention
     throw std::invalid_argument(src.weights + " is a post-norm model (no LayerNorm before its branches): spectrum "
                                 "analyses pre-norm blocks; `jacond block` reports its K_sa, B_sa and E_sa");

@@ -404,6 +404,57 @@ TEST_F(CliTest, BlockOnAPostNormCheckpointAnalysesTheAttentionAtItsInput_n8_d16_
   }
 }
 
+// A file without jacond's config cannot say where its LayerNorms sit (pre- and post-norm blocks
+// have the same tensors): --norm post reads it as the config would (the attention at the block
+// input), no --norm reads it as pre-norm and says so in one line (it did so silently), and --norm
+// against a file's config, or with an --init block, is refused.
+TEST_F(CliTest, BlockReadsAConfigLessFileAsNormSaysAndNotesTheAssumption_n8_d16_h4) {
+  const int64_t n = 8, d = 16, heads = 4;
+  const std::string bare = path("bare.safetensors"), tfile = path("t.safetensors");
+  const jacond::models::TensorMap t = write_weights(bare, d, heads);
+  const jacond::Mat X = jacond::test::random_tokens(n, d, 12);
+  write_tokens(tfile, X);
+  const jacond::BlockWeights w = jacond::models::block_from_timm(t, 0, heads);
+  const double at_input = jacond::condition_svd(jacond::attention_jacobian(w, jacond::attention_forward(w, X)), "K_sa").kappa;
+  const jacond::Mat Y = jacond::layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps).y;
+  const double after_norm1 = jacond::condition_svd(jacond::attention_jacobian(w, jacond::attention_forward(w, Y)), "K_sa").kappa;
+  ASSERT_GT(std::abs(at_input - after_norm1), 1e-3 * at_input);  // the two readings differ here
+
+  const std::vector<std::string> base = {"block", "--weights", bare, "--tokens", tfile, "--heads", "4", "--matrices", "K_sa"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const RunResult post = run(with({"--norm", "post", "--out", path("post")}));
+  ASSERT_TRUE(post.exited && post.code == 0) << post.describe();
+  EXPECT_TRUE(contains(post.out, "norm=post")) << post.out;
+  EXPECT_FALSE(contains(post.out, "no jacond config")) << post.out;
+  const Csv post_csv = read_csv(path("post") + "/results.csv");
+  EXPECT_EQ(post_csv.rows.at(0).at("norm"), "post");
+  EXPECT_NEAR(to_double(post_csv.rows.at(0).at("kappa")), at_input, 1e-9 * at_input);
+
+  for (const auto& [flags, dir] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{}, "assumed"}, {{"--norm", "pre"}, "typed"}}) {
+    std::vector<std::string> extra = flags;
+    extra.insert(extra.end(), {"--out", path(dir)});
+    const RunResult pre = run(with(extra));
+    ASSERT_TRUE(pre.exited && pre.code == 0) << pre.describe();
+    EXPECT_EQ(contains(pre.out, "has no jacond config: read as pre-norm"), flags.empty()) << pre.out;
+    const Csv csv = read_csv(path(dir) + "/results.csv");
+    EXPECT_EQ(csv.rows.at(0).at("norm"), "pre");
+    EXPECT_NEAR(to_double(csv.rows.at(0).at("kappa")), after_norm1, 1e-9 * after_norm1);
+  }
+
+  jacond::models::ViTConfig cfg;
+  cfg.dim = d, cfg.heads = heads, cfg.depth = 1;  // pre-norm
+  jacond::models::save_safetensors(path("pre.safetensors"), t, {{"config", cfg.to_json().dump()}});
+  expect_one_line_error({"block", "--weights", path("pre.safetensors"), "--tokens", tfile, "--norm", "post", "--out", path("c")},
+                        {"--norm post", "contradicts", "norm pre", "drop --norm"}, path("c"));
+  EXPECT_EQ(expect_one_line_error(with({"--norm", "after"}), {"--norm", "pre or post", "after"}).code, 2);
+  EXPECT_EQ(expect_one_line_error({"block", "--init", "timm", "--norm", "post"}, {"--norm", "--weights", "pre-norm"}).code, 2);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input: one-line error, nonzero exit, nothing written.
 

@@ -468,6 +468,15 @@ TEST_F(TrainCli, PostNormRunsTrackAndAuditTheirOwnMatricesAndRefuseOthers) {
   r = expect_one_line_error({"audit", bare, "--data-free", "--out", path("bare-audit")},
                             {"bare.safetensors", "no jacond config", "default 3 heads", "pass --heads"}, path("bare-audit"));
   EXPECT_EQ(r.code, 1);
+  // With --heads it is audited, read as pre-norm unless --norm says post, and the assumption is
+  // printed (it was silent: this post-norm model's blocks analysed with a LayerNorm in front).
+  r = run({"audit", bare, "--data-free", "--heads", "2", "--threads", "1"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "bare.safetensors has no jacond config: read as pre-norm")) << r.out;
+  EXPECT_TRUE(contains(r.out, "pass --norm post")) << r.out;
+  r = run({"audit", bare, "--data-free", "--heads", "2", "--norm", "post", "--threads", "1"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_FALSE(contains(r.out, "read as pre-norm")) << r.out;
   // A checkpoint with its config is audited by its config; a typed --heads, --skip or --norm that
   // says otherwise (they describe config-less files, which one audit may list beside it) is noted.
   r = run({"audit", run_dir, "--data-free", "--heads", "4", "--norm", "pre", "--threads", "1"});
