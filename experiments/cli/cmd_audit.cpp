@@ -170,6 +170,12 @@ std::optional<AuditArgs> parse_audit(int argc, char** argv) {
     a.opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(a.matrices); });
     validate_device_name(a.device);
     a.shard = parse_flag("--shard", [&] { return parse_shard(a.shard_spec); });
+    // --data-free reads the weights alone: the flags of the Jacobian route would be ignored.
+    if (a.data_free)
+      for (const char* flag : {"matrices", "method", "certify", "lanczos-seconds", "probe-size", "data-dir", "device"})
+        if (typed(flag))
+          throw UsageError(std::string("--") + flag + " sets up the Jacobians at a probe batch; --data-free reports "
+                           "the weight products (W^V W^O, W^Q_h W^K_hᵀ) only");
   });
   a.opts.block.lanczos.max_seconds = a.lanczos_seconds;
   return a;

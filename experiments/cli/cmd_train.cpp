@@ -43,6 +43,20 @@ struct TrainArgs {
   std::set<std::string> typed;     // the flags given on the command line (not defaulted)
 };
 
+// A flag that describes the other architecture would be ignored (--norm post trained a ConvMixer
+// and recorded nothing of it): a usage error naming it. (--init is checked by value in
+// TrainConfig::finalize: timm, PyTorch's default, is the ConvMixer's.)
+void refuse_flags_of_the_other_arch(const std::string& arch, const std::set<std::string>& typed) {
+  if (arch == "convmixer") {
+    for (const char* flag : {"heads", "mlp-ratio", "norm", "drop-path", "alpha", "beta", "c", "mlp-init"})
+      if (typed.count(flag))
+        throw UsageError(std::string("--") + flag + " describes a ViT; --arch convmixer takes --dim, --depth, --patch, "
+                         "--skip full|none and --kernel");
+  } else if (typed.count("kernel")) {
+    throw UsageError("--kernel is the ConvMixer's depthwise kernel: it goes with --arch convmixer");
+  }
+}
+
 // The flags; std::nullopt after --help. Values are checked here, before any file is read or
 // written: a bad one exits 2 (check_usage).
 std::optional<TrainArgs> parse_train(int argc, char** argv) {
@@ -109,6 +123,7 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
           throw UsageError("--" + o->long_name() + ": the checkpoint fixes the model; leave it out when resuming");
       if (a.typed.count("seed")) throw UsageError("--seed: the checkpoint fixes the seed; leave it out when resuming");
     }
+    refuse_flags_of_the_other_arch(c.arch, a.typed);
     models::for_each_train_field(c, [&](const models::TrainField& f, const auto& field) {
       // Negative is the "optimizer's default" these fields hold until finalize(): typed, it is an error.
       if constexpr (std::is_same_v<std::decay_t<decltype(field)>, double>)

@@ -157,7 +157,7 @@ nlohmann::json TrainConfig::to_json() const {
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   TrainConfig c;
   try {
-    if (j.contains("model")) c.model = ViTConfig::from_json(j.at("model"));
+    if (j.contains("model")) c.model = ViTConfig::fields_from_json(j.at("model"));  // finalize() validates
     for_each_train_field(c, [&](const TrainField& f, auto& value) {
       if (f.saved && j.contains(f.key)) value = j.at(f.key).get<std::decay_t<decltype(value)>>();
     });

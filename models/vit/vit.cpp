@@ -105,6 +105,12 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
 }
 
 ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
+  ViTConfig c = fields_from_json(j);
+  c.validate();
+  return c;
+}
+
+ViTConfig ViTConfig::fields_from_json(const nlohmann::json& j) {
   ViTConfig c;
   if (!j.is_object()) throw std::invalid_argument("model config: not a JSON object");
   for (const char* key : {"image_size", "in_chans", "patch", "num_classes", "dim", "depth", "heads"})
@@ -138,7 +144,6 @@ ViTConfig ViTConfig::from_json(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("model config: ") + e.what());
   }
-  c.validate();
   return c;
 }
 

@@ -77,6 +77,9 @@ struct ViTConfig {
   nlohmann::json to_json() const;
   /// Inverse of to_json; missing keys keep their defaults, wrong types throw one line.
   static ViTConfig from_json(const nlohmann::json& j);
+  /// from_json without validate(): the fields of a TrainConfig, whose finalize() checks what its
+  /// architecture uses (a ConvMixer's ViT fields, e.g. a head count that does not divide d, are unused).
+  static ViTConfig fields_from_json(const nlohmann::json& j);
   /// The config a checkpoint jacond wrote keeps in its safetensors "config" metadata, or nullopt
   /// when `metadata` has none (a foreign file). Throws std::runtime_error "FILE: malformed 'config'
   /// metadata: ..." when it does not parse.

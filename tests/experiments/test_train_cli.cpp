@@ -244,7 +244,10 @@ TEST_F(TrainCli, ConvMixerTrainsTracksAndResumes) {
     std::vector<std::string> a = {"--arch", "convmixer", "--dim", "8", "--patch", "4", "--kernel", "3", "--init", "timm",
                                   "--optimizer", "adamw", "--track-matrices", "all", "--augment", "false"};
     a.insert(a.end(), extra.begin(), extra.end());
-    return tiny_run(out, a);
+    std::vector<std::string> args = tiny_run(out, a);
+    const auto heads = std::find(args.begin(), args.end(), "--heads");  // a ConvMixer has none
+    args.erase(heads, heads + 2);
+    return args;
   };
   const std::string whole = path("cm-whole"), parts = path("cm-parts");
   RunResult r = run(convmixer(whole, {}));
@@ -272,6 +275,18 @@ TEST_F(TrainCli, ConvMixerTrainsTracksAndResumes) {
   expect_one_line_error({"audit", last.dir}, {"convmixer", "ViT"});
   expect_one_line_error(convmixer(path("cm-bad"), {"--skip", "no-sab-skip"}), {"--arch", "full or none"});
   expect_one_line_error(convmixer(path("cm-bad"), {"--track-matrices", "K_sa"}), {"--track-matrices", "K_sa"});
+  // A ViT flag would be ignored (--norm post trained the same ConvMixer, exit 0): usage errors
+  // naming it, before any file; and the ConvMixer's --kernel with a ViT.
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--norm", "post"}, {"--heads", "2"}, {"--drop-path", "0.1"}, {"--mlp-ratio", "2"}, {"--alpha", "1"}}) {
+    std::vector<std::string> args = convmixer(path("cm-vit"), {});
+    args.insert(args.end(), {flag, value});
+    const RunResult vit_flag = expect_one_line_error(args, {flag, "describes a ViT"});
+    EXPECT_EQ(vit_flag.code, 2) << vit_flag.describe();
+    EXPECT_FALSE(fs::exists(path("cm-vit"))) << flag;
+  }
+  const RunResult kernel = expect_one_line_error(tiny_run(path("vit-kernel"), {"--kernel", "3"}), {"--kernel", "--arch convmixer"});
+  EXPECT_EQ(kernel.code, 2) << kernel.describe();
 }
 
 size_t losses_lines(const std::string& run) {
@@ -518,6 +533,13 @@ TEST_F(TrainCli, BadInputGivesOneLineErrors) {
     std::ofstream(path("junk.safetensors")) << "junk";
   }
   expect_one_line_error({"audit", path("junk.safetensors"), "--data-free"}, {"junk.safetensors"});
+  // --data-free reads the weights alone: a flag of the Jacobian route would be ignored (it was).
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--matrices", "K_sa"}, {"--method", "dense"}, {"--probe-size", "4"}, {"--certify", "inertia"}}) {
+    const RunResult ignored = expect_one_line_error({"audit", reference_run(*this), "--data-free", flag, value, "--out", path("df")},
+                                                    {flag, "--data-free"}, path("df"));
+    EXPECT_EQ(ignored.code, 2) << ignored.describe();
+  }
   // More probe images than the test split has: one line naming the flag (was LibTorch's narrow()
   // error with its C++ backtrace, 12 lines).
   expect_one_line_error({"audit", reference_run(*this), "--probe-size", "20000", "--matrices", "X_in"},

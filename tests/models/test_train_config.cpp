@@ -136,6 +136,13 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
   sab.arch = "convmixer";
   sab.model.skip = jacond::models::SkipKind::kSab;
   EXPECT_EQ(jacond::test::error_message([&] { sab.finalize(); }).rfind("--arch convmixer: --skip must be full or none", 0), 0u);
+  // A ConvMixer's saved config keeps the ViT fields it does not use (heads 3 at dim 8): it reads
+  // back (a resume failed with "--heads 3 does not divide --dim 8"); a ViT's is still checked.
+  const json unused_heads = {{"arch", "convmixer"}, {"model", {{"dim", 8}, {"heads", 3}, {"patch", 4}}}};
+  EXPECT_EQ(TrainConfig::from_json(unused_heads).model.dim, 8);
+  json vit = unused_heads;
+  vit["arch"] = "vit";
+  EXPECT_EQ(jacond::test::error_message([&] { TrainConfig::from_json(vit); }).rfind("--heads 3 does not divide --dim 8", 0), 0u);
   // A post-norm ViT has no K_ffn: a typed list naming it is refused, the default tracks per head.
   TrainConfig post;
   post.model.norm = jacond::models::NormPlacement::kPost;

@@ -283,6 +283,21 @@ def test_the_span_runs_are_the_eps_ablation_at_a_square_patch_embedding_with_the
     assert {value(argv, "--dim") for kind, _, _, argv in full if kind != "eps-span"} == {64}
 
 
+def test_the_convmixer_runs_carry_no_vit_flag_and_the_vit_runs_keep_their_heads():
+    class Recipe:
+        threads = 1
+        @staticmethod
+        def work(*parts):
+            return "/".join(("W", *parts))
+    for quick in (False, True):
+        Recipe.quick = quick
+        runs = always_skip.grid(Recipe())
+        controls = [argv for kind, _, _, argv in runs if kind == "convmixer"]
+        assert controls and all("--heads" not in argv and "--init" not in argv and "--dim" in argv for argv in controls)
+        assert all("--heads" in argv for kind, _, _, argv in runs if kind != "convmixer")
+    assert always_skip.without(["--dim", 64, "--heads", 2, "--patch", 4], "--heads") == ["--dim", 64, "--patch", 4]
+
+
 def test_with_values_replaces_only_the_named_flags_values():
     assert always_skip.with_values(["--dim", 64, "--depth", 4, "--patch", 7], {"--dim": 16, "--patch": 4}) == \
         ["--dim", 16, "--depth", 4, "--patch", 4]

@@ -92,7 +92,9 @@ def grid(r):
             runs.append(("eps-span", (graying, eps, seed), seeded_work(r, "eps-span", seed, f"{graying}-{eps:g}"),
                          [*EPS_FLAGS, *grayed, *seed_flag(seed)]))
     span_sizes = with_values(sizes, {"--dim": SPAN_DIM, "--patch": SPAN_PATCH})
-    return [(kind, key, directory, ["train", *args, *(span_sizes if kind == "eps-span" else sizes), "--threads",
+    control_sizes = without(sizes, "--heads")  # a ConvMixer has no heads (train refuses the flag)
+    size_flags = {"eps-span": span_sizes, "convmixer": control_sizes}
+    return [(kind, key, directory, ["train", *args, *size_flags.get(kind, sizes), "--threads",
                                     r.threads, "--track-matrices", "all" if kind == "convmixer" else TRACKED,
                                     "--out", directory])
             for kind, key, directory, args in runs]
@@ -101,6 +103,12 @@ def grid(r):
 def with_values(flags, values):
     """`flags` (a flat [--flag, value, ...] list) with the values of the flags in `values` replaced."""
     return [values.get(flags[i - 1], item) if i % 2 else item for i, item in enumerate(flags)]
+
+
+def without(flags, flag):
+    """`flags` (a flat [--flag, value, ...] list) without `flag` and its value."""
+    i = flags.index(flag)
+    return flags[:i] + flags[i + 2:]
 
 
 def seeds(r):
