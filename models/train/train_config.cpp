@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "analysis/report/block_report.h"
+#include "analysis/spectral/dense_cost.h"
 #include "models/track/conditioning.h"
 
 namespace jacond::models {
@@ -67,6 +68,23 @@ namespace {
 constexpr const char* kVitDefaultTracking = "K_ffn,softmax,attention";
 }  // namespace
 
+// The weights, their gradients and the optimizer's two moments in fp32 (16 bytes a weight of the
+// blocks' matrices): a lower bound of what training holds (activations, biases and SOAP's
+// eigenbases come on top), so a refusal is never wrong. Without it, --depth 100000000 allocated
+// until the machine ran out, leaving an empty run directory behind a kill.
+void TrainConfig::refuse_what_cannot_fit() const {
+  const double d = static_cast<double>(model.dim), blocks = static_cast<double>(model.depth);
+  const double weights = arch == "convmixer" ? blocks * (d * kernel * kernel + d * d)
+                                             : blocks * (4.0 * d * d + 2.0 * d * static_cast<double>(model.hidden()));
+  const double bytes = 16.0 * weights;
+  if (bytes > physical_memory_bytes())
+    throw std::invalid_argument("--depth " + std::to_string(model.depth) + " --dim " + std::to_string(model.dim) +
+                                ": the weights, gradients and optimizer moments alone need " +
+                                std::to_string(static_cast<int64_t>(std::ceil(bytes / 1e9))) +
+                                " GB, more than this machine's " +
+                                std::to_string(static_cast<int64_t>(physical_memory_bytes() / 1e9)) + " GB");
+}
+
 void TrainConfig::finalize() {
   require(arch == "vit" || arch == "convmixer", "arch", "must be vit or convmixer, got '" + arch + "'");
   for_each_train_field(*this, [](const TrainField& f, const auto& field) {  // --lr inf wrote "lr": null
@@ -91,6 +109,7 @@ void TrainConfig::finalize() {
     // matrices; a typed list is checked against what its blocks report.
     if (model.norm == NormPlacement::kPost && track_matrices == kVitDefaultTracking) track_matrices = "softmax,attention";
   }
+  refuse_what_cannot_fit();
   const bool soap = optimizer == "soap";
   require(soap || optimizer == "adamw", "optimizer", "must be soap or adamw, got '" + optimizer + "'");
   if (lr < 0) lr = soap ? 3e-3 : 1e-3;

@@ -136,6 +136,13 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
   sab.arch = "convmixer";
   sab.model.skip = jacond::models::SkipKind::kSab;
   EXPECT_EQ(jacond::test::error_message([&] { sab.finalize(); }).rfind("--arch convmixer: --skip must be full or none", 0), 0u);
+  // A model whose weights, gradients and two moments alone exceed the machine is refused at once,
+  // naming --depth and --dim (16 bytes a weight: 1e8 blocks of d = 16 are 1e8 * 3072 * 16 bytes).
+  const std::string deep = jacond::test::error_message(
+      [] { TrainConfig::from_json(json{{"model", {{"dim", 16}, {"heads", 2}, {"depth", 100000000}}}}); });
+  EXPECT_EQ(deep.rfind("--depth 100000000 --dim 16: the weights, gradients and optimizer moments alone need 4916 GB", 0), 0u)
+      << deep;
+  EXPECT_NO_THROW(TrainConfig::from_json(json{{"model", {{"dim", 16}, {"heads", 2}, {"depth", 1000}}}}));
   // A ConvMixer's saved config keeps the ViT fields it does not use (heads 3 at dim 8): it reads
   // back (a resume failed with "--heads 3 does not divide --dim 8"); a ViT's is still checked.
   const json unused_heads = {{"arch", "convmixer"}, {"model", {{"dim", 8}, {"heads", 3}, {"patch", 4}}}};
