@@ -9,7 +9,9 @@
 
 #include "analysis/core/threads.h"
 #include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/host_token_map.h"
 #include "analysis/operators/operators.h"
+#include "analysis/spectral/schur_lu.h"
 
 namespace jacond {
 
@@ -314,6 +316,36 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
   return opt.device->condition_fast_assembled(*map, name);
 }
 
+// kFast on the host for a square operator whose full route (K and the copy its assembly holds:
+// fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what the host may hold
+// (opt.host_memory_bytes; 0: 90 % of physical memory) while the Schur route's A11 and Schur
+// complement (4 N² and a panel) fit it: the 2 × 2 block LU of analysis/spectral/schur_lu.h on the
+// operator's own products (HostTokenMap), so an exact κ reaches matrices of about four times the
+// memory the full route needs (design §10). nullopt where the full route is taken (another route or device; K fits); throws
+// naming the sizes where neither fits. No certificate: its counts need K itself.
+template <typename Op>
+std::optional<ConditionReport> schur_on_host(const Op& op, const std::string& name, KappaRoute route,
+                                             const BlockReportOptions& opt) {
+  if (route != KappaRoute::kFast || (opt.device && opt.device->name() != "cpu")) return std::nullopt;
+  const Index N = op.rows();
+  const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
+  const double full = fast_route_cost(N, N, get_threads()).bytes;  // K and its assembly's copy: 16 N²
+  if (full <= memory) return std::nullopt;
+  const SchurPlan blocks = SchurPlan::for_order(N, 0);  // one-column panels: A11 and S alone
+  const SchurPlan plan = SchurPlan::for_order(N, std::min(2e9, memory - blocks.bytes()));
+  if (plan.bytes() > memory)
+    throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): the dense route holds " +
+                             gigabytes(full) + ", the Schur route " + gigabytes(plan.bytes()) + ", more than the " +
+                             gigabytes(memory) + " this machine gives it; the lanczos route brackets it matrix-free");
+  if (opt.before_dense_solve) opt.before_dense_solve();
+  const HostTokenMap<Op> map(op);
+  ConditionReport r = condition_schur(map, plan, name);
+  if (wants_certificate(opt, N, N))
+    r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: the Schur route does not hold K, which the "
+                                                         "inertia counts factorise");
+  return r;
+}
+
 // K_sa, B_sa, E_sa (paper Eq. 10/13) of the attention at f.attn, by `route`: assembled and solved
 // densely (kFast, kSvd, kMixed) or through their operators (kLanczos). Reads f.X and f.attn only,
 // so a post-norm block, whose attention sees its input itself, passes a forward pass with just those.
@@ -332,6 +364,10 @@ void attention_reports(const BlockWeights& w, const BlockForward& f, KappaRoute 
       out.push_back(std::move(*r));
       continue;
     }
+    if (std::optional<ConditionReport> r = schur_on_host(AttentionJacobianOp(w, f.attn, part), name, route, opt)) {
+      out.push_back(std::move(*r));
+      continue;
+    }
     const auto K32 = [&, p = part] { return attention_jacobian_fp32(w, f.attn, p); };
     out.push_back(route == KappaRoute::kMixed ? mixed_report(AttentionJacobianOp(w, f.attn, part), name, opt, K, K32)
                                               : dense_report(K(), name, route, opt));
@@ -345,10 +381,13 @@ void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMo
   const Index n = f.X.rows();
   const bool can_restrict = w.d >= 3;
   const bool restricts = !sab_residual(skip) && can_restrict;  // the ln-complement row needs K_sab on the host
-  std::optional<ConditionReport> sab_on_device;
-  if (wants(opt, "K_sab") && !restricts) sab_on_device = fast_on_device(w, f, "K_sab", route, opt);
-  if (sab_on_device) {
-    out.push_back(std::move(*sab_on_device));
+  std::optional<ConditionReport> sab_unassembled;  // no host matrix: on the device, or the host's Schur route
+  if (wants(opt, "K_sab") && !restricts) {
+    sab_unassembled = fast_on_device(w, f, "K_sab", route, opt);
+    if (!sab_unassembled) sab_unassembled = schur_on_host(SabJacobianOp(w, f), "K_sab", route, opt);
+  }
+  if (sab_unassembled) {
+    out.push_back(std::move(*sab_unassembled));
   } else if (wants(opt, "K_sab")) {
     Mat Ksab = sab_jacobian(w, f);
     ConditionReport restricted;

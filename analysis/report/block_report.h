@@ -79,6 +79,11 @@ struct BlockReportOptions {
   /// memory within dense_max_bytes (0: half of physical memory).
   GklOptions lanczos;
   double dense_max_bytes = 0;
+  /// What the dense routes may hold on the host (0: 90 % of physical memory). An nd × nd matrix of
+  /// kFast whose full route (fast_route_cost: K and a copy) exceeds it takes the Schur route on the
+  /// host instead (analysis/spectral/schur_lu.h: A11 and the Schur complement, half of K), and one
+  /// for which neither fits is refused naming the sizes.
+  double host_memory_bytes = 0;
   /// Inertia-count certificates (analysis/spectral/inertia.h) of the nd × nd matrices: kInertia
   /// always, kAuto when three counts fit the same budget (memory and 3 × predicted seconds).
   /// The dense route certifies K_sa, B_sa, E_sa, K_sab (its K_mlp / K_ffn are exact per-token

@@ -1,6 +1,7 @@
 // `jacond block`: condition reports of one block's Jacobians (analysis/report/block_report.h).
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -24,6 +25,7 @@ struct BlockArgs {
   BlockSource src;  // weights and tokens: an init, or files
   std::string skip = "none", kappa = "fast", method = "auto", matrices = "all", certify = "none", device = "cpu", out_dir;
   int threads = 2;
+  double host_memory_gb = 0;
   GklOptions gkl;
   BlockReportOptions opt;  // route (before auto is resolved), certificate, matrices
   SkipMode mode{};
@@ -53,6 +55,9 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
       ("lanczos-tol", number_value(&gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
       ("lanczos-basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "lanczos: Krylov basis before a restart")
       ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/Eigen threads")
+      ("host-memory", number_value(&a.host_memory_gb),
+       "GB the dense route may hold on the host (0: 90% of RAM); a matrix past it takes the Schur route "
+       "(A11 and its Schur complement, half of it; analysis/spectral/schur_lu.h)")
       ("out", po::value(&a.out_dir), "write DIR/results.csv and DIR/run.json");
   add_device_option(desc, &a.device);
   po::variables_map vm;
@@ -67,6 +72,9 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
       throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0 and --lanczos-basis >= 2");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1, got " + std::to_string(a.threads));
+    if (!(a.host_memory_gb >= 0) || !std::isfinite(a.host_memory_gb))
+      throw std::invalid_argument("--host-memory must be >= 0 GB (0: 90% of RAM), got " + fmt(a.host_memory_gb));
+    a.opt.host_memory_bytes = a.host_memory_gb * 1e9;
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
     a.skip_typed = vm.count("skip") && !vm["skip"].defaulted();
     a.opt.route = parse_kappa_route(a.method);

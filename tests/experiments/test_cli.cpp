@@ -1217,6 +1217,32 @@ TEST_F(CliTest, BlockKappaMixedGivesTheFastRoutesKappa_n8_d16_h2) {
   }
 }
 
+// --host-memory below the full route's 16 N² (N = 128: 262 144 bytes) and above the Schur route's
+// A11, S and a panel: K_sa and K_sab take the Schur route (method and note say so) with the full
+// route's κ; below both, one error naming the sizes (exit 1); a negative value is a usage error.
+TEST_F(CliTest, BlockHostMemoryTakesTheSchurRouteWithTheFullRoutesKappa_n8_d16_h2) {
+  std::map<std::string, std::map<std::string, double>> kappa;  // --host-memory -> matrix -> κ
+  for (const std::string memory : {"0", "0.0002"}) {
+    const std::string out = path("host-" + memory);
+    const RunResult r = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "full",
+                             "--matrices", "K_sa,K_sab", "--method", "dense", "--host-memory", memory, "--out", out});
+    ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+    for (const auto& row : read_csv(out + "/results.csv").rows) {
+      kappa[memory][row.at("matrix")] = to_double(row.at("kappa"));
+      EXPECT_EQ(row.at("method"), memory == "0" ? "dense-lu-lanczos" : "dense-schur-lu-lanczos") << row.at("matrix");
+      if (memory != "0") EXPECT_NE(row.at("note").find("split at 64 of 128"), std::string::npos) << row.at("note");
+    }
+  }
+  ASSERT_EQ(kappa["0.0002"].size(), 2u);
+  for (const auto& [matrix, want] : kappa["0"]) EXPECT_NEAR(kappa["0.0002"].at(matrix) / want, 1.0, 1e-9) << matrix;
+  const RunResult tiny = expect_one_line_error({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2",
+                                                "--matrices", "K_sa", "--method", "dense", "--host-memory", "0.00001",
+                                                "--out", path("tiny")},
+                                               {"K_sa (128 x 128)", "the Schur route", "lanczos"}, path("tiny"));
+  EXPECT_EQ(tiny.code, 1) << tiny.describe();
+  EXPECT_EQ(expect_one_line_error({"block", "--host-memory", "-1"}, {"--host-memory", ">= 0"}).code, 2);
+}
+
 // bench dense with a custom size and no Python: the mixed route is a row of its own, compared
 // with the CPU exact route, and agrees with it under `ours` (κ(K_sa) ≈ 2e4) and under `timm`
 // (κ ≈ 1e9: κ·u₃₂ ≈ 70, past classical refinement, within GMRES-IR's reach; mixed_lu.h).

@@ -1,0 +1,124 @@
+// The Schur route on the host through block_reports (analysis/report/block_report.cpp,
+// schur_on_host): a dense κ whose fp64 matrix exceeds what the host may hold takes the 2 × 2 block
+// LU of analysis/spectral/schur_lu.h on the closed-form kernels' products (HostTokenMap), with the
+// full LU's numbers; one for which neither fits is refused naming the sizes. No LibTorch here: the
+// maps are analysis/operators/host_token_map.h over operators.h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "analysis/jacobians/jacobians.h"
+#include "analysis/operators/host_token_map.h"
+#include "analysis/operators/operators.h"
+#include "analysis/report/block_report.h"
+#include "analysis/spectral/dense_cost.h"
+#include "support/random_block.h"
+
+namespace jacond {
+namespace {
+
+// HostTokenMap's columns are the closed-form Jacobian's (attention_jacobian, sab_jacobian: an
+// independent assembly) to round-off, a panel at a time or whole; apply_columns is K times the
+// columns; a panel past the matrix is refused.
+TEST(HostTokenMap, ColumnsAreTheClosedFormJacobiansN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 11);
+  const BlockForward f = block_forward(w, test::random_tokens(6, 8, 12), SkipMode::kFull);
+  const Index N = 48;
+  const Mat Ksa = attention_jacobian(w, f.attn), Ksab = sab_jacobian(w, f);
+  const AttentionJacobianOp sa(w, f.attn);
+  const SabJacobianOp sab(w, f);
+  const HostTokenMap<AttentionJacobianOp> sa_map(sa);
+  const HostTokenMap<SabJacobianOp> sab_map(sab);
+  EXPECT_EQ(sa_map.assembles_into(), "cpu");
+  Mat whole(N, N), panel(N, 7);
+  ASSERT_TRUE(sa_map.assemble(whole.data()));
+  EXPECT_LT((whole - Ksa).cwiseAbs().maxCoeff(), 1e-13 * Ksa.cwiseAbs().maxCoeff());
+  ASSERT_TRUE(sab_map.assemble_columns(30, 7, panel.data()));
+  EXPECT_LT((panel - Ksab.middleCols(30, 7)).cwiseAbs().maxCoeff(), 1e-13 * Ksab.cwiseAbs().maxCoeff());
+  const Mat in = test::random_tokens(N, 3, 13);
+  Mat out(N, 3);
+  ASSERT_TRUE(sab_map.apply_columns(in.data(), 3, out.data()));
+  EXPECT_LT((out - Ksab * in).cwiseAbs().maxCoeff(), 1e-13 * (Ksab * in).cwiseAbs().maxCoeff());
+  EXPECT_THROW(sa_map.assemble_columns(45, 4, panel.data()), std::invalid_argument);
+}
+
+bool nd_by_nd(const ConditionReport& r) {
+  return r.space == "full" && (r.matrix == "K_sa" || r.matrix == "B_sa" || r.matrix == "E_sa" || r.matrix == "K_sab");
+}
+
+// Past opt.host_memory_bytes (one byte short of the full route's K and copy, 16 N²), K_sa, B_sa, E_sa and K_sab (full space)
+// take the Schur route and give the full LU's κ (within two backward-stable solves' σ_min); every
+// other row is the full call's, bit for bit. The skipless K_sab keeps the host matrix (its
+// LayerNorm-complement row restricts it), so it stays on the full route.
+TEST(HostSchurRoute, PastTheHostsMemoryTheDenseRouteGivesTheFullLusKappaN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  const double N = 96;
+  for (SkipMode skip : {SkipMode::kFull, SkipMode::kNone}) {
+    BlockReportOptions full;
+    full.route = KappaRoute::kFast;
+    BlockReportOptions halves = full;
+    halves.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+    ASSERT_EQ(halves.host_memory_bytes, 16 * N * N - 1);
+    int before = 0;
+    halves.before_dense_solve = [&] { ++before; };
+    const std::vector<ConditionReport> want = block_reports(w, X, skip, full), got = block_reports(w, X, skip, halves);
+    ASSERT_EQ(got.size(), want.size());
+    int schur = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const ConditionReport &g = got[i], &e = want[i];
+      const std::string knobs = g.matrix + " " + g.space + " skip " + to_string(skip) + ": " + g.note;
+      const bool on_schur = nd_by_nd(g) && !(g.matrix == "K_sab" && skip == SkipMode::kNone);
+      if (!on_schur) {
+        EXPECT_EQ(g.method, e.method) << knobs;
+        EXPECT_EQ(g.kappa, e.kappa) << knobs;
+        continue;
+      }
+      ++schur;
+      EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
+      EXPECT_NE(g.note.find("split at 48 of 96"), std::string::npos) << knobs;
+      if (e.status != Status::kExact) {  // E_sa is singular (Prop. 2): no SVD to confirm it on this route
+        EXPECT_TRUE(g.status == Status::kSingular || g.status == Status::kNotConverged) << knobs;
+        continue;
+      }
+      ASSERT_EQ(g.status, Status::kExact) << knobs;
+      EXPECT_NEAR(g.kappa / e.kappa, 1.0, std::max(1e-9, N * 2.2e-16 * e.kappa)) << knobs;
+    }
+    EXPECT_EQ(schur, skip == SkipMode::kFull ? 4 : 3);
+    EXPECT_EQ(before, skip == SkipMode::kFull ? 4 : 5);  // the skipless K_sab's two host solves
+  }
+}
+
+// Neither K nor the Schur route's halves fit: one error naming the matrix, both sizes and the
+// way out, before anything is assembled. A certificate asked for on the Schur route is a note
+// (its counts factorise K itself), not a failure.
+TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  BlockReportOptions tiny;
+  tiny.route = KappaRoute::kFast;
+  tiny.matrices = {"K_sa"};
+  tiny.host_memory_bytes = 30000;  // the full route: 147 456 bytes; A11 and S alone: 36 864
+  try {
+    block_reports(w, X, SkipMode::kFull, tiny);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    for (const char* needle : {"K_sa (96 x 96)", "the dense route holds", "the Schur route", "lanczos"})
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+  }
+  BlockReportOptions certified = tiny;
+  certified.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+  certified.certify = CertifyMode::kInertia;
+  const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, certified);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].method, "dense-schur-lu-lanczos");
+  EXPECT_EQ(r[0].status, Status::kExact) << r[0].note;
+  EXPECT_NE(r[0].note.find("not certified: the Schur route does not hold K"), std::string::npos) << r[0].note;
+}
+
+}  // namespace
+}  // namespace jacond
