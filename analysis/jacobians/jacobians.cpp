@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -19,19 +20,15 @@ Mat TokenBlockDiagonal::to_dense() const {
   return D;
 }
 
-namespace {
-
 // Per-head factors of K_sa's terms (paper Eq. 10/13), computed once.
-struct AttentionHeadFactors {
+struct AttentionJacobianColumns::HeadFactors {
   const Mat* A = nullptr;  // A_h, n × n
   Mat C;                   // W^V_h W^O_h, d × d (B term)
   Mat P, R, U;             // V_h W^O_h, A_h P, Q_h W^K_hᵀ, n × d (E term through K)
   Mat Kq, AKq;             // K_h W^Q_hᵀ, A_h Kq, n × d (E term through Q)
 };
 
-}  // namespace
-
-// Assembled column by column: column (l, b) of K, viewed as an n × d matrix over (i, a), is
+// Column (l, b) of K, viewed as an n × d matrix over (i, a), is
 //   B:          Σ_h C_h[b, a] · A_h[i, l]                                  ((W^V_h W^O_h)ᵀ ⊗ A_h)
 //   E through K: Σ_h s · A_h[i, l] U_h[i, b] · (P_h[l, a] − R_h[i, a])
 //   E through Q: for i = l only, D_l[a, b],  D_i = Σ_h s · [P_hᵀ diag(p_i) Kq_h − R_h[i,:]ᵀ (p_iᵀ Kq_h)]
@@ -40,71 +37,93 @@ struct AttentionHeadFactors {
 // p_i-weighted covariance of P's and Kq's rows), never as a difference of two products scaled by s:
 // where a softmax row saturates (p_i one-hot) each is exactly 0, as ∂A/∂Y is, and a large s cannot
 // turn the rounding of two huge products into an E that swamps B (at s = 1e20 K came out 0).
-// Each column is written once with every head's terms while it is in cache (K is 45.8 GB at
-// ViT-S, so passes over it, not flops, are the cost), and the column blocks b are independent, so
-// they run on get_threads() threads (parallel_for) with a result that does not depend on the count.
-// Every column is computed in fp64; an fp32 K (Scalar = float) gets each column rounded once.
-template <typename Scalar>
-Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> assemble_attention_jacobian(const BlockWeights& w,
-                                                                                  const AttentionCache& c,
-                                                                                  AttentionPart part) {
-  const Index n = c.Y.rows(), d = w.d, dh = w.head_dim(), N = n * d;
-  const double s = w.effective_logit_scale();
-  const bool with_b = part != AttentionPart::kE, with_e = part != AttentionPart::kB;
-
-  std::vector<AttentionHeadFactors> heads(w.heads);
-  std::vector<Mat> D(with_e ? n : 0, Mat::Zero(d, d));  // through Q, summed over heads
+AttentionJacobianColumns::AttentionJacobianColumns(const BlockWeights& w, const AttentionCache& c, AttentionPart part)
+    : n_(c.Y.rows()), d_(w.d), s_(w.effective_logit_scale()), with_b_(part != AttentionPart::kE),
+      with_e_(part != AttentionPart::kB), heads_(w.heads), D_(with_e_ ? n_ : 0, Mat::Zero(d_, d_)) {
+  const Index dh = w.head_dim();
   for (Index h = 0; h < w.heads; ++h) {
-    AttentionHeadFactors& f = heads[h];
+    HeadFactors& f = heads_[h];
     f.A = &c.A[h];
     const auto Woh = w.Wo.middleRows(h * dh, dh);  // d_h × d
-    if (with_b) f.C = w.Wv.middleCols(h * dh, dh) * Woh;
-    if (!with_e) continue;
+    if (with_b_) f.C = w.Wv.middleCols(h * dh, dh) * Woh;
+    if (!with_e_) continue;
     f.P = c.V.middleCols(h * dh, dh) * Woh;
     f.R = *f.A * f.P;
     f.U = c.Q.middleCols(h * dh, dh) * w.Wk.middleCols(h * dh, dh).transpose();
     f.Kq = c.K.middleCols(h * dh, dh) * w.Wq.middleCols(h * dh, dh).transpose();
     f.AKq = *f.A * f.Kq;  // row i = p_iᵀ Kq
   }
-  if (with_e)  // each D_i by one thread, heads in order: the same bits for any thread count
-    parallel_for(n, [&](std::int64_t i) {
-      for (const AttentionHeadFactors& f : heads) {
+  if (with_e_)  // each D_i by one thread, heads in order: the same bits for any thread count
+    parallel_for(n_, [&](std::int64_t i) {
+      for (const HeadFactors& f : heads_) {
         const Mat P_centred = f.P.rowwise() - f.R.row(i), Kq_centred = f.Kq.rowwise() - f.AKq.row(i);
-        D[i].noalias() += s * (P_centred.transpose() * f.A->row(i).transpose().asDiagonal() * Kq_centred);
+        D_[i].noalias() += s_ * (P_centred.transpose() * f.A->row(i).transpose().asDiagonal() * Kq_centred);
       }
     });
+}
 
+AttentionJacobianColumns::~AttentionJacobianColumns() = default;
+
+// One pass over the column per head (lazyProduct: outer products evaluated coefficient-wise), so
+// each column is written once with every head's terms while it is in cache (K is 45.8 GB at
+// ViT-S: passes over it, not flops, are the cost).
+void AttentionJacobianColumns::column(Index j, double* out) const {
+  const Index l = j % n_, b = j / n_;
+  Eigen::Map<Mat> col(out, n_, d_);
+  col.setZero();
+  std::vector<double> wgt_storage(with_e_ ? n_ : 0);  // (a Map, not a Vec: GCC 12 misreads Eigen's free as use-after-free)
+  Eigen::Map<Vec> wgt(wgt_storage.data(), static_cast<Index>(wgt_storage.size()));
+  for (const HeadFactors& f : heads_) {
+    if (!with_e_) {
+      col.noalias() += f.A->col(l).lazyProduct(f.C.row(b));
+      continue;
+    }
+    // E through K: wgt_i (P[l,:] − R[i,:]), the difference taken before the scaling (above).
+    wgt = s_ * f.A->col(l).cwiseProduct(f.U.col(b));  // over i
+    const auto e_through_k = ((-f.R).rowwise() + f.P.row(l)).array().colwise() * wgt.array();
+    if (with_b_)
+      col.noalias() += f.A->col(l).lazyProduct(f.C.row(b)) + e_through_k.matrix();
+    else
+      col.noalias() += e_through_k.matrix();
+  }
+  if (with_e_) col.row(l) += D_[l].col(b).transpose();
+}
+
+void AttentionJacobianColumns::columns(Index first, Index count, double* out) const {
+  const Index N = order();
+  if (first < 0 || count < 0 || first + count > N)
+    throw std::invalid_argument("attention Jacobian columns [" + std::to_string(first) + ", " +
+                                std::to_string(first + count) + ") of " + std::to_string(N));
+  // The columns are independent: get_threads() threads, a result that does not depend on the count.
+  parallel_for(count, [&](std::int64_t j) { column(first + j, out + j * N); });
+}
+
+namespace {
+
+// Every column computed in fp64 by AttentionJacobianColumns; an fp32 K (Scalar = float) gets each
+// column rounded once. The column blocks b run on get_threads() threads (parallel_for).
+template <typename Scalar>
+Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> assemble_attention_jacobian(const BlockWeights& w,
+                                                                                  const AttentionCache& c,
+                                                                                  AttentionPart part) {
+  const AttentionJacobianColumns columns(w, c, part);
+  const Index n = c.Y.rows(), d = w.d, N = n * d;
   Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic> K(N, N);  // every column is set below
   parallel_for(d, [&](std::int64_t b) {
-    std::vector<double> wgt_storage(n);  // (a Map, not a Vec: GCC 12 misreads Eigen's free as use-after-free)
-    Eigen::Map<Vec> wgt(wgt_storage.data(), n);
     std::vector<double> column_storage(std::is_same_v<Scalar, double> ? 0 : N);  // fp32: one fp64 column
     for (Index l = 0; l < n; ++l) {
-      double* column = nullptr;
-      if constexpr (std::is_same_v<Scalar, double>) column = K.col(l + b * n).data();
-      else column = column_storage.data();
-      Eigen::Map<Mat> col(column, n, d);
-      col.setZero();
-      for (const AttentionHeadFactors& f : heads) {
-        // One pass over the column per head (lazyProduct: outer products evaluated coefficient-wise).
-        if (!with_e) {
-          col.noalias() += f.A->col(l).lazyProduct(f.C.row(b));
-          continue;
-        }
-        // E through K: wgt_i (P[l,:] − R[i,:]), the difference taken before the scaling (above).
-        wgt = s * f.A->col(l).cwiseProduct(f.U.col(b));  // over i
-        const auto e_through_k = ((-f.R).rowwise() + f.P.row(l)).array().colwise() * wgt.array();
-        if (with_b)
-          col.noalias() += f.A->col(l).lazyProduct(f.C.row(b)) + e_through_k.matrix();
-        else
-          col.noalias() += e_through_k.matrix();
+      if constexpr (std::is_same_v<Scalar, double>) {
+        columns.column(l + b * n, K.col(l + b * n).data());
+      } else {
+        columns.column(l + b * n, column_storage.data());
+        K.col(l + b * n) = Eigen::Map<const Vec>(column_storage.data(), N).cast<Scalar>();
       }
-      if (with_e) col.row(l) += D[l].col(b).transpose();
-      if constexpr (!std::is_same_v<Scalar, double>) K.col(l + b * n) = Eigen::Map<const Vec>(column, N).cast<Scalar>();
     }
   });
   return K;
 }
+
+}  // namespace
 
 Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part) {
   return assemble_attention_jacobian<double>(w, c, part);

@@ -41,6 +41,31 @@ struct TokenBlockDiagonal {
 /// K_sa, B_sa or E_sa of bare attention at the cached input (nd × nd).
 Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);
 
+/// The columns of attention_jacobian(w, c, part) one at a time, from per-head factors formed once
+/// (O(heads · n · d) and the n Q-path blocks D_i, d × d each): what attention_jacobian assembles,
+/// bit for bit, and the host's Schur route (analysis/spectral/schur_lu.h) takes a panel at a time
+/// without ever holding K. Column j = l + b·n is ∂ vec SA / ∂ Y[l, b] (jacobians.cpp states its
+/// three terms). Holds references to w and c.
+class AttentionJacobianColumns {
+ public:
+  AttentionJacobianColumns(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);
+  ~AttentionJacobianColumns();
+  Index order() const { return n_ * d_; }
+  /// Column j (N doubles) into `out`.
+  void column(Index j, double* out) const;
+  /// Columns [first, first + count) into `out` (N × count, column-major, leading dimension N), on
+  /// get_threads() threads; std::invalid_argument for a range past the matrix.
+  void columns(Index first, Index count, double* out) const;
+
+ private:
+  struct HeadFactors;
+  Index n_, d_;
+  double s_;
+  bool with_b_, with_e_;
+  std::vector<HeadFactors> heads_;
+  std::vector<Mat> D_;  // the Q-path blocks D_i, summed over heads
+};
+
 /// The same matrix rounded to fp32, for the mixed route (analysis/spectral/mixed_lu.h): each column
 /// computed in fp64 and rounded once, so it equals attention_jacobian(…).cast<float>() exactly,
 /// without ever holding the fp64 matrix (4N² bytes at the peak instead of 12N²: ViT-B's K_sa is

@@ -316,20 +316,16 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
   return opt.device->condition_fast_assembled(*map, name);
 }
 
-// kFast on the host for a square operator whose full route (K and the copy its assembly holds:
-// fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what the host may hold
-// (opt.host_memory_bytes; 0: 90 % of physical memory) while the Schur route's A11 and Schur
-// complement (4 N² and a panel) fit it: the 2 × 2 block LU of analysis/spectral/schur_lu.h on the
-// operator's own products (HostTokenMap), so an exact κ reaches matrices of about four times the
-// memory the full route needs (design §10). nullopt where the full route is taken (another route or device; K fits); throws
-// naming the sizes where neither fits. No certificate: its counts need K itself.
-template <typename Op>
-std::optional<ConditionReport> schur_on_host(const Op& op, const std::string& name, KappaRoute route,
-                                             const BlockReportOptions& opt) {
+// The host's Schur route for an N × N matrix of kFast: taken where the full route (K and the copy
+// its assembly holds: fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what
+// the host may hold (opt.host_memory_bytes; 0: 90 % of physical memory) and the Schur route's A11
+// and Schur complement (4 N²) and a panel fit it, so an exact κ reaches matrices of about four times
+// the memory the full route needs (analysis/spectral/schur_lu.h, design §10). nullopt where the
+// full route is taken (another route or device; it fits); throws naming the sizes where neither fits.
+std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   if (route != KappaRoute::kFast || (opt.device && opt.device->name() != "cpu")) return std::nullopt;
-  const Index N = op.rows();
   const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
-  const double full = fast_route_cost(N, N, get_threads()).bytes;  // K and its assembly's copy: 16 N²
+  const double full = fast_route_cost(N, N, get_threads()).bytes;
   if (full <= memory) return std::nullopt;
   const SchurPlan blocks = SchurPlan::for_order(N, 0);  // one-column panels: A11 and S alone
   const SchurPlan plan = SchurPlan::for_order(N, std::min(2e9, memory - blocks.bytes()));
@@ -337,10 +333,15 @@ std::optional<ConditionReport> schur_on_host(const Op& op, const std::string& na
     throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): the dense route holds " +
                              gigabytes(full) + ", the Schur route " + gigabytes(plan.bytes()) + ", more than the " +
                              gigabytes(memory) + " this machine gives it; the lanczos route brackets it matrix-free");
+  return plan;
+}
+
+// κ of `map` (a HostTokenMap) by the Schur route with `plan`. No certificate: its counts factorise K.
+ConditionReport host_schur_report(const TokenMap& map, const SchurPlan& plan, const std::string& name,
+                                  const BlockReportOptions& opt) {
   if (opt.before_dense_solve) opt.before_dense_solve();
-  const HostTokenMap<Op> map(op);
   ConditionReport r = condition_schur(map, plan, name);
-  if (wants_certificate(opt, N, N))
+  if (wants_certificate(opt, plan.order, plan.order))
     r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: the Schur route does not hold K, which the "
                                                          "inertia counts factorise");
   return r;
@@ -364,8 +365,12 @@ void attention_reports(const BlockWeights& w, const BlockForward& f, KappaRoute 
       out.push_back(std::move(*r));
       continue;
     }
-    if (std::optional<ConditionReport> r = schur_on_host(AttentionJacobianOp(w, f.attn, part), name, route, opt)) {
-      out.push_back(std::move(*r));
+    if (const std::optional<SchurPlan> plan = host_schur_plan(f.X.rows() * w.d, name, route, opt)) {
+      const AttentionJacobianOp op(w, f.attn, part);
+      const AttentionJacobianColumns columns(w, f.attn, part);  // the closed form, a panel at a time
+      const HostTokenMap<AttentionJacobianOp> map(
+          op, [&](Index first, Index count, double* out) { columns.columns(first, count, out); });
+      out.push_back(host_schur_report(map, *plan, name, opt));
       continue;
     }
     const auto K32 = [&, p = part] { return attention_jacobian_fp32(w, f.attn, p); };
@@ -384,7 +389,11 @@ void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMo
   std::optional<ConditionReport> sab_unassembled;  // no host matrix: on the device, or the host's Schur route
   if (wants(opt, "K_sab") && !restricts) {
     sab_unassembled = fast_on_device(w, f, "K_sab", route, opt);
-    if (!sab_unassembled) sab_unassembled = schur_on_host(SabJacobianOp(w, f), "K_sab", route, opt);
+    const std::optional<SchurPlan> plan = sab_unassembled ? std::nullopt : host_schur_plan(n * w.d, "K_sab", route, opt);
+    if (plan) {  // K_sab's columns by its products (sab_jacobian has no column form)
+      const SabJacobianOp op(w, f);
+      sab_unassembled = host_schur_report(HostTokenMap<SabJacobianOp>(op), *plan, "K_sab", opt);
+    }
   }
   if (sab_unassembled) {
     out.push_back(std::move(*sab_unassembled));

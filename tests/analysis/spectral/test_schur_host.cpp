@@ -45,6 +45,31 @@ TEST(HostTokenMap, ColumnsAreTheClosedFormJacobiansN6D8) {
   EXPECT_THROW(sa_map.assemble_columns(45, 4, panel.data()), std::invalid_argument);
 }
 
+// AttentionJacobianColumns is attention_jacobian a panel at a time, bit for bit, for every part
+// and at a logit scale far from 1/sqrt(d_h) (the E terms' differences); a HostTokenMap given it as
+// its column source assembles those columns; a panel past the matrix is refused.
+TEST(HostTokenMap, AttentionColumnsAreTheAssembledMatrixBitForBitN6D8) {
+  for (const double logit_scale : {0.0, 3.0}) {
+    const BlockWeights w = test::random_block(8, 2, 32, 17, logit_scale);
+    const BlockForward f = block_forward(w, test::random_tokens(6, 8, 18), SkipMode::kNone);
+    for (const AttentionPart part : {AttentionPart::kFull, AttentionPart::kB, AttentionPart::kE}) {
+      const Mat K = attention_jacobian(w, f.attn, part);
+      const AttentionJacobianColumns columns(w, f.attn, part);
+      ASSERT_EQ(columns.order(), 48);
+      Mat panel(48, 11);
+      columns.columns(20, 11, panel.data());
+      EXPECT_EQ(panel, K.middleCols(20, 11));
+      const AttentionJacobianOp op(w, f.attn, part);
+      const HostTokenMap<AttentionJacobianOp> map(
+          op, [&](Index first, Index count, double* out) { columns.columns(first, count, out); });
+      Mat whole(48, 48);
+      ASSERT_TRUE(map.assemble(whole.data()));
+      EXPECT_EQ(whole, K);
+      EXPECT_THROW(columns.columns(40, 9, panel.data()), std::invalid_argument);
+    }
+  }
+}
+
 bool nd_by_nd(const ConditionReport& r) {
   return r.space == "full" && (r.matrix == "K_sa" || r.matrix == "B_sa" || r.matrix == "E_sa" || r.matrix == "K_sab");
 }
