@@ -320,13 +320,16 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
 // its assembly holds: fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what
 // the host may hold (opt.host_memory_bytes; 0: 90 % of physical memory) and the Schur route's A11
 // and Schur complement (4 N²) and a panel fit it, so an exact κ reaches matrices of about four times
-// the memory the full route needs (analysis/spectral/schur_lu.h, design §10). nullopt where the
-// full route is taken (another route or device; it fits); throws naming the sizes where neither fits.
+// the memory the full route needs (analysis/spectral/schur_lu.h, design §10). Not counted: the
+// column source's factors (AttentionJacobianColumns: n·d² + heads·d² doubles, 1 % of 4 N² at
+// ViT-B) and the operator's caches. nullopt where the full route is taken (another route or device;
+// it fits); throws naming the sizes where neither fits. The skipless K_sab keeps the full route
+// (its LayerNorm-complement row restricts the host matrix), so this never sees it.
 std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   if (route != KappaRoute::kFast || (opt.device && opt.device->name() != "cpu")) return std::nullopt;
   const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
   const double full = fast_route_cost(N, N, get_threads()).bytes;
-  if (full <= memory) return std::nullopt;
+  if (memory <= 0 || full <= memory) return std::nullopt;  // 0: sysconf could not say
   const SchurPlan blocks = SchurPlan::for_order(N, 0);  // one-column panels: A11 and S alone
   const SchurPlan plan = SchurPlan::for_order(N, std::min(2e9, memory - blocks.bytes()));
   if (plan.bytes() > memory)

@@ -115,9 +115,7 @@ FileArchitecture file_architecture(const BlockSource& src, const std::map<std::s
       throw std::invalid_argument(src.weights + " has no jacond config metadata: pass --heads (the block's head count)");
     if (!src.norm.empty())
       return {src.heads, 1e-6, models::parse_norm_placement(src.norm) == models::NormPlacement::kPost, ""};
-    return {src.heads, 1e-6, false,
-            "note: " + src.weights + " has no jacond config: read as pre-norm (LayerNorm before each branch, as "
-            "timm's ViT); pass --norm post for a post-norm model"};
+    return {src.heads, 1e-6, false, assumed_pre_norm_note(src.weights)};
   }
   if (src.heads != 0 && src.heads != cfg->heads)
     throw std::invalid_argument("--heads " + std::to_string(src.heads) + " contradicts " + src.weights +

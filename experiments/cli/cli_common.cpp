@@ -90,6 +90,26 @@ void begin_output_set(const std::string& dir, const std::string& marker) {
   if (ec) throw std::runtime_error("cannot remove the previous run's " + dir + "/" + marker + ": " + ec.message());
 }
 
+namespace {
+// The subcommand a run record (run.json, verify.json) names ("command": ["jacond", "sweep", ...]);
+// nullopt where there is no such file or it is not a jacond record.
+std::optional<std::string> recorded_command(const fs::path& run_json) {
+  std::error_code ec;
+  if (!fs::is_regular_file(run_json, ec)) return std::nullopt;
+  std::ifstream in(run_json);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("command") || !j["command"].is_array() || j["command"].size() < 2 ||
+      !j["command"][1].is_string())
+    return std::nullopt;
+  return j["command"][1].get<std::string>();
+}
+}  // namespace
+
+std::string assumed_pre_norm_note(const std::string& path) {
+  return "note: " + path + " has no jacond config: read as pre-norm (LayerNorm before each branch, as timm's ViT); "
+         "pass --norm post for a post-norm model";
+}
+
 std::optional<int64_t> parse_integer(const std::string& text) {
   size_t used = 0;
   int64_t value = 0;
@@ -102,9 +122,12 @@ std::optional<int64_t> parse_integer(const std::string& text) {
   return value;
 }
 
-void check_output_directory(const std::string& dir) {
+void check_output_directory(const std::string& dir, const std::string& command) {
   const auto fail = [&](const std::string& why) { throw std::runtime_error("cannot write to " + dir + ": " + why); };
   std::error_code ec;
+  for (const char* record : {"run.json", "verify.json"})  // every command's record (verify's has its own name)
+    if (const std::optional<std::string> other = recorded_command(fs::path(dir) / record); other && *other != command)
+      fail("it holds a `jacond " + *other + "` run (" + record + "); give `jacond " + command + "` another --out");
   fs::path p = fs::absolute(dir, ec);
   if (ec) fail(ec.message());
   while (!fs::exists(p, ec)) {  // the nearest existing ancestor is where the directory will be made

@@ -88,8 +88,10 @@ void begin_output_set(const std::string& dir, const std::string& marker = "run.j
 /// Checks, creating nothing, that `dir` can be written once the results exist: an existing
 /// directory that is writable, or a new path whose nearest existing ancestor is a writable
 /// directory. Commands call it before computing (an unwritable --out found after hours of work
-/// loses them). Throws std::runtime_error "cannot write to DIR: why".
-void check_output_directory(const std::string& dir);
+/// loses them). A directory whose run.json (or verify.json) records another jacond command
+/// (`sweep` where `block` asks) is refused too: writing there would replace that run's record and leave two commands'
+/// tables side by side. Throws std::runtime_error "cannot write to DIR: why".
+void check_output_directory(const std::string& dir, const std::string& command);
 
 /// Leaves no empty --out behind a command that fails: the levels of `dir` that did not exist when
 /// the guard was made (new/y and new for --out new/y; each prefix as typed, named normally, so
@@ -136,6 +138,10 @@ double median(std::vector<double> v);
 /// kSvd for "svd" and kMixed for "mixed"; any other route is returned as it is.
 /// std::invalid_argument for a value other than fast | svd | mixed.
 KappaRoute with_dense_flavour(KappaRoute resolved, const std::string& kappa);
+
+/// The line block, spectrum and audit print where a file without jacond's config is read as
+/// pre-norm (pre- and post-norm blocks have the same tensors): "note: PATH has no jacond config: ...".
+std::string assumed_pre_norm_note(const std::string& path);
 
 /// run.json: the command line ("jacond", then `parent` for a sub-subcommand such as bench's, then
 /// argv), versions, git revision, threads and any extra fields.

@@ -97,8 +97,7 @@ AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags)
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
   if (cfg) note_flags_against_config(path, *cfg, flags);
   if (!cfg && !flags.norm)  // as `block`: pre- and post-norm blocks have the same tensors
-    std::cout << "note: " << path << " has no jacond config: read as pre-norm (LayerNorm before each branch, as "
-              << "timm's ViT); pass --norm post for a post-norm model\n";
+    std::cout << assumed_pre_norm_note(path) << "\n";
   try {
     t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
   } catch (const std::invalid_argument& e) {
@@ -245,7 +244,7 @@ int run_audit(int argc, char** argv) {
   std::optional<AuditArgs> parsed = parse_audit(argc, argv);
   if (!parsed) return 0;
   AuditArgs& a = *parsed;
-  if (!a.out_dir.empty()) check_output_directory(a.out_dir);
+  if (!a.out_dir.empty()) check_output_directory(a.out_dir, "audit");
   torch::set_num_threads(a.threads);
   set_threads(a.threads);
   select_devices(a.device, a.opts.block);

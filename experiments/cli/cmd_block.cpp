@@ -75,6 +75,10 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
     if (!(a.host_memory_gb >= 0) || !std::isfinite(a.host_memory_gb))
       throw std::invalid_argument("--host-memory must be >= 0 GB (0: 90% of RAM), got " + fmt(a.host_memory_gb));
     a.opt.host_memory_bytes = a.host_memory_gb * 1e9;
+    if (vm.count("host-memory") && !vm["host-memory"].defaulted() &&
+        (a.method == "lanczos" || a.kappa != "fast" || a.device != "cpu"))
+      throw std::invalid_argument("--host-memory bounds the host's exact route (--kappa fast on --device cpu), which "
+                                  "--method " + a.method + " --kappa " + a.kappa + " --device " + a.device + " does not take");
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
     a.skip_typed = vm.count("skip") && !vm["skip"].defaulted();
     a.opt.route = parse_kappa_route(a.method);
@@ -128,7 +132,7 @@ int run_block(int argc, char** argv) {
   const std::optional<BlockArgs> parsed = parse_block(argc, argv);
   if (!parsed) return 0;
   const BlockArgs& a = *parsed;
-  if (!a.out_dir.empty()) check_output_directory(a.out_dir);
+  if (!a.out_dir.empty()) check_output_directory(a.out_dir, "block");
   set_threads(a.threads);
   BlockReportOptions opt = a.opt;
   select_devices(a.device, opt);

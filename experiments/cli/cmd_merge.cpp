@@ -182,6 +182,7 @@ int run_merge(int argc, char** argv) {
   const std::optional<MergeArgs> parsed = parse_merge(argc, argv);
   if (!parsed) return 0;
   const MergeArgs& a = *parsed;
+  check_output_directory(a.out_dir, "merge");
   std::vector<ShardOutput> shards;
   for (const auto& d : a.dirs) shards.push_back(read_shard(d));
   ItemRows merged(shards.front());

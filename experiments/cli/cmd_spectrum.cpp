@@ -208,7 +208,7 @@ int run_spectrum(int argc, char** argv) {
     mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
     validate_device_name(device);
   });
-  if (!o.out_dir.empty()) check_output_directory(o.out_dir);
+  if (!o.out_dir.empty()) check_output_directory(o.out_dir, "spectrum");
   OutputDirectoryGuard no_empty_out(o.out_dir);
   set_threads(threads);
   o.device = select_dense_device(device);

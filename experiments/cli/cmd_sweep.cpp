@@ -135,7 +135,7 @@ int run_sweep(int argc, char** argv) {
   if (!parsed) return 0;
   const SweepArgs& a = *parsed;
   set_threads(a.threads);
-  check_output_directory(a.out_dir);  // made when the table is written (nothing is left on a failure)
+  check_output_directory(a.out_dir, "sweep");  // made when the table is written (nothing is left on a failure)
   BlockReportOptions opt = sweep_options(a);
   std::map<std::string, GklWarmStart> warm;  // chained along the grid (lanczos route)
   opt.warm = &warm;

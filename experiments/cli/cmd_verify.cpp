@@ -46,7 +46,7 @@ int run_verify(int argc, char** argv) {
     if (opt.threads < 1) throw std::invalid_argument("--threads must be >= 1");
   });
   if (!out_dir.empty()) {
-    check_output_directory(out_dir);
+    check_output_directory(out_dir, "verify");
     begin_output_set(out_dir, "verify.json");  // the claims' tables go in as they run
   }
   set_threads(opt.threads);

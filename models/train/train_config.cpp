@@ -69,20 +69,23 @@ constexpr const char* kVitDefaultTracking = "K_ffn,softmax,attention";
 }  // namespace
 
 // The weights, their gradients and the optimizer's two moments in fp32 (16 bytes a weight of the
-// blocks' matrices): a lower bound of what training holds (activations, biases and SOAP's
-// eigenbases come on top), so a refusal is never wrong. Without it, --depth 100000000 allocated
-// until the machine ran out, leaving an empty run directory behind a kill.
+// blocks' matrices): a lower bound of what one CPU rank holds in host memory (activations, biases
+// and SOAP's eigenbases come on top), so a refusal is never wrong there. Without it, --depth
+// 100000000 allocated until the machine ran out, leaving an empty run directory behind a kill.
+// On --device cuda they live in the GPU's memory, which this does not know: no check.
 void TrainConfig::refuse_what_cannot_fit() const {
+  const double memory = physical_memory_bytes();
+  if (device != "cpu" || memory <= 0) return;  // 0: sysconf could not say
   const double d = static_cast<double>(model.dim), blocks = static_cast<double>(model.depth);
   const double weights = arch == "convmixer" ? blocks * (d * kernel * kernel + d * d)
                                              : blocks * (4.0 * d * d + 2.0 * d * static_cast<double>(model.hidden()));
   const double bytes = 16.0 * weights;
-  if (bytes > physical_memory_bytes())
+  if (bytes > memory)
     throw std::invalid_argument("--depth " + std::to_string(model.depth) + " --dim " + std::to_string(model.dim) +
                                 ": the weights, gradients and optimizer moments alone need " +
                                 std::to_string(static_cast<int64_t>(std::ceil(bytes / 1e9))) +
-                                " GB, more than this machine's " +
-                                std::to_string(static_cast<int64_t>(physical_memory_bytes() / 1e9)) + " GB");
+                                " GB, more than this machine's " + std::to_string(static_cast<int64_t>(memory / 1e9)) +
+                                " GB");
 }
 
 void TrainConfig::finalize() {

@@ -100,8 +100,8 @@ struct TrainConfig {
   /// naming the flag ("--warmup-steps must be >= 0"); the model's errors come from
   /// ViTConfig::validate.
   void finalize();
-  /// Throws std::invalid_argument naming --depth and --dim when the model's weights, gradients and
-  /// optimizer moments alone exceed this machine's memory (part of finalize()).
+  /// Throws std::invalid_argument naming --depth and --dim when, on the CPU, the model's weights,
+  /// gradients and optimizer moments alone exceed this machine's memory (part of finalize()).
   void refuse_what_cannot_fit() const;
   /// config.json: {"model": ..., key: value for every saved row of the table}.
   nlohmann::json to_json() const;

@@ -522,7 +522,7 @@ void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
   // checked: the test loss is then the first to see it. Every rank holds the all-reduced loss, so
   // every rank stops here (after eval.csv's row), before a checkpoint of NaN weights is written.
   if (!std::isfinite(last_eval_.loss))
-    throw std::runtime_error("test loss is " + std::to_string(last_eval_.loss) + " at step " + std::to_string(step) +
+    throw std::runtime_error("test loss is " + format_number(last_eval_.loss) + " at step " + std::to_string(step) +
                              " (diverged; lower --lr)");
 }
 

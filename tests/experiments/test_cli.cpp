@@ -1217,6 +1217,32 @@ TEST_F(CliTest, BlockKappaMixedGivesTheFastRoutesKappa_n8_d16_h2) {
   }
 }
 
+// An --out whose run.json records another command is refused before any work (exit 1, its files
+// untouched): block wrote its run.json over a sweep's, leaving sweep.csv beside results.csv with
+// the record of neither. The same command may write there again (a rerun).
+TEST_F(CliTest, AnOutThatHoldsAnotherCommandsRunIsRefused_n8_d16_h2) {
+  const std::string dir = path("shared");
+  const RunResult sweep = run({"sweep", "--alpha", "1", "--beta", "1", "--seeds", "1", "--n", "8", "--d", "16",
+                               "--heads", "2", "--out", dir});
+  ASSERT_TRUE(sweep.exited && sweep.code == 0) << sweep.describe();
+  const std::string record = slurp(dir + "/run.json");
+  const std::vector<std::string> block = {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2",
+                                          "--matrices", "K_sa", "--out", dir};
+  const RunResult refused = expect_one_line_error(block, {"cannot write to", "`jacond sweep` run", "another --out"});
+  EXPECT_EQ(refused.code, 1) << refused.describe();
+  EXPECT_EQ(slurp(dir + "/run.json"), record);
+  EXPECT_FALSE(fs::exists(dir + "/results.csv"));
+  const RunResult again = run({"sweep", "--alpha", "1", "--beta", "1", "--seeds", "1", "--n", "8", "--d", "16",
+                               "--heads", "2", "--out", dir});
+  EXPECT_TRUE(again.exited && again.code == 0) << again.describe();
+  // verify's record is verify.json.
+  const RunResult verify = run({"verify", "prop1", "--seeds", "1", "--out", path("claims")});
+  ASSERT_TRUE(verify.exited && verify.code == 0) << verify.describe();
+  std::vector<std::string> into_claims = block;
+  into_claims.back() = path("claims");
+  expect_one_line_error(into_claims, {"`jacond verify` run (verify.json)"});
+}
+
 // --host-memory below the full route's 16 N² (N = 128: 262 144 bytes) and above the Schur route's
 // A11, S and a panel: K_sa and K_sab take the Schur route (method and note say so) with the full
 // route's κ; below both, one error naming the sizes (exit 1); a negative value is a usage error.
@@ -1243,6 +1269,13 @@ TEST_F(CliTest, BlockHostMemoryTakesTheSchurRouteWithTheFullRoutesKappa_n8_d16_h
                                                {"K_sa (128 x 128)", "the Schur route", "lanczos"}, path("tiny"));
   EXPECT_EQ(tiny.code, 1) << tiny.describe();
   EXPECT_EQ(expect_one_line_error({"block", "--host-memory", "-1"}, {"--host-memory", ">= 0"}).code, 2);
+  // A route that never reads it refuses it rather than ignoring it.
+  for (const std::vector<std::string> other : {std::vector<std::string>{"--method", "lanczos"}, {"--kappa", "svd"},
+                                               {"--kappa", "mixed"}}) {
+    std::vector<std::string> args = {"block", "--host-memory", "1"};
+    args.insert(args.end(), other.begin(), other.end());
+    EXPECT_EQ(expect_one_line_error(args, {"--host-memory", other[1]}).code, 2) << other[1];
+  }
 }
 
 // bench dense with a custom size and no Python: the mixed route is a row of its own, compared
