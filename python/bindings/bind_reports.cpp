@@ -72,12 +72,16 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
                                               const std::optional<std::vector<std::string>>& matrices,
                                               double lanczos_seconds, double lanczos_tol, Index lanczos_basis,
                                               Index max_products, const std::string& certify, double dense_max_bytes,
-                                              const std::string& norm, const std::string& device) {
+                                              const std::string& norm, const std::string& device,
+                                              double host_memory_bytes) {
   const Mat tokens = checked_tokens(X, w);
   const SkipMode mode = parse_skip_mode(skip);
   if (norm != "pre" && norm != "post") throw std::invalid_argument("norm must be pre or post, got '" + norm + "'");
   BlockReportOptions opt =
       block_options(method, matrices, lanczos_seconds, lanczos_tol, lanczos_basis, max_products, certify, dense_max_bytes);
+  if (!(host_memory_bytes >= 0) || std::isinf(host_memory_bytes))
+    throw std::invalid_argument("host_memory_bytes must be finite and >= 0 (0: 90% of physical memory)");
+  opt.host_memory_bytes = host_memory_bytes;
   opt.device = dense_device(device);  // before resolve_route: `auto` asks the device what fits
   opt.route = resolve_route(opt, tokens.rows(), w.d);
   interrupt_on_signal(opt);
@@ -147,11 +151,13 @@ void bind_reports(py::module_& m) {
         py::arg("lanczos_tol") = 0.01, py::arg("lanczos_basis") = GklOptions{}.max_basis,
         py::arg("max_products") = GklOptions{}.max_products, py::arg("certify") = "none",
         py::arg("dense_max_bytes") = 0.0, py::arg("norm") = "pre", py::arg("device") = "cpu",
+        py::arg("host_memory_bytes") = 0.0,
         R"(Condition reports of one block at tokens X (n x d), as `jacond block`: K_sa, B_sa, E_sa, K_sab,
 K_mlp, K_ffn, softmax and attention per head, then the token matrices. method: auto | dense | fast |
 svd | mixed | lanczos; matrices: names to compute (None: all); certify: none | inertia | auto;
 norm "post": a post-norm block, whose attention sees X itself (K_sa, B_sa, E_sa, softmax, attention);
-device: cpu | cuda, where the dense exact routes run (as --device).)");
+device: cpu | cuda, where the dense exact routes run (as --device); host_memory_bytes: what the host's
+exact route may hold (0: 90% of RAM), past which it takes the Schur route (as --host-memory).)");
   m.def("weight_reports", [](const BlockWeights& w) {
     py::gil_scoped_release release;
     return weight_reports(w);

@@ -226,7 +226,7 @@ def _csv_field(x):
 
 def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczos_seconds=120.0,
                   lanczos_tol=0.01, lanczos_basis=96, max_products=200000, certify="none",
-                  dense_max_bytes=0.0, norm="pre", device="cpu", as_frame=True):
+                  dense_max_bytes=0.0, norm="pre", device="cpu", host_memory_bytes=0.0, as_frame=True):
     """Condition reports of one block at tokens X (n x d, one image's), as `jacond block` computes them.
 
     skip: full | none | no-ffn-skip | no-sab-skip. method: auto (dense when it fits the memory
@@ -235,7 +235,10 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     certify: none | inertia | auto. max_products >= 8 (a Lanczos bracket's budget).
     norm "post": a post-norm block (K_sa, B_sa, E_sa, softmax, attention at X itself; others are a
     ValueError). device: cpu | cuda, where the dense exact routes run (`--device`; the method
-    column says where, e.g. dense-lu-lanczos-cuda). Returns a DataFrame (as_frame) or the list of
+    column says where, e.g. dense-lu-lanczos-cuda). host_memory_bytes: what the host's exact route
+    may hold (0: 90% of RAM); an nd x nd matrix whose full route (16 N^2 bytes) is past it takes
+    the Schur route (method dense-schur-lu-lanczos, exact, about a quarter of that memory; as
+    `--host-memory`). Returns a DataFrame (as_frame) or the list of
     Report objects. Ctrl-C (KeyboardInterrupt) stops a matrix-free bracket at its next estimate
     and a dense call before its next factorisation (one running finishes first). Calling it from
     several Python threads at once: see set_threads (call set_threads(1) first, or the threads
@@ -245,7 +248,8 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
                                     lanczos_seconds=lanczos_seconds, lanczos_tol=lanczos_tol,
                                     lanczos_basis=_integer(lanczos_basis, "lanczos_basis", 2),
                                     max_products=_integer(max_products, "max_products", 8), certify=certify,
-                                    dense_max_bytes=dense_max_bytes, norm=norm, device=device)
+                                    dense_max_bytes=dense_max_bytes, norm=norm, device=device,
+                                    host_memory_bytes=host_memory_bytes)
     _warn_not_converged(reports)
     return reports_frame(reports) if as_frame else reports
 

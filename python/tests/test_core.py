@@ -105,6 +105,18 @@ def test_lanczos_brackets_the_dense_kappa():
     assert bracket.kappa_lo <= dense.kappa * (1 + 1e-10) and dense.kappa <= bracket.kappa_hi * (1 + 1e-10)
 
 
+def test_past_host_memory_bytes_the_dense_route_is_the_schur_route_with_the_same_kappa():
+    block, X = random_block(seed=7), tokens(n=8, seed=8)
+    N = X.size
+    full = jacond.block_reports(block, X, skip="full", method="dense", matrices=["K_sa", "K_sab"])
+    halves = jacond.block_reports(block, X, skip="full", method="dense", matrices=["K_sa", "K_sab"],
+                                  host_memory_bytes=16 * N * N - 1)
+    assert (full.method == "dense-lu-lanczos").all() and (halves.method == "dense-schur-lu-lanczos").all()
+    assert (halves.status == "exact").all()
+    np.testing.assert_allclose(halves.kappa, full.kappa, rtol=1e-9)
+    assert halves.note.str.contains(f"split at {N // 2} of {N}").all()
+
+
 def test_reports_as_objects_carry_the_same_fields():
     block, X = random_block(), tokens()
     objects = jacond.block_reports(block, X, skip="none", method="dense", as_frame=False)
@@ -482,6 +494,7 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, method="lanczos", max_products=7), "max_products must be >= 8, got 7"),
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.nan), "dense_max_bytes must be finite"),
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.inf), "dense_max_bytes must be finite"),
+        (lambda: jacond.block_reports(block, X, host_memory_bytes=-1.0), "host_memory_bytes must be finite and >= 0"),
         (lambda: jacond.set_threads(0), "threads must be >= 1, got 0"),
         (lambda: jacond.condition(np.ones(5)), "A must be a 2-D array, got shape (5,) (a vector: pass v[:, None]"),
         (lambda: jacond.condition(np.ones((2, 2, 2))), "A must be a 2-D array, got shape (2, 2, 2)"),
