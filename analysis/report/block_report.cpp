@@ -343,7 +343,7 @@ std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, Kappa
 ConditionReport host_schur_report(const TokenMap& map, const SchurPlan& plan, const std::string& name,
                                   const BlockReportOptions& opt) {
   if (opt.before_dense_solve) opt.before_dense_solve();
-  ConditionReport r = condition_schur(map, plan, name);
+  ConditionReport r = condition_schur(map, plan, name, opt.within_dense_solve);
   if (wants_certificate(opt, plan.order, plan.order))
     r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: the Schur route does not hold K, which the "
                                                          "inertia counts factorise");

@@ -43,11 +43,12 @@ void CpuSchurStore::lu_solve(const double* lu, Index m, const Pivots& p, bool tr
                                                      static_cast<lapack_int>(ldb)));
 }
 
-ConditionReport condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix) {
+ConditionReport condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
+                                const std::function<void()>& checkpoint) {
   if (map.assembles_into() != "cpu")
     throw std::invalid_argument("condition_schur: " + matrix + "'s map does not assemble into host memory");
   CpuSchurStore store;
-  return condition_schur_with(store, map, plan, matrix, "dense-schur-lu-lanczos");
+  return condition_schur_with(store, map, plan, matrix, "dense-schur-lu-lanczos", checkpoint);
 }
 
 }  // namespace jacond

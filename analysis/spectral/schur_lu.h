@@ -55,9 +55,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/core/clock.h"
@@ -107,8 +109,11 @@ struct SchurStats {
 template <typename Store>
 class SchurLuBackend {
  public:
-  SchurLuBackend(Store& store, const TokenMap& map, const SchurPlan& plan)
-      : store_(store), map_(map), plan_(checked(plan, map)), m_(plan.split), s_(plan.order - plan.split),
+  /// `checkpoint` (optional) is called before each panel of A11 and S and each solve: the caller's
+  /// cancellation point inside the route (it may throw to abandon it; one LU call runs to its end).
+  SchurLuBackend(Store& store, const TokenMap& map, const SchurPlan& plan, std::function<void()> checkpoint = {})
+      : store_(store), map_(map), plan_(checked(plan, map)), checkpoint_(std::move(checkpoint)), m_(plan.split),
+        s_(plan.order - plan.split),
         a11_(store.alloc(static_cast<size_t>(m_) * m_)), schur_(store.alloc(static_cast<size_t>(s_) * s_)),
         p11_(store.pivots(m_)), ps_(store.pivots(s_)), v_(store.alloc(static_cast<size_t>(std::max(m_, s_)))) {}
   Index order() const { return plan_.order; }
@@ -144,6 +149,7 @@ class SchurLuBackend {
   void inverse_gram(const double* x, double* y) {
     const Vec xv = Eigen::Map<const Vec>(x, plan_.order);
     if (!xv.allFinite()) throw NonFiniteSolve();
+    if (checkpoint_) checkpoint_();
     const auto t = std::chrono::steady_clock::now();
     const Vec z = refined_solve(xv, true);
     const Vec out = refined_solve(z, false);
@@ -172,6 +178,7 @@ class SchurLuBackend {
     const Index N = plan_.order;
     auto columns = store_.alloc(static_cast<size_t>(N) * plan_.panel);
     for (Index j0 = 0; j0 < m_; j0 += plan_.panel) {
+      if (checkpoint_) checkpoint_();
       const Index w = std::min(plan_.panel, m_ - j0);
       require(map_.assemble_columns(j0, w, columns.get()), "assemble its columns");
       store_.copy(m_, w, columns.get(), N, a11_.get() + static_cast<size_t>(j0) * m_, m_);
@@ -184,6 +191,7 @@ class SchurLuBackend {
     const size_t panel = static_cast<size_t>(N) * plan_.panel;
     auto columns = store_.alloc(panel), padded = store_.alloc(panel), product = store_.alloc(panel);
     for (Index k0 = 0; k0 < s_; k0 += plan_.panel) {
+      if (checkpoint_) checkpoint_();
       const Index w = std::min(plan_.panel, s_ - k0);
       require(map_.assemble_columns(m_ + k0, w, columns.get()), "assemble its columns");  // [A12 E; A22 E]
       store_.lu_solve(a11_.get(), m_, p11_, false, columns.get(), w, N);                 // top: Y = A11⁻¹ A12 E
@@ -242,6 +250,7 @@ class SchurLuBackend {
   Store& store_;
   const TokenMap& map_;
   const SchurPlan plan_;
+  const std::function<void()> checkpoint_;
   const Index m_, s_;
   typename Store::Buffer a11_, schur_;
   typename Store::Pivots p11_, ps_;
@@ -270,13 +279,13 @@ inline std::string describe(const SchurPlan& p, const SchurStats& s) {
 /// or the store fails, what they throw.
 template <typename Store>
 ConditionReport condition_schur_with(Store& store, const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
-                                     const std::string& method) {
+                                     const std::string& method, const std::function<void()>& checkpoint = {}) {
   const auto t0 = std::chrono::steady_clock::now();
   ConditionReport r;
   r.matrix = matrix;
   r.rows = r.cols = plan.order;
   r.method = method;
-  SchurLuBackend<Store> backend(store, map, plan);
+  SchurLuBackend<Store> backend(store, map, plan, checkpoint);
   const LuLanczosExtremes e = lu_lanczos_extremes(backend);
   r.products = e.products;
   r.sigma_max = e.sigma_max;
@@ -323,7 +332,8 @@ class CpuSchurStore {
 };
 
 /// The Schur route on the host (method "dense-schur-lu-lanczos"), for a map that assembles into
-/// host memory; std::invalid_argument for another.
-ConditionReport condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix);
+/// host memory; std::invalid_argument for another. `checkpoint`: SchurLuBackend's.
+ConditionReport condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
+                                const std::function<void()>& checkpoint = {});
 
 }  // namespace jacond

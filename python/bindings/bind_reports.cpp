@@ -54,7 +54,8 @@ BlockReportOptions block_options(const std::string& method, const std::optional<
 // estimate) and the dense routes' hook before each factorisation take the GIL and let Python look
 // at its signals; a pending KeyboardInterrupt unwinds the solver (RAII all the way) as Interrupted,
 // and is raised once the GIL is back. A factorisation already running (one LAPACK call) finishes
-// first: the wait is at most one matrix's dense κ.
+// first: the wait is at most one matrix's dense κ (on the host's Schur route, one panel, solve or
+// LU call).
 struct Interrupted {};
 
 void check_signals() {
@@ -65,6 +66,7 @@ void check_signals() {
 void interrupt_on_signal(BlockReportOptions& opt) {
   opt.lanczos.progress = [](const GklProgress&) { check_signals(); };
   opt.before_dense_solve = check_signals;
+  opt.within_dense_solve = check_signals;  // the host's Schur route: between its panels and solves
 }
 
 std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen::Ref<const Mat>& X,

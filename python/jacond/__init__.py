@@ -240,7 +240,8 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     the Schur route (method dense-schur-lu-lanczos, exact, about a quarter of that memory; as
     `--host-memory`). Returns a DataFrame (as_frame) or the list of
     Report objects. Ctrl-C (KeyboardInterrupt) stops a matrix-free bracket at its next estimate
-    and a dense call before its next factorisation (one running finishes first). Calling it from
+    and a dense call before its next factorisation (one running finishes first; on the Schur route,
+    before its next panel or solve). Calling it from
     several Python threads at once: see set_threads (call set_threads(1) first, or the threads
     oversubscribe the cores)."""
     _check_strings(skip=skip, method=method, certify=certify, norm=norm, device=device)

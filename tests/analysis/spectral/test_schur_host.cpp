@@ -154,5 +154,34 @@ TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D1
   EXPECT_NE(r[0].note.find("not certified: the Schur route does not hold K"), std::string::npos) << r[0].note;
 }
 
+// within_dense_solve is the route's cancellation point: called before each panel of A11 and S and
+// each inverse solve, and an exception from it leaves the call at once. N = 96 at a budget of
+// 16 N² − 1 = 147 455 bytes: A11, S and one-column panels take 39 168, the 108 287 left make
+// panels of 47 columns (24 N bytes each), so 2 + 2 panels, then Lanczos' inverse solves.
+TEST(HostSchurRoute, WithinDenseSolveIsCalledBetweenPanelsAndSolvesAndMayAbandonTheCallN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  opt.matrices = {"K_sa"};
+  opt.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+  int calls = 0;
+  opt.within_dense_solve = [&] { ++calls; };
+  const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, opt);
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(r[0].method, "dense-schur-lu-lanczos");
+  const std::string::size_type at = r[0].note.find(" solves (each refined once)");
+  ASSERT_NE(at, std::string::npos) << r[0].note;
+  const int solves = std::stoi(r[0].note.substr(r[0].note.rfind(' ', at - 1) + 1));
+  EXPECT_EQ(calls, 4 + solves / 2) << r[0].note;  // each inverse solve is two refined solves
+  struct Abandon {};
+  int left = 3;
+  opt.within_dense_solve = [&] {
+    if (--left == 0) throw Abandon{};
+  };
+  EXPECT_THROW(block_reports(w, X, SkipMode::kFull, opt), Abandon);
+  EXPECT_EQ(left, 0);
+}
+
 }  // namespace
 }  // namespace jacond
