@@ -41,11 +41,11 @@ struct TokenBlockDiagonal {
 /// K_sa, B_sa or E_sa of bare attention at the cached input (nd × nd).
 Mat attention_jacobian(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);
 
-/// The columns of attention_jacobian(w, c, part) one at a time, from per-head factors formed once
-/// (heads · (5 n·d + d²) doubles, and the n Q-path blocks D_i, d × d each: n·d² doubles): what attention_jacobian assembles,
-/// bit for bit, and the host's Schur route (analysis/spectral/schur_lu.h) takes a panel at a time
-/// without ever holding K. Column j = l + b·n is ∂ vec SA / ∂ Y[l, b] (jacobians.cpp states its
-/// three terms). Holds references to w and c.
+/// The columns of attention_jacobian(w, c, part) one at a time, from factors formed once (per head
+/// 5 n·d + d² doubles, and the n Q-path blocks D_i, d × d each): what attention_jacobian assembles,
+/// bit for bit, and what the host's Schur route (analysis/spectral/schur_lu.h) takes a panel at a
+/// time without ever holding K. Column j = l + b·n is ∂ vec SA / ∂ Y[l, b] (jacobians.cpp states
+/// its three terms). Holds references to w and c.
 class AttentionJacobianColumns {
  public:
   AttentionJacobianColumns(const BlockWeights& w, const AttentionCache& c, AttentionPart part = AttentionPart::kFull);

@@ -56,8 +56,8 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
       ("lanczos-basis", po::value(&gkl.max_basis)->default_value(gkl.max_basis), "lanczos: Krylov basis before a restart")
       ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/Eigen threads")
       ("host-memory", number_value(&a.host_memory_gb),
-       "GB the dense route may hold on the host (0: 90% of RAM); a matrix past it takes the Schur route "
-       "(A11 and its Schur complement, half of it; analysis/spectral/schur_lu.h)")
+       "GB the exact route may hold on the host (0: 90% of RAM); a K_sa/B_sa/E_sa/K_sab whose full route "
+       "(16 N^2 bytes) exceeds it takes the Schur route (4 N^2 and a panel; analysis/spectral/schur_lu.h)")
       ("out", po::value(&a.out_dir), "write DIR/results.csv and DIR/run.json");
   add_device_option(desc, &a.device);
   po::variables_map vm;
@@ -78,7 +78,8 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
     if (vm.count("host-memory") && !vm["host-memory"].defaulted() &&
         (a.method == "lanczos" || a.kappa != "fast" || a.device != "cpu"))
       throw std::invalid_argument("--host-memory bounds the host's exact route (--kappa fast on --device cpu), which "
-                                  "--method " + a.method + " --kappa " + a.kappa + " --device " + a.device + " does not take");
+                                  "--method " + a.method + " --kappa " + a.kappa + " --device " + a.device +
+                                  " does not take");
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
     a.skip_typed = vm.count("skip") && !vm["skip"].defaulted();
     a.opt.route = parse_kappa_route(a.method);
