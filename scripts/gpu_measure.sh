@@ -70,6 +70,43 @@ export line_buffered
 jc() { echo "\$ jacond $*"; $line_buffered "$J" "$@"; }
 export -f jc
 
+# Which copy of each shared library the failing processes load: the first H200 run's test
+# processes died outside the code under test, and a mix of the carried Debian libraries
+# (LD_LIBRARY_PATH) with the wheel's is the suspect. ldd of the test executable, jacond and the
+# Python module; then every library stem one Python process (torch, numpy, pandas, jacond) maps
+# from more than one file.
+library_mix() {
+  local f
+  for f in "$build/tests/test_cli" "$J" "$build"/python/jacond/_jacond*.so; do
+    [ -e "$f" ] || continue
+    echo "--- ldd $f (BLAS/LAPACK, OpenMP, C++/Fortran runtimes, torch, CUDA)"
+    ldd "$f" 2>&1 | grep -E "blas|lapack|gomp|omp|stdc\+\+|gfortran|quadmath|torch|c10|cudart|cublas|cusolver|nccl" || true
+  done
+  JACOND_PY=$build/python python3 - <<'PY' || true
+import collections, os, re, sys
+for name in ("torch", "numpy", "pandas"):
+    try:
+        __import__(name)
+    except Exception as e:  # noqa: BLE001 (a diagnostic: say what did not load, go on)
+        print(f"--- import {name}: {e}")
+if os.path.isdir(os.path.join(os.environ["JACOND_PY"], "jacond")):
+    sys.path.insert(0, os.environ["JACOND_PY"])
+    try:
+        import jacond  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        print(f"--- import jacond: {e}")
+paths = collections.defaultdict(set)
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        path = line.split()[-1] if len(line.split()) >= 6 else ""
+        if ".so" in path:
+            stem = re.sub(r"-[0-9a-f]{8}$", "", os.path.basename(path).split(".so")[0])
+            paths[stem].add(path)
+twice = {stem: sorted(p) for stem, p in paths.items() if len(p) > 1}
+print(f"--- one Python process maps {len(paths)} libraries; from more than one file: {twice or 'none'}")
+PY
+}
+
 # Each item returns the exit code of its last failing command (0 when all succeeded).
 item1_tests() {
   local rc=0
@@ -82,6 +119,7 @@ item1_tests() {
     (cd "$build" && ctest -j1 --rerun-failed --output-on-failure) || true
     (cd "$build" && ctest -j1 -R "^CliTest.TopLevelHelp$|^TrainCli.NegativeOrNonFiniteOptimizerValuesAreUsageErrors$" \
       --output-on-failure) || true
+    library_mix
   fi
   if [ -d "$build/python/jacond" ]; then  # the Python module's device="cuda" against its CPU route
     PYTHONPATH=$build/python JACOND_BIN=$J python3 -m pytest -q -p no:cacheprovider python/tests -k device_cuda ||
