@@ -21,7 +21,8 @@ KappaRoute parse_kappa_route(const std::string& s) {
   if (s == "svd") return KappaRoute::kSvd;
   if (s == "mixed") return KappaRoute::kMixed;
   if (s == "lanczos") return KappaRoute::kLanczos;
-  throw std::invalid_argument("unknown kappa method '" + s + "' (expected auto|dense|fast|svd|mixed|lanczos)");
+  if (s == "schur") return KappaRoute::kSchur;
+  throw std::invalid_argument("unknown kappa method '" + s + "' (expected auto|dense|fast|svd|mixed|schur|lanczos)");
 }
 
 std::string to_string(KappaRoute r) {
@@ -31,6 +32,7 @@ std::string to_string(KappaRoute r) {
     case KappaRoute::kMixed: return "mixed";
     case KappaRoute::kLanczos: return "lanczos";
     case KappaRoute::kAuto: return "auto";
+    case KappaRoute::kSchur: return "schur";
   }
   return "?";
 }
@@ -80,8 +82,10 @@ const DenseDevice& device_or_host(const std::shared_ptr<const DenseDevice>& devi
 KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
   if (opt.route != KappaRoute::kAuto) return opt.route;
   const DenseBudget budget{opt.dense_max_bytes, opt.lanczos.max_seconds};
-  return device_or_host(opt.device).fits(DenseRoute::kFast, n * d, n * d, budget) ? KappaRoute::kFast
-                                                                                  : KappaRoute::kLanczos;
+  if (device_or_host(opt.device).fits(DenseRoute::kFast, n * d, n * d, budget)) return KappaRoute::kFast;
+  const bool on_host = !opt.device || opt.device->name() == "cpu";
+  if (on_host && fits(schur_route_cost(n * d, get_threads()), budget)) return KappaRoute::kSchur;
+  return KappaRoute::kLanczos;
 }
 
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
@@ -151,7 +155,8 @@ ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route
     case KappaRoute::kAuto:
       if (!dev.fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{})) return condition_lanczos(DenseMatrixOp(A), name).report;
       break;
-    case KappaRoute::kFast: break;
+    case KappaRoute::kFast:
+    case KappaRoute::kSchur: break;  // A is assembled already: the full route
   }
   return dev.condition_fast(std::move(A), name);
 }
@@ -258,16 +263,21 @@ void on_operator(const BlockReportOptions& opt, const BlockWeights& w, const Blo
   solve(DeviceOperator(*map, opt.operator_device->krylov_space(*map)));
 }
 
+// K_sab's rows through its operator (the full space, and the LayerNorm complement when skipless).
+void lanczos_sab_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
+                         std::vector<ConditionReport>& out) {
+  const auto sab = [&] { return sab_jacobian(w, f); };
+  on_operator(
+      opt, w, f, "K_sab", [&] { return SabJacobianOp(w, f); },
+      [&](const auto& op) { lanczos_subblock(op, "K_sab", f.ln1, sab_residual(skip), opt, sab, out); });
+}
+
 // The matrix-free half of block_reports after the attention rows (attention_reports): K_sab,
 // K_mlp, K_ffn through their operators.
 void lanczos_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
                               std::vector<ConditionReport>& out) {
-  const auto sab = [&] { return sab_jacobian(w, f); };
   const auto ffn = [&] { return ffn_jacobian(w, f).to_dense(); };
-  if (wants(opt, "K_sab"))
-    on_operator(
-        opt, w, f, "K_sab", [&] { return SabJacobianOp(w, f); },
-        [&](const auto& op) { lanczos_subblock(op, "K_sab", f.ln1, sab_residual(skip), opt, sab, out); });
+  if (wants(opt, "K_sab")) lanczos_sab_reports(w, f, skip, opt, out);
   if (wants(opt, "K_mlp"))
     on_operator(
         opt, w, f, "K_mlp", [&] { return MlpJacobianOp(w, f.mlp); },
@@ -316,23 +326,28 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
   return opt.device->condition_fast_assembled(*map, name);
 }
 
-// The host's Schur route for an N × N matrix of kFast: taken where the full route (K and the copy
-// its assembly holds: fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what
-// the host may hold (opt.host_memory_bytes; 0: 90 % of physical memory) and the Schur route's A11
-// and Schur complement (4 N²) and a panel fit it, so an exact κ reaches matrices of about four times
-// the memory the full route needs (analysis/spectral/schur_lu.h, design §10). Not counted: the
-// column source's factors (AttentionJacobianColumns: n·d² + heads·d² doubles, 1 % of 4 N² at
-// ViT-B) and the operator's caches. nullopt where the full route is taken (another route or device;
-// it fits); throws naming the sizes where neither fits. The skipless K_sab keeps the full route
-// (its LayerNorm-complement row restricts the host matrix), so this never sees it.
+// The host's Schur route (analysis/spectral/schur_lu.h, design §10) for an N × N matrix: always
+// for kSchur (asked for, or auto's choice); for kFast where its full route (K and the copy its
+// assembly holds: fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what the
+// host may hold (opt.host_memory_bytes; 0: 90 % of physical memory), so an exact κ reaches matrices
+// of about four times that memory. Its A11 and Schur complement (4 N²) and a panel must fit it.
+// Not counted: the column source's factors (AttentionJacobianColumns: n·d² + heads·d² doubles, 1 %
+// of 4 N² at ViT-B) and the operator's caches. nullopt where the full route is taken (another
+// route or device; it fits); throws naming the sizes where neither fits. The skipless K_sab never
+// comes here (its LayerNorm-complement row restricts a host matrix: kFast assembles it, kSchur
+// brackets both its rows matrix-free).
 std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
-  if (route != KappaRoute::kFast || (opt.device && opt.device->name() != "cpu")) return std::nullopt;
   const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
   const double full = fast_route_cost(N, N, get_threads()).bytes;
-  if (memory <= 0 || full <= memory) return std::nullopt;  // 0: sysconf could not say
+  if (route == KappaRoute::kFast) {
+    if (opt.device && opt.device->name() != "cpu") return std::nullopt;
+    if (memory <= 0 || full <= memory) return std::nullopt;  // 0: sysconf could not say
+  } else if (route != KappaRoute::kSchur) {  // kSchur: asked for (or auto's choice), on the host
+    return std::nullopt;
+  }
   const SchurPlan blocks = SchurPlan::for_order(N, 0);  // one-column panels: A11 and S alone
-  const SchurPlan plan = SchurPlan::for_order(N, std::min(2e9, memory - blocks.bytes()));
-  if (plan.bytes() > memory)
+  const SchurPlan plan = SchurPlan::for_order(N, memory > 0 ? std::min(2e9, memory - blocks.bytes()) : 2e9);
+  if (memory > 0 && plan.bytes() > memory)
     throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): the dense route holds " +
                              gigabytes(full) + ", the Schur route " + gigabytes(plan.bytes()) + ", more than the " +
                              gigabytes(memory) + " this machine gives it; the lanczos route brackets it matrix-free");
@@ -390,7 +405,10 @@ void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMo
   const bool can_restrict = w.d >= 3;
   const bool restricts = !sab_residual(skip) && can_restrict;  // the ln-complement row needs K_sab on the host
   std::optional<ConditionReport> sab_unassembled;  // no host matrix: on the device, or the host's Schur route
-  if (wants(opt, "K_sab") && !restricts) {
+  if (wants(opt, "K_sab") && restricts && route == KappaRoute::kSchur) {
+    // The LayerNorm-complement row restricts a host matrix, which kSchur is there not to hold.
+    lanczos_sab_reports(w, f, skip, opt, out);
+  } else if (wants(opt, "K_sab") && !restricts) {
     sab_unassembled = fast_on_device(w, f, "K_sab", route, opt);
     const std::optional<SchurPlan> plan = sab_unassembled ? std::nullopt : host_schur_plan(n * w.d, "K_sab", route, opt);
     if (plan) {  // K_sab's columns by its products (sab_jacobian has no column form)
@@ -400,7 +418,7 @@ void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMo
   }
   if (sab_unassembled) {
     out.push_back(std::move(*sab_unassembled));
-  } else if (wants(opt, "K_sab")) {
+  } else if (wants(opt, "K_sab") && !(restricts && route == KappaRoute::kSchur)) {
     Mat Ksab = sab_jacobian(w, f);
     ConditionReport restricted;
     if (restricts) {  // nd × n(d − 2): kMixed takes kFast (condition_dense)

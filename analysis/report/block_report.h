@@ -39,10 +39,15 @@ namespace jacond {
 ///             matrix takes kFast, noted. Non-square matrices (ln-complements) take kFast.
 ///   kLanczos  matrix-free certified bracket (analysis/spectral/gkl.h) on the operators of
 ///             analysis/operators/operators.h: K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn (and ln-complements)
+///   kSchur    exact on the host by the Schur route (analysis/spectral/schur_lu.h: A11 and its Schur
+///             complement dense, 4 N², the off-diagonal blocks matrix-free) for K_sa, B_sa, E_sa and
+///             K_sab; kFast takes it by itself past BlockReportOptions::host_memory_bytes. The
+///             skipless K_sab (whose LayerNorm-complement row restricts a host matrix) takes kLanczos
 ///   kAuto     kFast when the matrix fits the dense route's memory and time budget on the chosen
-///             device (DenseDevice::fits, analysis/spectral/dense_device.h), else kLanczos
+///             device (DenseDevice::fits, analysis/spectral/dense_device.h); on the host, kSchur
+///             when the Schur route fits them instead (schur_route_cost); else kLanczos
 /// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
-enum class KappaRoute { kFast, kSvd, kMixed, kLanczos, kAuto };
+enum class KappaRoute { kFast, kSvd, kMixed, kLanczos, kAuto, kSchur };
 
 /// The one `auto` rule of jacond (block, sweep, audit, train tracking; spectrum applies it to the
 /// SVD route), stated in analysis/spectral/dense_cost.h: a rows × cols matrix takes the dense route

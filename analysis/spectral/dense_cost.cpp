@@ -24,6 +24,11 @@ DenseCost fast_route_cost(Index rows, Index cols, int threads) {
   return {2.0 * kDouble * m * n, seconds_for(flops, kLuGflopsPerThread, threads)};
 }
 
+DenseCost schur_route_cost(Index order, int threads) {
+  const double N = static_cast<double>(order), m = static_cast<double>(order / 2), s = N - m;
+  return {kDouble * (m * m + s * s), seconds_for(5.0 / 12.0 * N * N * N, kLuGflopsPerThread, threads)};
+}
+
 DenseCost svd_route_cost(Index rows, Index cols, int threads) {
   const double m = static_cast<double>(std::max(rows, cols)), n = static_cast<double>(std::min(rows, cols));
   return {2.0 * kDouble * m * n, seconds_for(4.0 * m * n * n - 4.0 / 3.0 * n * n * n, kSvdGflopsPerThread, threads)};

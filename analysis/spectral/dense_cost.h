@@ -40,6 +40,10 @@ double physical_memory_bytes();
 /// condition_fast on a rows × cols matrix: one LU (square) or QR (tall) of the matrix, plus one
 /// copy held by the caller (K_sab keeps its full-space and ln-complement matrices together).
 DenseCost fast_route_cost(Index rows, Index cols, int threads);
+/// The host's Schur route (analysis/spectral/schur_lu.h) on an order × order matrix: A11 and its
+/// Schur complement split at N/2 (4 N² bytes; its panels adapt to what memory is left) and 5/12 N³
+/// flops at the LU rate (two LUs and the panels' solves; the panels' products are not counted).
+DenseCost schur_route_cost(Index order, int threads);
 /// condition_svd: dgesdd, values only.
 DenseCost svd_route_cost(Index rows, Index cols, int threads);
 /// One inertia count (analysis/spectral/inertia.h): dsytrf_rk of the (rows+cols)² augmented

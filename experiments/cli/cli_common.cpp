@@ -204,10 +204,10 @@ std::string git_revision() {
 }  // namespace
 
 KappaRoute with_dense_flavour(KappaRoute resolved, const std::string& kappa) {
-  if (kappa != "fast" && kappa != "svd" && kappa != "mixed")
-    throw std::invalid_argument("--kappa must be fast, svd or mixed, got '" + kappa + "'");
+  if (kappa != "fast" && kappa != "svd" && kappa != "mixed" && kappa != "schur")
+    throw std::invalid_argument("--kappa must be fast, svd, mixed or schur, got '" + kappa + "'");
   if (resolved != KappaRoute::kFast) return resolved;
-  return kappa == "svd" ? KappaRoute::kSvd : kappa == "mixed" ? KappaRoute::kMixed : KappaRoute::kFast;
+  return kappa == "fast" ? KappaRoute::kFast : parse_kappa_route(kappa);
 }
 
 nlohmann::json run_metadata(int argc, char** argv, const std::string& parent) {

@@ -47,7 +47,7 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else lanczos) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
         "converge)")
-      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h)")
+      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h) | schur (the host's 2x2 block LU: a quarter of fast's memory, exact; analysis/spectral/schur_lu.h)")
       ("certify", po::value(&a.certify)->default_value(a.certify),
        "inertia-count certificates of K_sa/B_sa/E_sa/K_sab (analysis/spectral/inertia.h): none | inertia | auto "
        "(when three LDL^T factorisations of the (2nd)^2 augmented matrix fit half of RAM and 3x --lanczos-seconds)")
@@ -72,12 +72,15 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
       throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0 and --lanczos-basis >= 2");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1, got " + std::to_string(a.threads));
+    if (a.kappa == "schur" && a.device != "cpu")
+      throw std::invalid_argument("--kappa schur is the host's route; --device " + a.device +
+                                  " takes its own Schur route where its LU does not fit");
     if (!(a.host_memory_gb >= 0) || !std::isfinite(a.host_memory_gb))
       throw std::invalid_argument("--host-memory must be >= 0 GB (0: 90% of RAM), got " + fmt(a.host_memory_gb));
     a.opt.host_memory_bytes = a.host_memory_gb * 1e9;
     if (vm.count("host-memory") && !vm["host-memory"].defaulted() &&
-        (a.method == "lanczos" || a.kappa != "fast" || a.device != "cpu"))
-      throw std::invalid_argument("--host-memory bounds the host's exact route (--kappa fast on --device cpu), which "
+        (a.method == "lanczos" || (a.kappa != "fast" && a.kappa != "schur") || a.device != "cpu"))
+      throw std::invalid_argument("--host-memory bounds the host's exact route (--kappa fast|schur on --device cpu), which "
                                   "--method " + a.method + " --kappa " + a.kappa + " --device " + a.device +
                                   " does not take");
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });

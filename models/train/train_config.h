@@ -199,7 +199,7 @@ void for_each_train_field(Config& c, Visit&& visit) {
   visit(TrainField{"track_every", "track-every", "tracking", "conditioning period in steps (0: off)"}, c.track_every);
   visit(TrainField{"probe_size", "probe-size", "tracking", "probe images: the first N test images"}, c.probe_size);
   visit(TrainField{"track_method", "track-method", "tracking",
-                   "κ route: auto (dense when it fits, analysis/report/block_report.h) | dense | svd | mixed | lanczos"},
+                   "κ route: auto (dense when it fits, analysis/report/block_report.h) | dense | svd | mixed | schur | lanczos"},
         c.track_method);
   visit(TrainField{"track_seconds", "track-seconds", "tracking",
                    "lanczos: seconds per matrix before reporting the best bracket as not-converged"},

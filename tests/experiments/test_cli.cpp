@@ -1269,6 +1269,16 @@ TEST_F(CliTest, BlockHostMemoryTakesTheSchurRouteWithTheFullRoutesKappa_n8_d16_h
                                                {"K_sa (128 x 128)", "the Schur route", "lanczos"}, path("tiny"));
   EXPECT_EQ(tiny.code, 1) << tiny.describe();
   EXPECT_EQ(expect_one_line_error({"block", "--host-memory", "-1"}, {"--host-memory", ">= 0"}).code, 2);
+  // --kappa schur asks for the route at any size (same κ); it is the host's, so not with --device cuda.
+  const RunResult schur = run({"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2", "--skip", "full",
+                               "--matrices", "K_sa,K_sab", "--method", "dense", "--kappa", "schur", "--out", path("schur")});
+  ASSERT_TRUE(schur.exited && schur.code == 0) << schur.describe();
+  for (const auto& row : read_csv(path("schur") + "/results.csv").rows) {
+    EXPECT_EQ(row.at("method"), "dense-schur-lu-lanczos") << row.at("matrix");
+    EXPECT_EQ(row.at("route"), "schur") << row.at("matrix");
+    EXPECT_NEAR(to_double(row.at("kappa")) / kappa["0"].at(row.at("matrix")), 1.0, 1e-9) << row.at("matrix");
+  }
+  EXPECT_EQ(expect_one_line_error({"block", "--kappa", "schur", "--device", "cuda"}, {"--kappa schur", "host"}).code, 2);
   // A route that never reads it refuses it rather than ignoring it.
   for (const std::vector<std::string> other : {std::vector<std::string>{"--method", "lanczos"}, {"--kappa", "svd"},
                                                {"--kappa", "mixed"}}) {

@@ -14,6 +14,7 @@
 #include "analysis/operators/host_token_map.h"
 #include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
+#include "analysis/core/threads.h"
 #include "analysis/spectral/dense_cost.h"
 #include "support/random_block.h"
 
@@ -181,6 +182,66 @@ TEST(HostSchurRoute, WithinDenseSolveIsCalledBetweenPanelsAndSolvesAndMayAbandon
   };
   EXPECT_THROW(block_reports(w, X, SkipMode::kFull, opt), Abandon);
   EXPECT_EQ(left, 0);
+}
+
+// kSchur asked for: K_sa, B_sa, E_sa and K_sab on the Schur route whatever the memory, with the
+// full route's κ; the skipless K_sab (whose LayerNorm-complement row restricts a host matrix)
+// bracketed matrix-free instead, both its rows, the bracket containing the dense κ.
+TEST(HostSchurRoute, KappaRouteSchurTakesItAndBracketsTheSkiplessKsabN8D12) {
+  const BlockWeights w = test::random_block(12, 3, 48, 5);
+  const Mat X = test::random_tokens(8, 12, 6);
+  EXPECT_EQ(parse_kappa_route("schur"), KappaRoute::kSchur);
+  EXPECT_EQ(to_string(KappaRoute::kSchur), "schur");
+  for (SkipMode skip : {SkipMode::kFull, SkipMode::kNone}) {
+    BlockReportOptions full, schur;
+    full.route = KappaRoute::kFast;
+    schur.route = KappaRoute::kSchur;
+    full.matrices = schur.matrices = {"K_sa", "E_sa", "K_sab", "K_ffn"};
+    const std::vector<ConditionReport> want = block_reports(w, X, skip, full), got = block_reports(w, X, skip, schur);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const ConditionReport &g = got[i], &e = want[i];
+      const std::string knobs = g.matrix + " " + g.space + " skip " + to_string(skip) + ": " + g.note;
+      ASSERT_EQ(g.matrix, e.matrix);
+      ASSERT_EQ(g.space, e.space);
+      if (g.matrix == "K_ffn") {
+        EXPECT_EQ(g.kappa, e.kappa) << knobs;
+      } else if (g.matrix == "K_sab" && skip == SkipMode::kNone) {
+        EXPECT_EQ(g.method.rfind("gkl", 0), 0u) << knobs;
+        if (e.status == Status::kExact) {
+          EXPECT_LE(g.kappa_lo, e.kappa * (1 + 1e-9)) << knobs;
+          EXPECT_GE(g.kappa_hi, e.kappa * (1 - 1e-9)) << knobs;
+        }
+      } else {
+        EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
+        if (e.status == Status::kExact && g.status == Status::kExact)
+          EXPECT_NEAR(g.kappa / e.kappa, 1.0, 1e-7) << knobs;
+        else
+          EXPECT_NE(g.status, Status::kExact) << knobs;  // E_sa singular: never a κ from the Schur route
+      }
+    }
+  }
+}
+
+// auto on the host: the full route when it fits the budget, the Schur route when only its 4 N²
+// does (schur_route_cost), the lanczos route when neither; a device's auto never picks the host's
+// route.
+TEST(HostSchurRoute, AutoTakesTheSchurRouteWhereOnlyItFitsTheBudget) {
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kAuto;
+  const Index n = 8, d = 12, N = n * d;
+  ASSERT_EQ(fast_route_cost(N, N, 1).bytes, 16.0 * N * N);
+  ASSERT_EQ(schur_route_cost(N, 1).bytes, 4.0 * N * N);
+  opt.dense_max_bytes = 16.0 * N * N;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kFast);
+  opt.dense_max_bytes = 16.0 * N * N - 1;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kSchur);
+  opt.dense_max_bytes = 4.0 * N * N - 1;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
+  // The time budget binds too: 5/12 N³ at the LU rate.
+  opt.dense_max_bytes = 16.0 * N * N - 1;
+  opt.lanczos.max_seconds = 0.5 * schur_route_cost(N, get_threads()).seconds;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
 }
 
 }  // namespace
