@@ -100,6 +100,8 @@ ConditionReport condition_of(const Eigen::Ref<const Mat>& A, const std::string& 
   if (A.size() == 0) throw std::invalid_argument("A is empty");
   if (!A.allFinite()) throw std::invalid_argument("A contains NaN or inf");
   const KappaRoute route = parse_kappa_route(method);
+  if (route == KappaRoute::kSchur)
+    throw std::invalid_argument("method 'schur' is block_reports' route, which never holds K; an assembled A takes 'dense'");
   const auto on = dense_device(device);
   Mat copy = A;
   py::gil_scoped_release release;
@@ -156,7 +158,7 @@ void bind_reports(py::module_& m) {
         py::arg("host_memory_bytes") = 0.0,
         R"(Condition reports of one block at tokens X (n x d), as `jacond block`: K_sa, B_sa, E_sa, K_sab,
 K_mlp, K_ffn, softmax and attention per head, then the token matrices. method: auto | dense | fast |
-svd | mixed | lanczos; matrices: names to compute (None: all); certify: none | inertia | auto;
+svd | mixed | schur | lanczos; matrices: names to compute (None: all); certify: none | inertia | auto;
 norm "post": a post-norm block, whose attention sees X itself (K_sa, B_sa, E_sa, softmax, attention);
 device: cpu | cuda, where the dense exact routes run (as --device); host_memory_bytes: what the host's
 exact route may hold (0: 90% of RAM), past which it takes the Schur route (as --host-memory).)");

@@ -115,6 +115,9 @@ def test_past_host_memory_bytes_the_dense_route_is_the_schur_route_with_the_same
     assert (halves.status == "exact").all()
     np.testing.assert_allclose(halves.kappa, full.kappa, rtol=1e-9)
     assert halves.note.str.contains(f"split at {N // 2} of {N}").all()
+    asked = jacond.block_reports(block, X, skip="full", method="schur", matrices=["K_sa", "K_sab"])
+    assert (asked.method == "dense-schur-lu-lanczos").all()
+    np.testing.assert_allclose(asked.kappa, full.kappa, rtol=1e-9)
 
 
 def test_reports_as_objects_carry_the_same_fields():
@@ -495,6 +498,7 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.nan), "dense_max_bytes must be finite"),
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.inf), "dense_max_bytes must be finite"),
         (lambda: jacond.block_reports(block, X, host_memory_bytes=-1.0), "host_memory_bytes must be finite and >= 0"),
+        (lambda: jacond.condition(np.eye(4), method="schur"), "method 'schur' is block_reports' route"),
         (lambda: jacond.set_threads(0), "threads must be >= 1, got 0"),
         (lambda: jacond.condition(np.ones(5)), "A must be a 2-D array, got shape (5,) (a vector: pass v[:, None]"),
         (lambda: jacond.condition(np.ones((2, 2, 2))), "A must be a 2-D array, got shape (2, 2, 2)"),
