@@ -338,7 +338,7 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
 // brackets both its rows matrix-free).
 std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
-  const double full = fast_route_cost(N, N, get_threads()).bytes;
+  const double full = fast_route_cost(N, N, get_threads()).bytes;  // named in the error below
   if (route == KappaRoute::kFast) {
     if (opt.device && opt.device->name() != "cpu") return std::nullopt;
     if (memory <= 0 || full <= memory) return std::nullopt;  // 0: sysconf could not say
@@ -397,42 +397,50 @@ void attention_reports(const BlockWeights& w, const BlockForward& f, KappaRoute 
   }
 }
 
-// The dense half of block_reports after the attention rows: K_sab assembled and solved by `route`
-// (kFast, kSvd or kMixed); the token block-diagonal K_mlp / K_ffn by their per-token blocks.
+// K_sab by `route` (kFast, kSvd, kMixed or kSchur), and on the LayerNorm complement when skipless:
+// on the device or by the host's Schur route where either holds it without a host matrix, else
+// assembled on the host. The skipless rows restrict a host matrix, so under kSchur (which is there
+// not to hold one) they are bracketed matrix-free.
+void sab_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
+                 const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
+  const Index n = f.X.rows();
+  const bool restricts = !sab_residual(skip) && w.d >= 3;  // the ln-complement row needs K_sab on the host
+  if (restricts && route == KappaRoute::kSchur) {
+    lanczos_sab_reports(w, f, skip, opt, out);
+    return;
+  }
+  if (!restricts) {
+    if (std::optional<ConditionReport> r = fast_on_device(w, f, "K_sab", route, opt)) {
+      out.push_back(std::move(*r));
+      return;
+    }
+    if (const std::optional<SchurPlan> plan = host_schur_plan(n * w.d, "K_sab", route, opt)) {
+      const SabJacobianOp op(w, f);  // its columns by its products (sab_jacobian has no column form)
+      out.push_back(host_schur_report(HostTokenMap<SabJacobianOp>(op), *plan, "K_sab", opt));
+      return;
+    }
+  }
+  Mat Ksab = sab_jacobian(w, f);
+  ConditionReport restricted;
+  if (restricts) {  // nd × n(d − 2): kMixed takes kFast (condition_dense)
+    restricted =
+        dense_report(right_multiply_tokenwise(Ksab, n, layernorm_complement_bases(f.ln1.x_hat)), "K_sab", route, opt);
+    restricted.space = "ln-complement";
+  }
+  if (route == KappaRoute::kMixed)
+    out.push_back(mixed_report(SabJacobianOp(w, f), "K_sab", opt, [&] { return Ksab; },
+                               [&] { return MatF(Ksab.cast<float>()); }));
+  else
+    out.push_back(dense_report(std::move(Ksab), "K_sab", route, opt));  // the full space; Ksab is done with
+  if (restricts) out.push_back(restricted);
+}
+
+// The dense half of block_reports after the attention rows: K_sab (sab_reports); the token
+// block-diagonal K_mlp / K_ffn by their per-token blocks.
 void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
                             const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
-  const Index n = f.X.rows();
   const bool can_restrict = w.d >= 3;
-  const bool restricts = !sab_residual(skip) && can_restrict;  // the ln-complement row needs K_sab on the host
-  std::optional<ConditionReport> sab_unassembled;  // no host matrix: on the device, or the host's Schur route
-  if (wants(opt, "K_sab") && restricts && route == KappaRoute::kSchur) {
-    // The LayerNorm-complement row restricts a host matrix, which kSchur is there not to hold.
-    lanczos_sab_reports(w, f, skip, opt, out);
-  } else if (wants(opt, "K_sab") && !restricts) {
-    sab_unassembled = fast_on_device(w, f, "K_sab", route, opt);
-    const std::optional<SchurPlan> plan = sab_unassembled ? std::nullopt : host_schur_plan(n * w.d, "K_sab", route, opt);
-    if (plan) {  // K_sab's columns by its products (sab_jacobian has no column form)
-      const SabJacobianOp op(w, f);
-      sab_unassembled = host_schur_report(HostTokenMap<SabJacobianOp>(op), *plan, "K_sab", opt);
-    }
-  }
-  if (sab_unassembled) {
-    out.push_back(std::move(*sab_unassembled));
-  } else if (wants(opt, "K_sab") && !(restricts && route == KappaRoute::kSchur)) {
-    Mat Ksab = sab_jacobian(w, f);
-    ConditionReport restricted;
-    if (restricts) {  // nd × n(d − 2): kMixed takes kFast (condition_dense)
-      restricted =
-          dense_report(right_multiply_tokenwise(Ksab, n, layernorm_complement_bases(f.ln1.x_hat)), "K_sab", route, opt);
-      restricted.space = "ln-complement";
-    }
-    if (route == KappaRoute::kMixed)
-      out.push_back(mixed_report(SabJacobianOp(w, f), "K_sab", opt, [&] { return Ksab; },
-                                 [&] { return MatF(Ksab.cast<float>()); }));
-    else
-      out.push_back(dense_report(std::move(Ksab), "K_sab", route, opt));  // the full space; Ksab is done with
-    if (restricts) out.push_back(restricted);
-  }
+  if (wants(opt, "K_sab")) sab_reports(w, f, skip, route, opt, out);
   if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp"));
   if (wants(opt, "K_ffn")) {
     const TokenBlockDiagonal Kffn = ffn_jacobian(w, f);

@@ -62,10 +62,11 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
   add_device_option(desc, &a.device);
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, nullptr, &vm)) return std::nullopt;
+  const auto typed = [&](const char* flag) { return vm.count(flag) && !vm[flag].defaulted(); };
   check_usage([&] {
     a.src.validate(&vm);
     with_dense_flavour(KappaRoute::kFast, a.kappa);  // checks the value
-    if (a.method == "lanczos" && vm.count("kappa") && !vm["kappa"].defaulted())
+    if (a.method == "lanczos" && typed("kappa"))
       throw std::invalid_argument("--kappa " + a.kappa + " picks the dense route's flavour; --method lanczos has none");
     if (a.method != "auto" && a.method != "dense" && a.method != "lanczos")
       throw std::invalid_argument("--method must be auto, dense or lanczos, got '" + a.method + "'");
@@ -78,13 +79,12 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
     if (!(a.host_memory_gb >= 0) || !std::isfinite(a.host_memory_gb))
       throw std::invalid_argument("--host-memory must be >= 0 GB (0: 90% of RAM), got " + fmt(a.host_memory_gb));
     a.opt.host_memory_bytes = a.host_memory_gb * 1e9;
-    if (vm.count("host-memory") && !vm["host-memory"].defaulted() &&
-        (a.method == "lanczos" || (a.kappa != "fast" && a.kappa != "schur") || a.device != "cpu"))
+    if (typed("host-memory") && (a.method == "lanczos" || (a.kappa != "fast" && a.kappa != "schur") || a.device != "cpu"))
       throw std::invalid_argument("--host-memory bounds the host's exact route (--kappa fast|schur on --device cpu), which "
                                   "--method " + a.method + " --kappa " + a.kappa + " --device " + a.device +
                                   " does not take");
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
-    a.skip_typed = vm.count("skip") && !vm["skip"].defaulted();
+    a.skip_typed = typed("skip");
     a.opt.route = parse_kappa_route(a.method);
     a.opt.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
     a.opt.matrices = parse_flag("--matrices", [&] { return parse_matrix_names(a.matrices, block_matrix_names()); });

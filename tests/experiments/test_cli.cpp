@@ -1222,8 +1222,9 @@ TEST_F(CliTest, BlockKappaMixedGivesTheFastRoutesKappa_n8_d16_h2) {
 // the record of neither. The same command may write there again (a rerun).
 TEST_F(CliTest, AnOutThatHoldsAnotherCommandsRunIsRefused_n8_d16_h2) {
   const std::string dir = path("shared");
-  const RunResult sweep = run({"sweep", "--alpha", "1", "--beta", "1", "--seeds", "1", "--n", "8", "--d", "16",
-                               "--heads", "2", "--out", dir});
+  const std::vector<std::string> sweep_args = {"sweep", "--alpha", "1", "--beta", "1", "--seeds", "1", "--n", "8",
+                                               "--d", "16", "--heads", "2", "--out", dir};
+  const RunResult sweep = run(sweep_args);
   ASSERT_TRUE(sweep.exited && sweep.code == 0) << sweep.describe();
   const std::string record = slurp(dir + "/run.json");
   const std::vector<std::string> block = {"block", "--init", "ours", "--n", "8", "--d", "16", "--heads", "2",
@@ -1232,8 +1233,7 @@ TEST_F(CliTest, AnOutThatHoldsAnotherCommandsRunIsRefused_n8_d16_h2) {
   EXPECT_EQ(refused.code, 1) << refused.describe();
   EXPECT_EQ(slurp(dir + "/run.json"), record);
   EXPECT_FALSE(fs::exists(dir + "/results.csv"));
-  const RunResult again = run({"sweep", "--alpha", "1", "--beta", "1", "--seeds", "1", "--n", "8", "--d", "16",
-                               "--heads", "2", "--out", dir});
+  const RunResult again = run(sweep_args);
   EXPECT_TRUE(again.exited && again.code == 0) << again.describe();
   // verify's record is verify.json.
   const RunResult verify = run({"verify", "prop1", "--seeds", "1", "--out", path("claims")});

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/jacobians/jacobians.h"
@@ -79,23 +80,34 @@ TEST(HostTokenMap, AttentionColumnsAreTheAssembledMatrixBitForBit) {
   }
 }
 
+// The block and tokens of the block_reports tests below (N = 96), and kFast with a host budget one
+// byte short of the full route's 16 N²: the Schur route.
+BlockWeights test_block() { return test::random_block(12, 3, 48, 5); }
+Mat test_tokens() { return test::random_tokens(8, 12, 6); }
+BlockReportOptions past_the_full_route(std::vector<std::string> matrices) {
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  opt.matrices = std::move(matrices);
+  opt.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+  return opt;
+}
+
 bool nd_by_nd(const ConditionReport& r) {
   return r.space == "full" && (r.matrix == "K_sa" || r.matrix == "B_sa" || r.matrix == "E_sa" || r.matrix == "K_sab");
 }
 
-// Past opt.host_memory_bytes (one byte short of the full route's K and copy, 16 N²), K_sa, B_sa, E_sa and K_sab (full space)
-// take the Schur route and give the full LU's κ (within two backward-stable solves' σ_min); every
+// Past opt.host_memory_bytes (one byte short of the full route's K and copy, 16 N²), K_sa, B_sa,
+// E_sa and K_sab (full space) take the Schur route and give the full LU's κ (within two backward-stable solves' σ_min); every
 // other row is the full call's, bit for bit. The skipless K_sab keeps the host matrix (its
 // LayerNorm-complement row restricts it), so it stays on the full route.
 TEST(HostSchurRoute, PastTheHostsMemoryTheDenseRouteGivesTheFullLusKappaN8D12) {
-  const BlockWeights w = test::random_block(12, 3, 48, 5);
-  const Mat X = test::random_tokens(8, 12, 6);
+  const BlockWeights w = test_block();
+  const Mat X = test_tokens();
   const double N = 96;
   for (SkipMode skip : {SkipMode::kFull, SkipMode::kNone}) {
     BlockReportOptions full;
     full.route = KappaRoute::kFast;
-    BlockReportOptions halves = full;
-    halves.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+    BlockReportOptions halves = past_the_full_route({});
     ASSERT_EQ(halves.host_memory_bytes, 16 * N * N - 1);
     int before = 0;
     halves.before_dense_solve = [&] { ++before; };
@@ -131,11 +143,9 @@ TEST(HostSchurRoute, PastTheHostsMemoryTheDenseRouteGivesTheFullLusKappaN8D12) {
 // way out, before anything is assembled. A certificate asked for on the Schur route is a note
 // (its counts factorise K itself), not a failure.
 TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D12) {
-  const BlockWeights w = test::random_block(12, 3, 48, 5);
-  const Mat X = test::random_tokens(8, 12, 6);
-  BlockReportOptions tiny;
-  tiny.route = KappaRoute::kFast;
-  tiny.matrices = {"K_sa"};
+  const BlockWeights w = test_block();
+  const Mat X = test_tokens();
+  BlockReportOptions tiny = past_the_full_route({"K_sa"});
   tiny.host_memory_bytes = 30000;  // the full route: 147 456 bytes; A11 and S alone: 36 864
   try {
     block_reports(w, X, SkipMode::kFull, tiny);
@@ -145,8 +155,7 @@ TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D1
     for (const char* needle : {"K_sa (96 x 96)", "the dense route holds", "the Schur route", "lanczos"})
       EXPECT_NE(m.find(needle), std::string::npos) << m;
   }
-  BlockReportOptions certified = tiny;
-  certified.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+  BlockReportOptions certified = past_the_full_route({"K_sa"});
   certified.certify = CertifyMode::kInertia;
   const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, certified);
   ASSERT_EQ(r.size(), 1u);
@@ -160,12 +169,9 @@ TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D1
 // 16 N² − 1 = 147 455 bytes: A11, S and one-column panels take 39 168, the 108 287 left make
 // panels of 47 columns (24 N bytes each), so 2 + 2 panels, then Lanczos' inverse solves.
 TEST(HostSchurRoute, WithinDenseSolveIsCalledBetweenPanelsAndSolvesAndMayAbandonTheCallN8D12) {
-  const BlockWeights w = test::random_block(12, 3, 48, 5);
-  const Mat X = test::random_tokens(8, 12, 6);
-  BlockReportOptions opt;
-  opt.route = KappaRoute::kFast;
-  opt.matrices = {"K_sa"};
-  opt.host_memory_bytes = fast_route_cost(96, 96, 1).bytes - 1;
+  const BlockWeights w = test_block();
+  const Mat X = test_tokens();
+  BlockReportOptions opt = past_the_full_route({"K_sa"});
   int calls = 0;
   opt.within_dense_solve = [&] { ++calls; };
   const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, opt);
@@ -188,8 +194,8 @@ TEST(HostSchurRoute, WithinDenseSolveIsCalledBetweenPanelsAndSolvesAndMayAbandon
 // full route's κ; the skipless K_sab (whose LayerNorm-complement row restricts a host matrix)
 // bracketed matrix-free instead, both its rows, the bracket containing the dense κ.
 TEST(HostSchurRoute, KappaRouteSchurTakesItAndBracketsTheSkiplessKsabN8D12) {
-  const BlockWeights w = test::random_block(12, 3, 48, 5);
-  const Mat X = test::random_tokens(8, 12, 6);
+  const BlockWeights w = test_block();
+  const Mat X = test_tokens();
   EXPECT_EQ(parse_kappa_route("schur"), KappaRoute::kSchur);
   EXPECT_EQ(to_string(KappaRoute::kSchur), "schur");
   for (SkipMode skip : {SkipMode::kFull, SkipMode::kNone}) {
