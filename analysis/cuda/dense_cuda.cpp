@@ -506,17 +506,22 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
   const Index n = map.n() * map.d_out();
   if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
   // The matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards;
-  // where that does not fit, the Schur route's half of it (A11, S, three panels and A11's workspace).
-  const SchurPlan plan = SchurPlan::for_order(n);
-  bool whole = false, half = false;
+  // where that does not fit, the Schur route in the fewest pieces that do (their D_k, the panels and
+  // the largest piece's LU workspace): two hold ViT-B's K_sa on an H200, three on an H100.
+  bool whole = false;
+  std::optional<SchurPlan> pieces;
   {
     Handles h;
     const double free_bytes = static_cast<double>(free_device_bytes());
     whole = static_cast<double>(getrf_device_bytes(h, n)) + map.assembly_bytes() <= free_bytes;
-    const size_t a11_workspace = getrf_device_bytes(h, plan.split) - sizeof(double) * plan.split * plan.split;
-    half = plan.bytes() + static_cast<double>(a11_workspace) + map.assembly_bytes() <= free_bytes;
+    for (Index p = 2; !whole && !pieces && p <= kMaxSchurPieces; ++p) {
+      const SchurPlan plan = SchurPlan::for_order(n, 2e9, p);
+      const Index s = plan.largest_piece();
+      const size_t lu_workspace = getrf_device_bytes(h, s) - sizeof(double) * s * s;
+      if (plan.bytes() + static_cast<double>(lu_workspace) + map.assembly_bytes() <= free_bytes) pieces = plan;
+    }
   }
-  if (!whole) return half ? cuda::condition_schur(map, plan, matrix) : std::nullopt;
+  if (!whole) return pieces ? cuda::condition_schur(map, *pieces, matrix) : std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   const auto assembled = [&](double* seconds) {
     require_free_memory(sizeof(double) * static_cast<size_t>(n) * n, matrix + " on the GPU");

@@ -84,7 +84,9 @@ KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
   const DenseBudget budget{opt.dense_max_bytes, opt.lanczos.max_seconds};
   if (device_or_host(opt.device).fits(DenseRoute::kFast, n * d, n * d, budget)) return KappaRoute::kFast;
   const bool on_host = !opt.device || opt.device->name() == "cpu";
-  if (on_host && fits(schur_route_cost(n * d, get_threads()), budget)) return KappaRoute::kSchur;
+  if (on_host)
+    for (Index pieces = 2; pieces <= kMaxSchurPieces; ++pieces)
+      if (fits(schur_route_cost(n * d, get_threads(), pieces), budget)) return KappaRoute::kSchur;
   return KappaRoute::kLanczos;
 }
 
@@ -330,12 +332,13 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
 // for kSchur (asked for, or auto's choice); for kFast where its full route (K and the copy its
 // assembly holds: fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what the
 // host may hold (opt.host_memory_bytes; 0: 90 % of physical memory), so an exact κ reaches matrices
-// of about four times that memory. Its A11 and Schur complement (4 N²) and a panel must fit it.
-// Not counted: the column source's factors (AttentionJacobianColumns: n·d² + heads·d² doubles, 1 %
-// of 4 N² at ViT-B) and the operator's caches. nullopt where the full route is taken (another
-// route or device; it fits); throws naming the sizes where neither fits. The skipless K_sab never
-// comes here (its LayerNorm-complement row restricts a host matrix: kFast assembles it, kSchur
-// brackets both its rows matrix-free).
+// of about 4·p times that memory. The fewest pieces p (two to kMaxSchurPieces) whose D_k (8 N²/p
+// bytes) and a panel fit it: each piece more adds products and solves to every solve of A
+// (schur_lu.h), so two where they fit. Not counted: the column source's factors (AttentionJacobianColumns: n·d² +
+// heads·d² doubles, 1 % of 4 N² at ViT-B) and the operator's caches. nullopt where the full route
+// is taken (another route or device; it fits); throws naming the sizes where nothing fits. The
+// skipless K_sab never comes here (its LayerNorm-complement row restricts a host matrix: kFast
+// assembles it, kSchur brackets both its rows matrix-free).
 std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
   const double full = fast_route_cost(N, N, get_threads()).bytes;  // named in the error below
@@ -345,13 +348,17 @@ std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, Kappa
   } else if (route != KappaRoute::kSchur) {  // kSchur: asked for (or auto's choice), on the host
     return std::nullopt;
   }
-  const SchurPlan blocks = SchurPlan::for_order(N, 0);  // one-column panels: A11 and S alone
-  const SchurPlan plan = SchurPlan::for_order(N, memory > 0 ? std::min(2e9, memory - blocks.bytes()) : 2e9);
-  if (memory > 0 && plan.bytes() > memory)
-    throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): the dense route holds " +
-                             gigabytes(full) + ", the Schur route " + gigabytes(plan.bytes()) + ", more than the " +
-                             gigabytes(memory) + " this machine gives it; the lanczos route brackets it matrix-free");
-  return plan;
+  if (memory <= 0) return SchurPlan::for_order(N);
+  SchurPlan least;  // the fewest bytes of any piece count (one-column panels), named if none fits
+  for (Index pieces = 2; pieces <= kMaxSchurPieces; ++pieces) {
+    const SchurPlan blocks = SchurPlan::for_order(N, 0, pieces);  // one-column panels: the D_k and little else
+    if (blocks.bytes() <= memory) return SchurPlan::for_order(N, std::min(2e9, memory - blocks.bytes()), pieces);
+    if (least.order == 0 || blocks.bytes() < least.bytes()) least = blocks;
+  }
+  throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): the dense route holds " +
+                           gigabytes(full) + ", the Schur route at least " + gigabytes(least.bytes()) + " (in " +
+                           std::to_string(least.pieces()) + " pieces), more than the " + gigabytes(memory) +
+                           " this machine gives it; the lanczos route brackets it matrix-free");
 }
 
 // κ of `map` (a HostTokenMap) by the Schur route with `plan`. No certificate: its counts factorise K.

@@ -24,9 +24,16 @@ DenseCost fast_route_cost(Index rows, Index cols, int threads) {
   return {2.0 * kDouble * m * n, seconds_for(flops, kLuGflopsPerThread, threads)};
 }
 
-DenseCost schur_route_cost(Index order, int threads) {
-  const double N = static_cast<double>(order), m = static_cast<double>(order / 2), s = N - m;
-  return {kDouble * (m * m + s * s), seconds_for(5.0 / 12.0 * N * N * N, kLuGflopsPerThread, threads)};
+DenseCost schur_route_cost(Index order, int threads, Index pieces) {
+  // Piece k's D_k: s_k columns each solved with A^(k) (T_k−1 flops a column), then its LU.
+  double bytes = 0, flops = 0, leading_solve = 0;  // leading_solve: T_k−1, the flops of one solve with A^(k)
+  for (Index k = 0; k < pieces; ++k) {
+    const double s = static_cast<double>(schur_cut(order, pieces, k + 1) - schur_cut(order, pieces, k));
+    bytes += kDouble * s * s;
+    flops += s * leading_solve + 2.0 / 3.0 * s * s * s;
+    leading_solve = 2.0 * leading_solve + 2.0 * s * s;  // (1): two solves with A^(k), one with D_k
+  }
+  return {bytes, seconds_for(flops, kLuGflopsPerThread, threads)};
 }
 
 DenseCost svd_route_cost(Index rows, Index cols, int threads) {

@@ -40,10 +40,16 @@ double physical_memory_bytes();
 /// condition_fast on a rows × cols matrix: one LU (square) or QR (tall) of the matrix, plus one
 /// copy held by the caller (K_sab keeps its full-space and ln-complement matrices together).
 DenseCost fast_route_cost(Index rows, Index cols, int threads);
-/// The host's Schur route (analysis/spectral/schur_lu.h) on an order × order matrix: A11 and its
-/// Schur complement split at N/2 (4 N² bytes; its panels adapt to what memory is left) and 5/12 N³
-/// flops at the LU rate (two LUs and the panels' solves; the panels' products are not counted).
-DenseCost schur_route_cost(Index order, int threads);
+/// The most pieces the Schur route cuts a matrix into: its D_k hold N²/p, but its flops grow as
+/// 2^p (schur_route_cost) past p = 4 and pass the full LU's ⅔ N³ at p = 7.
+inline constexpr Index kMaxSchurPieces = 8;
+/// Where the Schur route cuts an order × order matrix into `pieces` equal pieces: c_k = k·N/p.
+inline Index schur_cut(Index order, Index pieces, Index k) { return k * order / pieces; }
+/// The host's Schur route (analysis/spectral/schur_lu.h) on an order × order matrix in `pieces`
+/// pieces: its D_k (8 Σ s_k² bytes: 4 N² at two pieces; its panels adapt to what memory is left)
+/// and its flops at the LU rate (the D_k's LUs and the panels' solves, schur_lu.h's count: 5/12 N³
+/// at two pieces, 10/27 N³ at three; the panels' products are not counted).
+DenseCost schur_route_cost(Index order, int threads, Index pieces = 2);
 /// condition_svd: dgesdd, values only.
 DenseCost svd_route_cost(Index rows, Index cols, int threads);
 /// One inertia count (analysis/spectral/inertia.h): dsytrf_rk of the (rows+cols)² augmented

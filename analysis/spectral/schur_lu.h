@@ -1,55 +1,67 @@
-// κ of a square operator too large for one dense LU where its products run: a 2 × 2 block
-// factorisation whose diagonal blocks are dense and whose off-diagonal blocks stay matrix-free.
-// condition_fast's algorithm (lu_lanczos.h) with this factorisation as its backend; written once
-// for every device, a Store supplying the memory and the LU.
+// κ of a square operator too large for one dense LU where its products run: a block LU whose
+// diagonal pieces are dense and whose off-diagonal blocks stay matrix-free. condition_fast's
+// algorithm (lu_lanczos.h) with this factorisation as its backend; written once for every device,
+// a Store supplying the memory and the LU.
 //
-// Math. Split the N × N operator A at m: A = [A11 A12; A21 A22], A11 m × m, and let
-//   S = A22 − A21 A11⁻¹ A12                                  (the Schur complement, (N − m)²)
-// so that A = [I 0; A21 A11⁻¹ I] [A11 A12; 0 S] and
-//   A x = b:   x2 = S⁻¹ (b2 − A21 A11⁻¹ b1),   x1 = A11⁻¹ (b1 − A12 x2)            (1)
-//   Aᵀ z = c:  z2 = S⁻ᵀ (c2 − A12ᵀ A11⁻ᵀ c1),  z1 = A11⁻ᵀ (c1 − A21ᵀ z2)            (2)
-// (Aᵀ's Schur complement on A11ᵀ is Sᵀ). A21 u, A12 w and their transposes are the operator's own
-// products with padded vectors, A [u; 0] = [A11 u; A21 u] and A [0; w] = [A12 w; A22 w], so only
-// A11 and S are stored, as LU factors with partial pivoting: m² + (N − m)² entries, least at
-// m = N/2, half of N². ViT-B's K_sa (N = 151 296): 91.6 GB of fp64 where A is 183 GB, on one H200
-// (issue 11, item 3). S is formed a column panel E (unit columns) at a time, storing neither A12
-// nor A21:
-//   [A12 E; A22 E] = A [0; E],   Y = A11⁻¹ (A12 E),   S E = A22 E − bottom(A [Y; 0])        (3)
-// Cost: products of m + 2(N − m) inputs (1.5 N at m = N/2; the full assembly takes N), two LUs
-// (⅔ m³ + ⅔ (N − m)³) and (3)'s solves (2 m² (N − m)): 5/12 N³ flops at m = N/2 against the full
-// LU's ⅔ N³. A solve (1) or (2) is three triangular-pair solves and two products.
+// Math. Cut the N × N operator A into p diagonal pieces at 0 = c_0 < c_1 < … < c_p = N (piece k
+// holds indices [c_k, c_k+1), s_k of them) and let A^(k) be its leading c_k × c_k principal
+// submatrix. A^(k+1) = [A^(k) A12; A21 A22] with A22 piece k's diagonal block, and
+//   D_0 = A^(1),   D_k = A22 − A21 (A^(k))⁻¹ A12   (the Schur complement of A^(k) in A^(k+1))
+// so that A^(k+1) = [I 0; A21 (A^(k))⁻¹ I] [A^(k) A12; 0 D_k], and with b = [b1; b2] split at c_k
+//   A^(k+1) x = b:   u = (A^(k))⁻¹ b1,  x2 = D_k⁻¹ (b2 − A21 u),  x1 = u − (A^(k))⁻¹ A12 x2      (1)
+//   A^(k+1)ᵀ z = c:  u = (A^(k))⁻ᵀ c1,  z2 = D_k⁻ᵀ (c2 − A12ᵀ u), z1 = u − (A^(k))⁻ᵀ A21ᵀ z2     (2)
+// ((A^(k+1))ᵀ's Schur complement on (A^(k))ᵀ is D_kᵀ), recursively down to D_0, and A = A^(p).
+// A21 u, A12 w and their transposes are the operator's own products with padded vectors:
+// A [u; 0] restricted to piece k's rows is A21 u, A [0; w; 0] restricted to the rows before c_k
+// is A12 w. So only the D_k are stored, as LU factors with partial pivoting: Σ s_k² entries, N²/p
+// for equal pieces. p = 2 (the fewest) holds half of N²: ViT-B's K_sa (N = 151 296) in 91.6 GB
+// of fp64 where A is 183 GB, on one H200; p = 3 holds a third, 61 GB, on one H100 (issue 11,
+// item 3). D_k is formed a column panel E (unit columns) at a time, storing no off-diagonal block:
+//   [A12 E; A22 E] = top c_k+1 rows of A [0; E; 0],  Y = (A^(k))⁻¹ (A12 E),
+//   D_k E = A22 E − (A [Y; 0] restricted to piece k's rows)                                     (3)
+// Cost for equal pieces of b = N/p: a solve (1) with A^(k+1) costs T_k = 2 T_k−1 + 2b² flops
+// (T_0 = 2b²: T_k = (2^(k+1) − 1)·2b²), so forming all D_k takes Σ b·T_k−1 = 2b³ (2^p − p − 1)
+// and their LUs p·⅔b³: 5/12 N³ at p = 2, 10/27 N³ at p = 3, 0.385 N³ at p = 4, against the full
+// LU's ⅔ N³ (dense_cost.h's schur_route_cost). A solve of A (one vector) reads D_0 2^(p−1) times
+// and D_k (k ≥ 1) 2^(p−1−k) times: 0.75 N² entries at p = 2, 0.78 N² at p = 3, 0.94 N² at p = 4,
+// against the full LU's N², with 2^p − 2 products.
 //
-// Accuracy. Partial pivoting stays inside A11 and inside S: the elimination across the split is
-// pivot-free, backward stable when ‖A21 A11⁻¹‖ and ‖A11⁻¹ A12‖ are moderate (Higham, Accuracy and
-// Stability of Numerical Algorithms, §13.2) and not in general. So every solve is refined once in
-// fp64 against the operator (x ← x + solve(b − A x), the product matrix-free: fixed-precision
-// refinement, ibid. §12.2) and its normwise backward error η = ‖b − A x‖ / (σ_max ‖x‖ + ‖b‖) is
-// measured after the refinement by one more product; the note states the largest η of the run.
-// What certifies σ_min is lu_lanczos.h's one check, ‖A v_min‖ by the operator: a failed check
-// (the solves' σ_min below its own vector's ‖A v‖) is reported not-converged, never as a κ.
+// Accuracy. Partial pivoting stays inside each D_k: the elimination across the cuts is pivot-free,
+// backward stable when ‖A21 (A^(k))⁻¹‖ and ‖(A^(k))⁻¹ A12‖ are moderate (Higham, Accuracy and
+// Stability of Numerical Algorithms, §13.2) and not in general, and the growth compounds with the
+// pieces (K_sa at N = 12 800, κ 2.7e6: the unrefined backward error is 5.6e-12 in two pieces,
+// 2.1e-11 in three, 3.0e-8 in four). So every solve of A is refined in fp64 against the operator
+// (x ← x + solve(b − A x), the product matrix-free: fixed-precision refinement, ibid. §12.2), once
+// always and again while the normwise backward error η = ‖b − A x‖ / (σ_max ‖x‖ + ‖b‖), measured
+// by one more product, is above kSchurBackwardErrorTarget (4 u) and at least halves per step, at
+// most kSchurMaxRefinements times; the note states the largest η of the run and the most steps. What certifies σ_min is lu_lanczos.h's one check, ‖A v_min‖ by
+// the operator: a failed check (the solves' σ_min below its own vector's ‖A v‖) is reported
+// not-converged, never as a κ.
 //
-// The one assumption: A11 is nonsingular. A zero pivot of A11 says nothing about A (a permutation
-// matrix can have A11 = 0), so it is reported not-converged with a note; a zero pivot of S means A
-// is singular to working precision (det A = det A11 · det S), also not-converged here, since the
-// SVD that answers it on the full route does not fit where this route is used.
+// The one assumption: the leading principal submatrices at the cuts, A^(1) … A^(p−1), are
+// nonsingular. A zero pivot in D_0 … D_p−2 says nothing about A (a permutation matrix can have
+// A^(1) = 0), so it is reported not-converged with a note; a zero pivot of D_p−1 means A is
+// singular to working precision (det A = Π det D_k), also not-converged here, since the SVD that
+// answers it on the full route does not fit where this route is used.
 //
 // Store concept (host: CpuSchurStore below, LAPACKE; CUDA: analysis/cuda/dense_cuda.cpp, cuSOLVER):
 //   Buffer alloc(size_t count)                           count doubles in the map's memory; .get()
 //   void copy(Index rows, Index cols, const double* src, Index ld_src, double* dst, Index ld_dst)
 //   void zero(Index rows, Index cols, double* dst, Index ld)
 //   void subtract(Index rows, Index cols, const double* a, Index lda, const double* b, Index ldb,
-//                 double* c, Index ldc)                  c = a − b
+//                 double* c, Index ldc)                  c = a − b (c may be a, with ldc = lda)
 //   void upload(const double* host, double* dst, Index count), download(const double* src, double* host, Index count)
 //   Pivots pivots(Index m)
 //   FactorOutcome lu_factor(double* a, Index m, Pivots& p)          in place, leading dimension m
 //   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb)
 // The map (analysis/operators/operator_device.h) must assemble_columns and apply_columns in the
-// Store's memory (TokenMap::assembles_into).
+// Store's memory (TokenMap::assembles_into); products with Aᵀ go through the host (apply_transpose,
+// one vector each: only the Lanczos solves (2) take them).
 //
 // Guarded by tests/models/test_operator_device.cpp (SchurRoute*: the route on the CPU, with
 // LibTorch's CPU maps and the host store, against condition_fast of the assembled matrix for every
-// attention operator and skip mode, at several splits; the zero-A11 outcome) and, on a GPU, by
-// OperatorDeviceCuda.SchurRouteAgreesWithTheHostsFullLu.
+// attention operator and skip mode, at several cuts and piece counts; the zero-pivot outcomes) and,
+// on a GPU, by OperatorDeviceCuda.SchurRouteAgreesWithTheHostsFullLu.
 #pragma once
 
 #include <algorithm>
@@ -66,83 +78,106 @@
 #include "analysis/core/types.h"
 #include "analysis/operators/operator_device.h"
 #include "analysis/spectral/condition.h"
+#include "analysis/spectral/dense_cost.h"
 #include "analysis/spectral/lu_lanczos.h"
 
 namespace jacond {
 
-/// Where the route splits and how wide its panels are.
+/// Where the route cuts and how wide its panels are.
 struct SchurPlan {
-  Index order = 0;  // N
-  Index split = 0;  // m: A11 is m × m, S (N − m) × (N − m)
-  Index panel = 0;  // columns of (3) formed at once
+  Index order = 0;          // N
+  std::vector<Index> cuts;  // c_1 < … < c_p−1, inside (0, N): p = cuts.size() + 1 pieces
+  Index panel = 0;          // columns of (3) formed at once
 
-  /// The plan of an N × N operator: m = N/2 (least storage), panels of `panel_bytes` (three
-  /// N × w buffers: [A12 E; A22 E], [Y; 0], its product).
-  static SchurPlan for_order(Index order, double panel_bytes = 2e9) {
+  /// The plan of an N × N operator in `pieces` equal pieces (schur_cut: c_k = k N / p; two, the
+  /// fewest, hold half of N²), panels of `panel_bytes` (the 2p − 1 N × w buffers bytes() counts).
+  static SchurPlan for_order(Index order, double panel_bytes = 2e9, Index pieces = 2) {
     SchurPlan p;
     p.order = order;
-    p.split = order / 2;
-    p.panel = static_cast<Index>(std::clamp(std::floor(panel_bytes / (24.0 * static_cast<double>(order))), 1.0,
-                                            static_cast<double>(std::max<Index>(1, order - p.split))));
+    for (Index k = 1; k < pieces; ++k) p.cuts.push_back(schur_cut(order, pieces, k));
+    const double buffers = static_cast<double>(2 * pieces - 1) * 8.0 * static_cast<double>(order);
+    p.panel = static_cast<Index>(std::clamp(std::floor(panel_bytes / buffers), 1.0,
+                                            static_cast<double>(std::max<Index>(1, p.largest_piece()))));
     return p;
   }
-  /// Bytes the route holds where the map's products run: A11, S and the three panels (the map's
-  /// own batch intermediates and the LU workspace are the caller's to add).
+  Index pieces() const { return static_cast<Index>(cuts.size()) + 1; }
+  Index begin(Index k) const { return k == 0 ? 0 : cuts[k - 1]; }
+  Index end(Index k) const { return k + 1 == pieces() ? order : cuts[k]; }
+  Index size(Index k) const { return end(k) - begin(k); }
+  Index largest_piece() const {
+    Index largest = 0;
+    for (Index k = 0; k < pieces(); ++k) largest = std::max(largest, size(k));
+    return largest;
+  }
+  /// Bytes the route holds where the map's products run: the D_k, a panel of columns, two panels
+  /// per piece after the first (the padded inputs and products of (1)–(3) at that level) and a
+  /// vector (the map's own batch intermediates and the LU workspace are the caller's to add).
   double bytes() const {
-    const double m = static_cast<double>(split), s = static_cast<double>(order - split);
-    return 8.0 * (m * m + s * s + 3.0 * static_cast<double>(order) * static_cast<double>(panel));
+    double blocks = 0;
+    for (Index k = 0; k < pieces(); ++k) blocks += static_cast<double>(size(k)) * static_cast<double>(size(k));
+    const double panels = static_cast<double>(2 * pieces() - 1) * static_cast<double>(order) * static_cast<double>(panel);
+    return 8.0 * (blocks + panels + static_cast<double>(order));
   }
 };
+
+/// Refinement of a solve stops at this backward error (4 u) ...
+inline constexpr double kSchurBackwardErrorTarget = 4 * 1.1102230246251565e-16;
+/// ... or after this many steps, or when a step does not halve it.
+inline constexpr Index kSchurMaxRefinements = 5;
 
 /// What a run of the route saw, for the report's note.
 struct SchurStats {
   double assembly_seconds = 0, factor_seconds = 0, solve_seconds = 0;
   Index solves = 0;
   double backward_error_before = 0, backward_error_after = 0;  // the largest η of (1)/(2), before and after refinement
-  bool a11_singular = false;  // a pivot of A11 is exactly zero (the assumption fails)
+  Index refinements = 0;  // the most refinement steps one solve took
+  Index singular_piece = -1;  // the first D_k with an exactly zero pivot (−1: none)
 };
 
-/// lu_lanczos_extremes' backend (lu_lanczos.h's concept) by the 2 × 2 block factorisation above.
-/// gram() is the map's two products; factor() forms and factorises A11 and S; inverse_gram() is
-/// (2) then (1), each refined once. Vectors cross to the Store's memory per solve (N doubles each
-/// way against the m² + (N − m)² entries a solve reads there).
+/// lu_lanczos_extremes' backend (lu_lanczos.h's concept) by the block factorisation above.
+/// gram() is the map's two products; factor() forms and factorises D_0 … D_p−1; inverse_gram() is
+/// (2) then (1) with A = A^(p), each refined. Vectors cross to the Store's memory per solve
+/// (N doubles each way against the Σ s_k² entries a solve reads there).
 template <typename Store>
 class SchurLuBackend {
  public:
-  /// `checkpoint` (optional) is called before each panel of A11 and S and each solve: the caller's
+  /// `checkpoint` (optional) is called before each panel of each D_k and each solve: the caller's
   /// cancellation point inside the route (it may throw to abandon it; one LU call runs to its end).
   SchurLuBackend(Store& store, const TokenMap& map, const SchurPlan& plan, std::function<void()> checkpoint = {})
-      : store_(store), map_(map), plan_(checked(plan, map)), checkpoint_(std::move(checkpoint)), m_(plan.split),
-        s_(plan.order - plan.split),
-        a11_(store.alloc(static_cast<size_t>(m_) * m_)), schur_(store.alloc(static_cast<size_t>(s_) * s_)),
-        p11_(store.pivots(m_)), ps_(store.pivots(s_)), v_(store.alloc(static_cast<size_t>(std::max(m_, s_)))) {}
+      : store_(store), map_(map), plan_(checked(plan, map)), checkpoint_(std::move(checkpoint)),
+        columns_(store.alloc(panel_count())), x_(store.alloc(static_cast<size_t>(plan.order))) {
+    pieces_.reserve(plan_.pieces());
+    levels_.reserve(plan_.pieces());
+    for (Index k = 0; k < plan_.pieces(); ++k) {
+      pieces_.push_back(Piece{store.alloc(static_cast<size_t>(plan_.size(k)) * plan_.size(k)), store.pivots(plan_.size(k))});
+      const size_t level = k == 0 ? 0 : panel_count();  // piece 0 has no level of its own
+      levels_.push_back(Level{store.alloc(level), store.alloc(level)});
+    }
+  }
   Index order() const { return plan_.order; }
   const SchurStats& stats() const { return stats_; }
 
   void gram(const double* x, double* y) {
-    const Mat Ax = map_.apply(as_tokens(x));
+    const Mat Ax = map_.apply(Eigen::Map<const Mat>(x, map_.n(), map_.d_in()));
     const Mat AtAx = map_.apply_transpose(Ax);
     std::copy(AtAx.data(), AtAx.data() + plan_.order, y);
   }
 
   FactorOutcome factor(double sigma_max) {
     sigma_max_ = sigma_max;
-    auto t = std::chrono::steady_clock::now();
-    assemble_a11();
-    stats_.assembly_seconds += seconds_since(t);
-    t = std::chrono::steady_clock::now();
-    if (store_.lu_factor(a11_.get(), m_, p11_) == FactorOutcome::kExactlySingular) {
-      stats_.a11_singular = true;
-      return FactorOutcome::kExactlySingular;
+    for (Index k = 0; k < plan_.pieces(); ++k) {
+      auto t = std::chrono::steady_clock::now();
+      form_piece(k);
+      stats_.assembly_seconds += seconds_since(t);
+      t = std::chrono::steady_clock::now();
+      const FactorOutcome f = store_.lu_factor(pieces_[k].lu.get(), plan_.size(k), pieces_[k].pivots);
+      stats_.factor_seconds += seconds_since(t);
+      if (f == FactorOutcome::kExactlySingular) {
+        stats_.singular_piece = k;
+        return f;
+      }
     }
-    stats_.factor_seconds += seconds_since(t);
-    t = std::chrono::steady_clock::now();
-    form_schur_complement();
-    stats_.assembly_seconds += seconds_since(t);
-    t = std::chrono::steady_clock::now();
-    const FactorOutcome s = store_.lu_factor(schur_.get(), s_, ps_);
-    stats_.factor_seconds += seconds_since(t);
-    return s;
+    return FactorOutcome::kFactored;
   }
 
   /// y = (AᵀA)⁻¹ x = A⁻¹ (A⁻ᵀ x): (2), then (1).
@@ -159,91 +194,135 @@ class SchurLuBackend {
   }
 
  private:
+  struct Piece {
+    typename Store::Buffer lu;  // D_k, then its LU factors (s_k × s_k)
+    typename Store::Pivots pivots;
+  };
+  struct Level {  // the padded inputs and the products of (1)–(3) at one piece (N × panel each)
+    typename Store::Buffer padded, product;
+  };
+
   // The plan, if it fits the map (checked before anything is allocated).
   static const SchurPlan& checked(const SchurPlan& plan, const TokenMap& map) {
     if (map.n() * map.d_in() != plan.order || map.d_in() != map.d_out())
       throw std::invalid_argument("SchurLuBackend: the plan's order does not match the square map");
-    if (plan.split < 1 || plan.split >= plan.order || plan.panel < 1)
-      throw std::invalid_argument("SchurLuBackend: split or panel out of range");
+    if (plan.pieces() < 2) throw std::invalid_argument("SchurLuBackend: the route needs two pieces or more");
+    if (plan.panel < 1) throw std::invalid_argument("SchurLuBackend: a panel needs a column");
+    for (Index k = 0; k < plan.pieces(); ++k)
+      if (plan.size(k) < 1) throw std::invalid_argument("SchurLuBackend: the cuts must rise inside (0, order)");
     return plan;
   }
-  Eigen::Map<const Mat> as_tokens(const double* x) const { return Eigen::Map<const Mat>(x, map_.n(), map_.d_in()); }
-  Vec product(const Vec& x, bool transposed) const {
-    const Mat r = transposed ? map_.apply_transpose(as_tokens(x.data())) : map_.apply(as_tokens(x.data()));
-    return Eigen::Map<const Vec>(r.data(), plan_.order);
-  }
+  size_t panel_count() const { return static_cast<size_t>(plan_.order) * plan_.panel; }
 
-  // A11 = the top m rows of A's first m columns, a panel at a time.
-  void assemble_a11() {
+  // out = A in (transposed: Aᵀ in) for `count` columns of N in the Store's memory. Aᵀ goes a vector
+  // at a time through the host (TokenMap has no apply_transpose_columns; only (2) takes it).
+  void apply(const double* in, Index count, double* out, bool transposed) {
+    if (!transposed) {
+      require(map_.apply_columns(in, count, out), "apply itself to a panel");
+      return;
+    }
     const Index N = plan_.order;
-    auto columns = store_.alloc(static_cast<size_t>(N) * plan_.panel);
-    for (Index j0 = 0; j0 < m_; j0 += plan_.panel) {
-      if (checkpoint_) checkpoint_();
-      const Index w = std::min(plan_.panel, m_ - j0);
-      require(map_.assemble_columns(j0, w, columns.get()), "assemble its columns");
-      store_.copy(m_, w, columns.get(), N, a11_.get() + static_cast<size_t>(j0) * m_, m_);
+    Vec host(N);
+    for (Index j = 0; j < count; ++j) {
+      store_.download(in + j * N, host.data(), N);
+      const Mat r = map_.apply_transpose(Eigen::Map<const Mat>(host.data(), map_.n(), map_.d_in()));
+      store_.upload(r.data(), out + j * N, N);
     }
   }
 
-  // (3), a panel of S's columns at a time.
-  void form_schur_complement() {
-    const Index N = plan_.order;
-    const size_t panel = static_cast<size_t>(N) * plan_.panel;
-    auto columns = store_.alloc(panel), padded = store_.alloc(panel), product = store_.alloc(panel);
-    for (Index k0 = 0; k0 < s_; k0 += plan_.panel) {
+  // (3): D_k a panel of columns at a time (D_0: A's leading block itself).
+  void form_piece(Index k) {
+    const Index N = plan_.order, c = plan_.begin(k), s = plan_.size(k);
+    double* d = pieces_[k].lu.get();
+    for (Index j0 = 0; j0 < s; j0 += plan_.panel) {
       if (checkpoint_) checkpoint_();
-      const Index w = std::min(plan_.panel, s_ - k0);
-      require(map_.assemble_columns(m_ + k0, w, columns.get()), "assemble its columns");  // [A12 E; A22 E]
-      store_.lu_solve(a11_.get(), m_, p11_, false, columns.get(), w, N);                 // top: Y = A11⁻¹ A12 E
-      store_.copy(m_, w, columns.get(), N, padded.get(), N);
-      store_.zero(s_, w, padded.get() + m_, N);                                          // [Y; 0]
-      require(map_.apply_columns(padded.get(), w, product.get()), "apply itself to a panel");
-      store_.subtract(s_, w, columns.get() + m_, N, product.get() + m_, N, schur_.get() + static_cast<size_t>(k0) * s_, s_);
+      const Index w = std::min(plan_.panel, s - j0);
+      require(map_.assemble_columns(c + j0, w, columns_.get()), "assemble its columns");  // A [0; E; 0]
+      if (k == 0) {
+        store_.copy(s, w, columns_.get(), N, d + j0 * s, s);
+        continue;
+      }
+      solve_leading(k - 1, false, columns_.get(), N, w);  // top c rows: Y = (A^(k))⁻¹ A12 E
+      Level& l = levels_[k];
+      pad(columns_.get(), N, 0, c, w, l.padded.get());  // [Y; 0]
+      apply(l.padded.get(), w, l.product.get(), false);
+      store_.subtract(s, w, columns_.get() + c, N, l.product.get() + c, N, d + j0 * s, s);  // A22 E − A21 Y
     }
+  }
+
+  // dst (N × w, leading dimension N) = rows [first, first + rows) of src in place, zero elsewhere.
+  void pad(const double* src, Index ld_src, Index first, Index rows, Index w, double* dst) {
+    const Index N = plan_.order;
+    store_.zero(N, w, dst, N);
+    store_.copy(rows, w, src + first, ld_src, dst + first, N);
+  }
+
+  // B ← (A^(k+1))⁻¹ B (transposed: (A^(k+1))⁻ᵀ B) for the top c_k+1 rows of w columns of leading
+  // dimension ld: (1) or (2) at piece k, A^(k)'s solves by recursion. Uses levels_[1 … k].
+  void solve_leading(Index k, bool transposed, double* B, Index ld, Index w) {
+    if (k == 0) {
+      store_.lu_solve(pieces_[0].lu.get(), plan_.size(0), pieces_[0].pivots, transposed, B, w, ld);
+      return;
+    }
+    const Index N = plan_.order, c = plan_.begin(k), s = plan_.size(k);
+    Level& l = levels_[k];
+    solve_leading(k - 1, transposed, B, ld, w);  // u = (A^(k))⁻¹ b1
+    pad(B, ld, 0, c, w, l.padded.get());
+    apply(l.padded.get(), w, l.product.get(), transposed);
+    store_.subtract(s, w, B + c, ld, l.product.get() + c, N, B + c, ld);  // b2 − A21 u
+    store_.lu_solve(pieces_[k].lu.get(), s, pieces_[k].pivots, transposed, B + c, w, ld);  // x2
+    pad(B, ld, c, s, w, l.padded.get());
+    apply(l.padded.get(), w, l.product.get(), transposed);  // top c rows: A12 x2
+    solve_leading(k - 1, transposed, l.product.get(), N, w);
+    store_.subtract(c, w, B, ld, l.product.get(), N, B, ld);  // x1 = u − (A^(k))⁻¹ A12 x2
   }
 
   void require(bool done, const std::string& what) const {
     if (!done) throw std::invalid_argument("the Schur route needs a map that can " + what + " where it runs");
   }
 
-  // One triangular-pair solve in the Store: v ← M⁻¹ v or M⁻ᵀ v for M = A11 or S.
-  Vec solve_block(const Vec& v, bool schur, bool transposed) {
-    const Index k = schur ? s_ : m_;
-    store_.upload(v.data(), v_.get(), k);
-    store_.lu_solve(schur ? schur_.get() : a11_.get(), k, schur ? ps_ : p11_, transposed, v_.get(), 1, k);
-    Vec out(k);
-    store_.download(v_.get(), out.data(), k);
-    return out;
-  }
-
-  // (1) (transposed: (2)), unrefined.
+  // (1) (transposed: (2)) with A = A^(p), unrefined.
   Vec block_solve(const Vec& b, bool transposed) {
     const Index N = plan_.order;
-    Vec padded = Vec::Zero(N);
-    padded.head(m_) = solve_block(b.head(m_), false, transposed);                   // A11⁻¹ b1 (A11⁻ᵀ c1)
-    const Vec lower = b.tail(s_) - product(padded, transposed).tail(s_);            // b2 − A21 A11⁻¹ b1
+    store_.upload(b.data(), x_.get(), N);
+    solve_leading(plan_.pieces() - 1, transposed, x_.get(), N, 1);
     Vec x(N);
-    x.tail(s_) = solve_block(lower, true, transposed);                              // x2
-    padded.setZero();
-    padded.tail(s_) = x.tail(s_);
-    x.head(m_) = solve_block(b.head(m_) - product(padded, transposed).head(m_), false, transposed);  // x1
+    store_.download(x_.get(), x.data(), N);
     return x;
   }
 
   // The normwise backward error of x as a solution of A x = b (Aᵀ x = b).
   double backward_error(const Vec& b, const Vec& x, bool transposed, Vec* residual) const {
-    *residual = b - product(x, transposed);
+    const Eigen::Map<const Mat> tokens(x.data(), map_.n(), map_.d_in());
+    const Mat Ax = transposed ? map_.apply_transpose(tokens) : map_.apply(tokens);
+    *residual = b - Eigen::Map<const Vec>(Ax.data(), plan_.order);
     const double scale = sigma_max_ * x.norm() + b.norm();
     return scale > 0 ? residual->norm() / scale : 0.0;
   }
 
+  // x = A⁻¹ b (A⁻ᵀ b), refined as the header says: a step is kept only where it lowers η.
   Vec refined_solve(const Vec& b, bool transposed) {
     ++stats_.solves;
     Vec x = block_solve(b, transposed), r;
-    stats_.backward_error_before = std::max(stats_.backward_error_before, backward_error(b, x, transposed, &r));
+    double eta = backward_error(b, x, transposed, &r);
+    stats_.backward_error_before = std::max(stats_.backward_error_before, eta);
     if (!x.allFinite() || !r.allFinite()) throw NonFiniteSolve();
-    x += block_solve(r, transposed);
-    stats_.backward_error_after = std::max(stats_.backward_error_after, backward_error(b, x, transposed, &r));
+    Index steps = 0;
+    while (steps < kSchurMaxRefinements) {
+      ++steps;
+      Vec next = x + block_solve(r, transposed), next_r;
+      const double next_eta = backward_error(b, next, transposed, &next_r);
+      const bool better = next_eta < eta && next_r.allFinite();
+      const bool go_on = better && next_eta > kSchurBackwardErrorTarget && next_eta <= 0.5 * eta;
+      if (better || steps == 1) {  // the first step is always taken
+        x = std::move(next);
+        r = std::move(next_r);
+        eta = next_eta;
+      }
+      if (!go_on) break;
+    }
+    stats_.refinements = std::max(stats_.refinements, steps);
+    stats_.backward_error_after = std::max(stats_.backward_error_after, eta);
     return x;
   }
 
@@ -251,30 +330,40 @@ class SchurLuBackend {
   const TokenMap& map_;
   const SchurPlan plan_;
   const std::function<void()> checkpoint_;
-  const Index m_, s_;
-  typename Store::Buffer a11_, schur_;
-  typename Store::Pivots p11_, ps_;
-  typename Store::Buffer v_;
+  typename Store::Buffer columns_, x_;  // a panel of A's columns; the vector a solve works on
+  std::vector<Piece> pieces_;
+  std::vector<Level> levels_;  // levels_[k] for k ≥ 1 (levels_[0] is empty)
   double sigma_max_ = 0;
   SchurStats stats_;
 };
 
-/// One line for the note: "2x2 block LU split at m (A11 m², Schur complement s², off-diagonal
-/// blocks matrix-free): assembly a s, LU f s, solves t s (k, each refined once), backward error
-/// <= η (η₀ unrefined)".
+/// One line for the note: "block LU in p pieces split at c_1, … of N (the pieces' Schur complements
+/// dense, off-diagonal blocks matrix-free): assembly a s, LU f s, k solves t s (refined in at most
+/// r steps), backward error <= η (η₀ unrefined)".
 inline std::string describe(const SchurPlan& p, const SchurStats& s) {
   std::ostringstream os;
   os.precision(3);
-  os << "2x2 block LU split at " << p.split << " of " << p.order
-     << " (A11 and the Schur complement dense, off-diagonal blocks matrix-free): assembly " << s.assembly_seconds
-     << " s, LU " << s.factor_seconds << " s, " << s.solves << " solves (each refined once) " << s.solve_seconds
-     << " s, backward error <= " << s.backward_error_after << " (" << s.backward_error_before << " unrefined)";
+  os << "block LU in " << p.pieces() << " pieces split at ";
+  for (size_t k = 0; k < p.cuts.size(); ++k) os << (k ? ", " : "") << p.cuts[k];
+  os << " of " << p.order << " (the pieces' Schur complements dense, off-diagonal blocks matrix-free): assembly "
+     << s.assembly_seconds << " s, LU " << s.factor_seconds << " s, " << s.solves << " solves " << s.solve_seconds
+     << " s (refined in at most " << s.refinements << (s.refinements == 1 ? " step" : " steps")
+     << "), backward error <= " << s.backward_error_after << " (" << s.backward_error_before
+     << " unrefined)";
   return os.str();
+}
+
+/// Why a zero pivot in piece `k` of `plan` stops the route (the one assumption, or A singular).
+inline std::string zero_pivot_note(const SchurPlan& plan, Index k) {
+  if (k + 1 < plan.pieces())
+    return "a pivot of the leading " + std::to_string(plan.end(k)) + " x " + std::to_string(plan.end(k)) +
+           " block's factorisation is exactly zero: these cuts do not factorise the matrix";
+  return "a pivot of the last Schur complement is exactly zero: singular to working precision (no SVD at this size)";
 }
 
 /// κ of `map` (square) by the Schur route on `store`: status exact or singular
 /// (finish_extremes_report) with method `method`, or not-converged (κ NaN) with a note saying why:
-/// A11 has an exactly zero pivot (the assumption fails), S has one (A singular to working
+/// a zero pivot before the last piece (the assumption fails), in the last (A singular to working
 /// precision), Lanczos did not converge, or the check of σ_min failed. Where the product overflows
 /// or the store fails, what they throw.
 template <typename Store>
@@ -299,12 +388,9 @@ ConditionReport condition_schur_with(Store& store, const TokenMap& map, const Sc
     r.sigma_min = e.sigma_min;
     finish_extremes_report(r);
   } else {
-    finish_not_converged_report(
-        r, !unsupported.empty() ? unsupported
-           : s.a11_singular     ? "a pivot of A11 is exactly zero: this split does not factorise the matrix"
-           : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
-               ? "a pivot of the Schur complement is exactly zero: singular to working precision (no SVD at this size)"
-               : "lanczos did not converge (or the matrix is numerically singular)");
+    finish_not_converged_report(r, !unsupported.empty()    ? unsupported
+                                   : s.singular_piece >= 0 ? zero_pivot_note(plan, s.singular_piece)
+                                                           : "lanczos did not converge (or the matrix is numerically singular)");
   }
   r.note += std::string(r.note.empty() ? "" : "; ") + describe(plan, s);
   r.seconds = seconds_since(t0);

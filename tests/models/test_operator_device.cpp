@@ -441,46 +441,73 @@ Mat with_singular_values(const Vec& sigma, uint64_t seed) {
   return U * sigma.asDiagonal() * V.transpose();
 }
 
+// "c_1, c_2, …": the cuts as the route's note lists them.
+std::string listed(const std::vector<Index>& cuts) {
+  std::string out;
+  for (const Index c : cuts) out += (out.empty() ? "" : ", ") + std::to_string(c);
+  return out;
+}
+
 // The Schur route (analysis/spectral/schur_lu.h) on the host store: a constructed spectrum (σ from
-// 1e-6 to 1, κ = 1e6 known) at every split and panel width, exact and equal to the truth within
-// the fast route's stated accuracy; the note says the split and the backward error after refinement.
-TEST(SchurRoute, ConstructedSpectrumAtEverySplit) {
+// 1e-6 to 1, κ = 1e6 known) at two pieces cut anywhere, at three to six pieces (equal, lopsided,
+// pieces of one index) and every panel width, exact and equal to the truth within the fast route's
+// stated accuracy; the note says the cuts and the backward error after refinement.
+TEST(SchurRoute, ConstructedSpectrumAtEveryCut) {
   const Index N = 60;
   Vec sigma(N);
   for (Index i = 0; i < N; ++i) sigma(i) = std::pow(10.0, -6.0 * static_cast<double>(i) / (N - 1));
   const HostMatrixMap map(with_singular_values(sigma, 5));
-  for (const Index split : {1, 7, 30, 59}) {
+  const std::vector<std::vector<Index>> cut_sets = {{1}, {7}, {30}, {59}, {20, 40}, {1, 2, 59}, {7, 15, 30, 45, 52}};
+  for (const std::vector<Index>& cuts : cut_sets) {
     for (const Index panel : {1, 8, 60}) {
-      const SchurPlan plan{N, split, panel};
+      const SchurPlan plan{N, cuts, panel};
       const ConditionReport r = condition_schur(map, plan, "A");
-      const std::string knobs = "split " + std::to_string(split) + " panel " + std::to_string(panel) + ": " + r.note;
+      const std::string knobs = "cuts " + listed(cuts) + " panel " + std::to_string(panel) + ": " + r.note;
       ASSERT_EQ(r.status, Status::kExact) << knobs;
       EXPECT_EQ(r.method, "dense-schur-lu-lanczos");
       EXPECT_NEAR(r.sigma_max, 1.0, 1e-12) << knobs;
       EXPECT_NEAR(r.sigma_min / 1e-6, 1.0, 1e-9) << knobs;
-      EXPECT_NE(r.note.find("split at " + std::to_string(split) + " of 60"), std::string::npos) << knobs;
+      EXPECT_NE(r.note.find("block LU in " + std::to_string(cuts.size() + 1) + " pieces split at " + listed(cuts) +
+                            " of 60"),
+                std::string::npos)
+          << knobs;
       EXPECT_NE(r.note.find("backward error <= "), std::string::npos) << knobs;
     }
   }
 }
 
-// The assumption fails: A = [0 I; I 0] has A11 = 0 (a zero pivot that says nothing about A, whose
-// κ is 1): not-converged, named. A singular A with a regular A11 (diag(1 … N−1, 0)): S's zero
-// pivot, not-converged, named; never a κ.
+// The assumption fails: A = [0 I; I 0] has A^(1) = 0 (a zero pivot that says nothing about A,
+// whose κ is 1): not-converged, named. So does a permutation whose leading block in three pieces,
+// [I 0; 0 0], is singular (D_1 = 0) while A^(1) = I is not. A singular A with regular leading
+// blocks (diag(1 … N−1, 0)): the last Schur complement's zero pivot, not-converged, named, at two
+// pieces and at three; never a κ.
 TEST(SchurRoute, AZeroPivotIsNamedNotAKappa) {
-  const Index N = 40;
+  const Index N = 30;
   Mat swap = Mat::Zero(N, N);
   swap.topRightCorner(N / 2, N / 2).setIdentity();
   swap.bottomLeftCorner(N / 2, N / 2).setIdentity();
   const ConditionReport a = condition_schur(HostMatrixMap(swap), SchurPlan::for_order(N), "swap");
   EXPECT_EQ(a.status, Status::kNotConverged);
   EXPECT_TRUE(std::isnan(a.kappa));
-  EXPECT_NE(a.note.find("a pivot of A11 is exactly zero"), std::string::npos) << a.note;
+  EXPECT_NE(a.note.find("a pivot of the leading 15 x 15 block's factorisation is exactly zero: these cuts do not"),
+            std::string::npos)
+      << a.note;
+  Mat rotate = Mat::Zero(N, N);  // [I 0 0; 0 0 I; 0 I 0] in pieces of 10
+  rotate.topLeftCorner(10, 10).setIdentity();
+  rotate.block(10, 20, 10, 10).setIdentity();
+  rotate.block(20, 10, 10, 10).setIdentity();
+  const ConditionReport c = condition_schur(HostMatrixMap(rotate), SchurPlan::for_order(N, 2e9, 3), "rotate");
+  EXPECT_EQ(c.status, Status::kNotConverged);
+  EXPECT_NE(c.note.find("the leading 20 x 20 block's factorisation is exactly zero"), std::string::npos) << c.note;
+  EXPECT_EQ(condition_schur(HostMatrixMap(rotate), SchurPlan{N, {10}, 4}, "rotate").status, Status::kExact);
   Vec d = Vec::LinSpaced(N, 1, N);
   d(N - 1) = 0;
-  const ConditionReport b = condition_schur(HostMatrixMap(d.asDiagonal()), SchurPlan::for_order(N), "singular");
-  EXPECT_EQ(b.status, Status::kNotConverged);
-  EXPECT_NE(b.note.find("a pivot of the Schur complement is exactly zero"), std::string::npos) << b.note;
+  for (const Index pieces : {2, 3}) {
+    const ConditionReport b =
+        condition_schur(HostMatrixMap(d.asDiagonal()), SchurPlan::for_order(N, 2e9, pieces), "singular");
+    EXPECT_EQ(b.status, Status::kNotConverged);
+    EXPECT_NE(b.note.find("a pivot of the last Schur complement is exactly zero"), std::string::npos) << b.note;
+  }
 }
 
 // A11 close to singular while A is not (A11 = 1e-10 I, κ(A) = 2.618): the elimination across the
@@ -505,8 +532,9 @@ TEST(SchurRoute, AnIllConditionedA11IsRepairedByTheRefinement) {
 }
 
 // The block Jacobians through LibTorch's CPU maps (the GPU's code, on the host): K_sa, B_sa, E_sa and
-// K_sab of an `ours` and a `timm`-scaled block in every skip mode, at N/2 and a lopsided split, equal
-// to condition_fast of the assembled matrix; a singular one (E_sa) singular or not-converged, never a κ.
+// K_sab of an `ours` and a `timm`-scaled block in every skip mode, in two pieces (at N/2 and a
+// lopsided cut), three and four, equal to condition_fast of the assembled matrix; a singular one
+// (E_sa) singular or not-converged, never a κ.
 TEST(SchurRoute, BlockJacobiansEqualTheFullLu_n8_d16_h2) {
   const TorchOperatorDevice device(torch::kCPU, 2e5);
   for (const double logit_scale : {0.0, 0.7}) {
@@ -517,9 +545,9 @@ TEST(SchurRoute, BlockJacobiansEqualTheFullLu_n8_d16_h2) {
       for (const std::string matrix : {"K_sa", "B_sa", "E_sa", "K_sab"}) {
         const auto map = device.block_operator(w, f, matrix);
         const ConditionReport full = jacond::condition_fast(assembled(*map, torch::kCPU), matrix);
-        for (const Index split : {64, 100}) {
-          const ConditionReport r = *cpu_dense_device()->condition_schur(*map, SchurPlan{128, split, 24}, matrix);
-          const std::string knobs = matrix + " skip " + to_string(skip) + " split " + std::to_string(split) + ": " + r.note;
+        for (const std::vector<Index>& cuts : std::vector<std::vector<Index>>{{64}, {100}, {40, 90}, {32, 64, 96}}) {
+          const ConditionReport r = *cpu_dense_device()->condition_schur(*map, SchurPlan{128, cuts, 24}, matrix);
+          const std::string knobs = matrix + " skip " + to_string(skip) + " cuts " + listed(cuts) + ": " + r.note;
           if (full.status != Status::kExact) {  // E_sa is singular (Prop. 2): no SVD to confirm it here
             EXPECT_TRUE(r.status == Status::kSingular || r.status == Status::kNotConverged) << knobs;
             continue;
@@ -533,12 +561,15 @@ TEST(SchurRoute, BlockJacobiansEqualTheFullLu_n8_d16_h2) {
   }
 }
 
-TEST(SchurRoute, RefusesAPlanOfAnotherOrderOrAnEmptyBlock) {
+TEST(SchurRoute, RefusesAPlanOfAnotherOrderOrAnEmptyPiece) {
   const HostMatrixMap map(Mat::Identity(10, 10));
-  EXPECT_THROW(condition_schur(map, SchurPlan{12, 6, 2}, "I"), std::invalid_argument);
-  EXPECT_THROW(condition_schur(map, SchurPlan{10, 0, 2}, "I"), std::invalid_argument);
-  EXPECT_THROW(condition_schur(map, SchurPlan{10, 10, 2}, "I"), std::invalid_argument);
-  EXPECT_THROW(condition_schur(map, SchurPlan{10, 5, 0}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{12, {6}, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, {0}, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, {10}, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, {5}, 0}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, {5, 5}, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, {6, 3}, 2}, "I"), std::invalid_argument);
+  EXPECT_THROW(condition_schur(map, SchurPlan{10, {}, 2}, "I"), std::invalid_argument);
 }
 
 // The fast route's options for the matrices a dense device may assemble (fast_on_device).
@@ -681,8 +712,9 @@ TEST(OperatorDeviceCuda, BlockReportsAssembleTheDenseRowsOnTheGpu_n40_d32_h2) {
   }
 }
 
-// The Schur route on the GPU (the route ViT-B's K_sa takes on an H200: schur_lu.h), forced on small
-// maps at an even and a lopsided split: the host's full-LU κ, method dense-schur-lu-lanczos-cuda,
+// The Schur route on the GPU (the route ViT-B's K_sa takes: two pieces on an H200, three on an
+// H100; schur_lu.h), forced on small maps in two pieces at an even and a lopsided cut and in three:
+// the host's full-LU κ, method dense-schur-lu-lanczos-cuda,
 // the same outcome as the host store's run of the same algorithm (SchurRoute.* above).
 TEST(OperatorDeviceCuda, SchurRouteAgreesWithTheHostsFullLu_n40_d32_h2) {
   if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
@@ -696,10 +728,11 @@ TEST(OperatorDeviceCuda, SchurRouteAgreesWithTheHostsFullLu_n40_d32_h2) {
     const auto map = gpu->block_operator(w, f, matrix);
     const ConditionReport full = jacond::condition_fast(assembled(*host.block_operator(w, f, matrix), torch::kCPU), matrix);
     ASSERT_EQ(full.status, Status::kExact) << matrix;
-    for (const SchurPlan plan : {SchurPlan::for_order(1280, 1e6), SchurPlan{1280, 1000, 100}}) {
+    for (const SchurPlan& plan :
+         {SchurPlan::for_order(1280, 1e6), SchurPlan{1280, {1000}, 100}, SchurPlan::for_order(1280, 1e6, 3)}) {
       const std::optional<ConditionReport> r = dense->condition_schur(*map, plan, matrix);
       ASSERT_TRUE(r) << matrix;
-      const std::string knobs = matrix + " split " + std::to_string(plan.split) + ": " + r->note;
+      const std::string knobs = matrix + " cuts " + listed(plan.cuts) + ": " + r->note;
       EXPECT_EQ(r->method, "dense-schur-lu-lanczos-cuda") << knobs;
       ASSERT_EQ(r->status, Status::kExact) << knobs;
       EXPECT_NEAR(r->kappa / full.kappa, 1.0, std::max(1e-9, 1280 * 2.2e-16 * full.kappa)) << knobs;

@@ -1,10 +1,12 @@
 // The Schur route on the host through block_reports (analysis/report/block_report.cpp,
-// host_schur_plan and host_schur_report): a dense κ whose fp64 matrix exceeds what the host may hold takes the 2 × 2 block
-// LU of analysis/spectral/schur_lu.h on the closed-form kernels' products (HostTokenMap), with the
-// full LU's numbers; one for which neither fits is refused naming the sizes. No LibTorch here: the
+// host_schur_plan and host_schur_report): a dense κ whose fp64 matrix exceeds what the host may hold takes the block
+// LU of analysis/spectral/schur_lu.h on the closed-form kernels' products (HostTokenMap), in the
+// fewest pieces that fit, with the full LU's numbers; one for which nothing fits is refused naming
+// the sizes. No LibTorch here: the
 // maps are analysis/operators/host_token_map.h over operators.h.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -139,22 +141,61 @@ TEST(HostSchurRoute, PastTheHostsMemoryTheDenseRouteGivesTheFullLusKappaN8D12) {
   }
 }
 
-// Neither K nor the Schur route's halves fit: one error naming the matrix, both sizes and the
-// way out, before anything is assembled. A certificate asked for on the Schur route is a note
-// (its counts factorise K itself), not a failure.
-TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D12) {
+// Where two pieces do not fit but three do (their D_k 8·3·32² = 24 576 bytes, one-column panels
+// and a vector 29 184; two pieces 39 936), K_sa, B_sa, E_sa and K_sab take three, with the full
+// LU's κ.
+TEST(HostSchurRoute, WhereTwoPiecesDoNotFitThreeGiveTheFullLusKappaN8D12) {
+  const BlockWeights w = test_block();
+  const Mat X = test_tokens();
+  const double N = 96;
+  BlockReportOptions full, thirds = past_the_full_route({"K_sa", "B_sa", "E_sa", "K_sab"});
+  full.route = KappaRoute::kFast;
+  full.matrices = thirds.matrices;
+  thirds.host_memory_bytes = 38000;
+  const std::vector<ConditionReport> want = block_reports(w, X, SkipMode::kFull, full),
+                                     got = block_reports(w, X, SkipMode::kFull, thirds);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const ConditionReport &g = got[i], &e = want[i];
+    const std::string knobs = g.matrix + ": " + g.note;
+    EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
+    EXPECT_NE(g.note.find("block LU in 3 pieces split at 32, 64 of 96"), std::string::npos) << knobs;
+    if (e.status != Status::kExact) {  // E_sa is singular (Prop. 2)
+      EXPECT_TRUE(g.status == Status::kSingular || g.status == Status::kNotConverged) << knobs;
+      continue;
+    }
+    ASSERT_EQ(g.status, Status::kExact) << knobs;
+    ASSERT_LT(e.kappa, 1e9) << knobs;
+    EXPECT_NEAR(g.kappa / e.kappa, 1.0, std::max(1e-9, N * 2.2e-16 * e.kappa)) << knobs;
+  }
+}
+
+// Neither K nor the Schur route in its most pieces fits: one error naming the matrix, both sizes
+// and the way out, before anything is assembled. A certificate asked for on the Schur route is a
+// note (its counts factorise K itself), not a failure.
+TEST(HostSchurRoute, RefusesWhatNoRouteHoldsAndNotesAnUncertifiedReportN8D12) {
   const BlockWeights w = test_block();
   const Mat X = test_tokens();
   BlockReportOptions tiny = past_the_full_route({"K_sa"});
-  tiny.host_memory_bytes = 30000;  // the full route: 147 456 bytes; A11 and S alone: 36 864
+  // The full route: 147 456 bytes. The Schur route's least, at this small N where the panels
+  // weigh: seven pieces (13, 14, 14, 13, 14, 14, 14: Σ s² = 1 318), thirteen one-column panels and
+  // a vector, 8 · (1 318 + 13·96 + 96) = 21 296 bytes (six and eight pieces: 21 504).
+  tiny.host_memory_bytes = 21295;
   try {
     block_reports(w, X, SkipMode::kFull, tiny);
     ADD_FAILURE() << "no error";
   } catch (const std::runtime_error& e) {
     const std::string m = e.what();
-    for (const char* needle : {"K_sa (96 x 96)", "the dense route holds", "the Schur route", "lanczos"})
+    for (const char* needle : {"K_sa (96 x 96)", "the dense route holds", "the Schur route at least", "(in 7 pieces)",
+                               "lanczos"})
       EXPECT_NE(m.find(needle), std::string::npos) << m;
   }
+  tiny.host_memory_bytes = 21296;
+  const std::vector<ConditionReport> sevenths = block_reports(w, X, SkipMode::kFull, tiny);
+  ASSERT_EQ(sevenths.size(), 1u);
+  EXPECT_NE(sevenths[0].note.find("block LU in 7 pieces split at 13, 27, 41, 54, 68, 82 of 96"), std::string::npos)
+      << sevenths[0].note;
+  EXPECT_EQ(sevenths[0].status, Status::kExact) << sevenths[0].note;
   BlockReportOptions certified = past_the_full_route({"K_sa"});
   certified.certify = CertifyMode::kInertia;
   const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, certified);
@@ -164,10 +205,10 @@ TEST(HostSchurRoute, RefusesWhatNeitherRouteHoldsAndNotesAnUncertifiedReportN8D1
   EXPECT_NE(r[0].note.find("not certified: the Schur route does not hold K"), std::string::npos) << r[0].note;
 }
 
-// within_dense_solve is the route's cancellation point: called before each panel of A11 and S and
-// each inverse solve, and an exception from it leaves the call at once. N = 96 at a budget of
-// 16 N² − 1 = 147 455 bytes: A11, S and one-column panels take 39 168, the 108 287 left make
-// panels of 47 columns (24 N bytes each), so 2 + 2 panels, then Lanczos' inverse solves.
+// within_dense_solve is the route's cancellation point: called before each panel of D_0 and D_1
+// and each inverse solve, and an exception from it leaves the call at once. N = 96 at a budget of
+// 16 N² − 1 = 147 455 bytes: the D_k, one-column panels and a vector take 39 936, the 107 519 left
+// make panels of 46 columns (24 N bytes each), so 2 + 2 panels, then Lanczos' inverse solves.
 TEST(HostSchurRoute, WithinDenseSolveIsCalledBetweenPanelsAndSolvesAndMayAbandonTheCallN8D12) {
   const BlockWeights w = test_block();
   const Mat X = test_tokens();
@@ -177,7 +218,7 @@ TEST(HostSchurRoute, WithinDenseSolveIsCalledBetweenPanelsAndSolvesAndMayAbandon
   const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, opt);
   ASSERT_EQ(r.size(), 1u);
   ASSERT_EQ(r[0].method, "dense-schur-lu-lanczos");
-  const std::string::size_type at = r[0].note.find(" solves (each refined once)");
+  const std::string::size_type at = r[0].note.find(" solves ");
   ASSERT_NE(at, std::string::npos) << r[0].note;
   const int solves = std::stoi(r[0].note.substr(r[0].note.rfind(' ', at - 1) + 1));
   EXPECT_EQ(calls, 4 + solves / 2) << r[0].note;  // each inverse solve is two refined solves
@@ -229,25 +270,38 @@ TEST(HostSchurRoute, KappaRouteSchurTakesItAndBracketsTheSkiplessKsabN8D12) {
   }
 }
 
-// auto on the host: the full route when it fits the budget, the Schur route when only its 4 N²
-// does (schur_route_cost), the lanczos route when neither; a device's auto never picks the host's
-// route.
+// auto on the host: the full route when it fits the budget, the Schur route when only its D_k do
+// in some number of pieces (schur_route_cost: 4 N² in two, 8 N²/p for equal pieces), the lanczos
+// route when none does. The cost's flops are schur_lu.h's closed form 2b³(2^p − p − 1) + ⅔ p b³.
 TEST(HostSchurRoute, AutoTakesTheSchurRouteWhereOnlyItFitsTheBudget) {
   BlockReportOptions opt;
   opt.route = KappaRoute::kAuto;
   const Index n = 8, d = 12, N = n * d;
   ASSERT_EQ(fast_route_cost(N, N, 1).bytes, 16.0 * N * N);
   ASSERT_EQ(schur_route_cost(N, 1).bytes, 4.0 * N * N);
+  ASSERT_EQ(schur_route_cost(N, 1, 3).bytes, 8.0 * 3 * 32 * 32);
+  ASSERT_EQ(schur_route_cost(N, 1, 8).bytes, 8.0 * 8 * 12 * 12);
+  const double rate = kLuGflopsPerThread * 1e9;
+  for (const Index p : {2, 3, 4, 8}) {
+    const double b = static_cast<double>(N / p);
+    const double flops = 2 * b * b * b * (std::pow(2.0, p) - p - 1) + 2.0 / 3.0 * p * b * b * b;
+    EXPECT_NEAR(schur_route_cost(N, 1, p).seconds * rate / flops, 1.0, 1e-12) << p << " pieces";
+  }
+  EXPECT_NEAR(schur_route_cost(N, 1, 2).seconds * rate, 5.0 / 12.0 * N * N * N, 1e-6);
   opt.dense_max_bytes = 16.0 * N * N;
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kFast);
   opt.dense_max_bytes = 16.0 * N * N - 1;
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kSchur);
-  opt.dense_max_bytes = 4.0 * N * N - 1;
+  opt.dense_max_bytes = 4.0 * N * N - 1;  // two pieces do not fit, three do
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kSchur);
+  opt.dense_max_bytes = 8.0 * 8 * 12 * 12 - 1;  // not even eight
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
-  // The time budget binds too: 5/12 N³ at the LU rate.
+  // The time budget binds too: the cheapest count, three pieces' 10/27 N³, is 8/9 of two's 5/12 N³.
   opt.dense_max_bytes = 16.0 * N * N - 1;
   opt.lanczos.max_seconds = 0.5 * schur_route_cost(N, get_threads()).seconds;
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
+  opt.lanczos.max_seconds = 0.9 * schur_route_cost(N, get_threads()).seconds;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kSchur);
 }
 
 }  // namespace
