@@ -12,11 +12,12 @@
 #      (vit-s-ours/), the σ_min issue's open case;
 #   4. training images/s on CUDA, jacond against Python PyTorch on the same GPU, same model and
 #      batch (bench-train/: bench_train.csv, run.json);
-#   5. on a GPU with >= 100 GB (the H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
-#      nd 151 296) exactly in fp64 by the Schur route: A11 and the Schur complement (45.8 GB each)
-#      assembled and factorised on the device, the off-diagonal blocks matrix-free
-#      (analysis/spectral/schur_lu.h), timed (vit-b/). (Until 2026-11-27: the mixed route, whose
-#      fp32 LU did not precondition it; reports/gpu/measured/2026-11-27-h200.)
+#   5. on a GPU with >= 70 GB (an H100 or H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
+#      nd 151 296) exactly in fp64 by the Schur route: its diagonal pieces' Schur complements
+#      assembled and factorised on the device (two pieces, 91.6 GB, on an H200; three, 61 GB, on an
+#      H100), the off-diagonal blocks matrix-free (analysis/spectral/schur_lu.h), timed (vit-b/).
+#      (Until 2026-11-27: the mixed route, whose fp32 LU did not precondition it;
+#      reports/gpu/measured/2026-11-27-h200.)
 #   6. matrix-free: `jacond bench lanczos --device cuda` at ViT-B (`timm` K_sab with its skip, to
 #      1 %): the lanczos route with its products and GKL basis on the GPU
 #      (models/device/torch_operator_device.h) against the host's 16 threads in the same run,
@@ -157,8 +158,8 @@ item4_bench_train() {
 item5_vit_b_exact() {
   local mem_mib
   mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-  if [ "${mem_mib:-0}" -lt 100000 ]; then
-    echo "ViT-B's Schur route needs >= 100 GB of device memory (A11 and S: 91.6 GB): skipped on ${mem_mib} MiB"
+  if [ "${mem_mib:-0}" -lt 70000 ]; then
+    echo "ViT-B's Schur route needs >= 70 GB of device memory (three pieces: 61 GB): skipped on ${mem_mib} MiB"
     return 0
   fi
   time jc block --init ours --n 197 --d 768 --heads 12 --matrices K_sa --method dense --device cuda \
@@ -216,8 +217,8 @@ declare -A caps=([1]=360 [2]=240 [3]=300 [4]=240 [5]=540 [6]=240 [7]=180 [8]=180
 # The call's end, so that no item is cut by the call's limit unawares: JACOND_GPU_DEADLINE (epoch
 # seconds; call 1 sets it before the build), else 590 s from now. An item starts only with at least
 # its need left (JACOND_GPU_NEED_<n>, default 45 s; item 5: 180 s, an estimate, not a measurement:
-# its fp32 LU is 2.3e15 flop, about a minute at 40 TFLOP/s, then tens of inverse-Lanczos steps of a
-# few fp32 solves, each reading the 92 GB factor once), and runs at most until the call's end less
+# 5/12 N³ = 1.4e15 fp64 flop in two pieces (10/27 N³ in three), under a minute at 50 TFLOP/s, then
+# about fifty refined solves, each reading the pieces' 61–92 GB a few times), and runs at most until the call's end less
 # JACOND_GPU_MARGIN (40 s: a cut item's 15 s to die after SIGTERM, its group's exit, packing); an item cut
 # there is not marked done.
 deadline=${JACOND_GPU_DEADLINE:-$(($(date +%s) + 590))}

@@ -502,7 +502,8 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
       [&] { return CudaDenseDevice().condition_svd(std::move(A), matrix); }, t0);
 }
 
-std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) {
+std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
+                                                        const std::function<void()>& checkpoint) {
   const Index n = map.n() * map.d_out();
   if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
   // The matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards;
@@ -521,7 +522,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
       if (plan.bytes() + static_cast<double>(lu_workspace) + map.assembly_bytes() <= free_bytes) pieces = plan;
     }
   }
-  if (!whole) return pieces ? cuda::condition_schur(map, *pieces, matrix) : std::nullopt;
+  if (!whole) return pieces ? cuda::condition_schur(map, *pieces, matrix, checkpoint) : std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   const auto assembled = [&](double* seconds) {
     require_free_memory(sizeof(double) * static_cast<size_t>(n) * n, matrix + " on the GPU");
@@ -564,11 +565,12 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
   return r;
 }
 
-std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix) {
+std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
+                                               const std::function<void()>& checkpoint) {
   if (map.assembles_into() != "cuda") return std::nullopt;
   CudaSchurStore store;
   try {
-    ConditionReport r = condition_schur_with(store, map, plan, matrix, "dense-schur-lu-lanczos-cuda");
+    ConditionReport r = condition_schur_with(store, map, plan, matrix, "dense-schur-lu-lanczos-cuda", checkpoint);
     r.note = "assembled on the GPU from the operator's products; " + r.note;
     return r;
   } catch (const std::invalid_argument& e) {  // a NaN or inf entry, named as condition_fast names it

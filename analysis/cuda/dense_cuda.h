@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -59,21 +60,24 @@ ConditionReport condition_fast(Mat A, const std::string& matrix);
 /// buffer), so the host neither assembles nor copies the n² matrix; the σ_min check's A v is the
 /// map's own fp64 product, and the SVD fallback assembles again on the device. Same report as
 /// condition_fast (method dense-lu-lanczos-cuda, noted "assembled on the GPU …" with the assembly's
-/// seconds). Where the whole LU does not fit the free device memory but the Schur route's half does,
-/// condition_schur below with SchurPlan::for_order. nullopt where neither runs here: a rectangular
-/// or small map (condition_fast's CPU-route sizes), too little free device memory for either, or a
-/// map that cannot assemble.
-std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix);
+/// seconds). Where the whole LU does not fit the free device memory but the Schur route in some
+/// number of pieces does, condition_schur below in the fewest (SchurPlan::for_order), with
+/// `checkpoint`. nullopt where neither runs here: a rectangular or small map (condition_fast's
+/// CPU-route sizes), too little free device memory for either, or a map that cannot assemble.
+std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
+                                                        const std::function<void()>& checkpoint = {});
 
-/// The Schur route (analysis/spectral/schur_lu.h) on the GPU with `plan`: A11 and the Schur
-/// complement assembled there from the map's products (TokenMap::assemble_columns / apply_columns),
-/// factorised by cusolverDnXgetrf, the panel solves by Xgetrs with many right-hand sides, the
-/// panels' differences by cublasDgeam; method "dense-schur-lu-lanczos-cuda", the note "assembled on
-/// the GPU …" with the split, the phases and the solves' backward error. condition_fast_assembled
-/// takes it where the whole LU does not fit the device's free memory and plan.bytes() (with the
-/// map's batch and Xgetrf's workspace) does: ViT-B's K_sa, 91.6 GB, on an H200. nullopt where the
-/// map does not assemble into CUDA memory; CudaError when the plan does not fit.
-std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix);
+/// The Schur route (analysis/spectral/schur_lu.h) on the GPU with `plan`: the diagonal pieces'
+/// Schur complements assembled there from the map's products (TokenMap::assemble_columns /
+/// apply_columns), factorised by cusolverDnXgetrf, the panel solves by Xgetrs with many right-hand
+/// sides, the panels' differences by cublasDgeam; method "dense-schur-lu-lanczos-cuda", the note
+/// "assembled on the GPU …" with the cuts, the phases and the solves' backward error.
+/// condition_fast_assembled takes it where the whole LU does not fit the device's free memory and
+/// plan.bytes() (with the map's batch and Xgetrf's workspace) does: ViT-B's K_sa, 91.6 GB in two
+/// pieces on an H200, 61 GB in three on an H100. `checkpoint`: SchurLuBackend's cancellation point.
+/// nullopt where the map does not assemble into CUDA memory; CudaError when the plan does not fit.
+std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
+                                               const std::function<void()>& checkpoint = {});
 
 /// κ from the fp32 LU of A32 = fl₃₂(A) on the GPU, each solve refined to fp64 against the operator
 /// A on the host (analysis/spectral/mixed_lu.h: the algorithm and its bounds; the CPU's
@@ -111,12 +115,13 @@ class CudaDenseDevice final : public DenseDevice {
   ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
     return cuda::condition_fast(std::move(A), matrix);
   }
-  std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const override {
-    return cuda::condition_fast_assembled(map, matrix);
+  std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
+                                                          const std::function<void()>& checkpoint = {}) const override {
+    return cuda::condition_fast_assembled(map, matrix, checkpoint);
   }
-  std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan,
-                                                 const std::string& matrix) const override {
-    return cuda::condition_schur(map, plan, matrix);
+  std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
+                                                 const std::function<void()>& checkpoint = {}) const override {
+    return cuda::condition_schur(map, plan, matrix, checkpoint);
   }
   Vec singular_values(Mat A) const override { return cuda::singular_values(std::move(A)); }
   ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {

@@ -325,7 +325,7 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
     return std::nullopt;
   if (opt.before_dense_solve) opt.before_dense_solve();
   const std::unique_ptr<TokenMap> map = opt.operator_device->block_operator(w, f, name);
-  return opt.device->condition_fast_assembled(*map, name);
+  return opt.device->condition_fast_assembled(*map, name, opt.within_dense_solve);
 }
 
 // The host's Schur route (analysis/spectral/schur_lu.h, design §10) for an N × N matrix: always

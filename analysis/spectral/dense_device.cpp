@@ -27,9 +27,10 @@ ConditionReport CpuDenseDevice::condition_fast(Mat A, const std::string& matrix)
 }
 
 std::optional<ConditionReport> CpuDenseDevice::condition_schur(const TokenMap& map, const SchurPlan& plan,
-                                                               const std::string& matrix) const {
+                                                               const std::string& matrix,
+                                                               const std::function<void()>& checkpoint) const {
   if (map.assembles_into() != "cpu") return std::nullopt;
-  return jacond::condition_schur(map, plan, matrix);
+  return jacond::condition_schur(map, plan, matrix, checkpoint);
 }
 
 Vec CpuDenseDevice::singular_values(Mat A) const { return jacond::singular_values(std::move(A)); }

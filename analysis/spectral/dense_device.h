@@ -21,9 +21,10 @@
 //                        device from the products of its device twin (analysis/operators/
 //                        operator_device.h), where device and map can; the GPU's K_sa, B_sa, E_sa and
 //                        K_sab under `--device cuda` with a CUDA LibTorch. Where the whole LU does
-//                        not fit the device but half of it does, the Schur route instead
-//   condition_schur(map, plan)  κ by a 2 × 2 block LU whose off-diagonal blocks stay matrix-free
+//                        not fit the device but a half, a third, … of it does, the Schur route instead
+//   condition_schur(map, plan)  κ by a block LU in pieces whose off-diagonal blocks stay matrix-free
 //                        (analysis/spectral/schur_lu.h): exact fp64 κ of ViT-B's K_sa on one H200
+//                        (two pieces) or H100 (three)
 //
 // What stays on the host on every device: assembling the matrix elsewhere (the closed-form
 // Jacobians of analysis/jacobians: certificates, the mixed and SVD routes, a LibTorch without
@@ -32,6 +33,7 @@
 // rounding radius from |L||D||Lᵀ|: inertia.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,17 +65,21 @@ class DenseDevice {
   /// (TokenMap::assemble): no host matrix, no copy. nullopt where it is not done here (the host;
   /// a map whose products are host kernels; a size this device's fast route leaves to the host;
   /// too little device memory): the caller assembles on the host and calls condition_fast.
-  virtual std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const {
-    (void)map, (void)matrix;
+  /// `checkpoint`: the Schur route's cancellation point where it takes that route (SchurLuBackend).
+  virtual std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
+                                                                  const std::function<void()>& checkpoint = {}) const {
+    (void)map, (void)matrix, (void)checkpoint;
     return std::nullopt;
   }
-  /// κ of the map's matrix by the Schur route (analysis/spectral/schur_lu.h: A11 and the Schur
-  /// complement dense on this device, the off-diagonal blocks matrix-free) with `plan`: the route
-  /// condition_fast_assembled takes where the whole LU does not fit, forced here (the tests run it
-  /// on small maps). nullopt where this device cannot run it on this map.
+  /// κ of the map's matrix by the Schur route (analysis/spectral/schur_lu.h: the diagonal pieces'
+  /// Schur complements dense on this device, the off-diagonal blocks matrix-free) with `plan`: the
+  /// route condition_fast_assembled takes where the whole LU does not fit, forced here (the tests
+  /// run it on small maps). nullopt where this device cannot run it on this map. `checkpoint`:
+  /// SchurLuBackend's cancellation point.
   virtual std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan,
-                                                         const std::string& matrix) const {
-    (void)map, (void)plan, (void)matrix;
+                                                         const std::string& matrix,
+                                                         const std::function<void()>& checkpoint = {}) const {
+    (void)map, (void)plan, (void)matrix, (void)checkpoint;
     return std::nullopt;
   }
   virtual Vec singular_values(Mat A) const = 0;
@@ -98,8 +104,8 @@ class CpuDenseDevice final : public DenseDevice {
   std::string description() const override;
   ConditionReport condition_fast(Mat A, const std::string& matrix) const override;
   /// The host's Schur route (condition_schur of schur_lu.h) on a map that assembles into host memory.
-  std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan,
-                                                 const std::string& matrix) const override;
+  std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
+                                                 const std::function<void()>& checkpoint = {}) const override;
   Vec singular_values(Mat A) const override;
   ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override;
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;

@@ -68,6 +68,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -121,7 +122,7 @@ struct SchurPlan {
 };
 
 /// Refinement of a solve stops at this backward error (4 u) ...
-inline constexpr double kSchurBackwardErrorTarget = 4 * 1.1102230246251565e-16;
+inline constexpr double kSchurBackwardErrorTarget = 2 * std::numeric_limits<double>::epsilon();
 /// ... or after this many steps, or when a step does not halve it.
 inline constexpr Index kSchurMaxRefinements = 5;
 

@@ -138,7 +138,7 @@ std::optional<AuditArgs> parse_audit(int argc, char** argv) {
       ("data-free", po::bool_switch(&a.data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
       ("probe-size", po::value(&a.probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
       ("data-dir", po::value(&a.data_dir)->default_value(a.data_dir), "Fashion-MNIST files for the probe batch")
-      ("method", po::value(&a.method)->default_value(a.method), "κ route: auto | dense | svd | mixed (fp32 LU refined to fp64) | schur (the host's 2x2 block LU) | lanczos")
+      ("method", po::value(&a.method)->default_value(a.method), "κ route: auto | dense | svd | mixed (fp32 LU refined to fp64) | schur (the host's block LU in pieces) | lanczos")
       ("lanczos-seconds", number_value(&a.lanczos_seconds), "lanczos: seconds per matrix")
       ("certify", po::value(&a.certify)->default_value(a.certify), kCertifyHelp)
       ("matrices", po::value(&a.matrices)->default_value(a.matrices), "comma list of matrix names or all")

@@ -231,7 +231,7 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
 
     skip: full | none | no-ffn-skip | no-sab-skip. method: auto (dense when it fits the memory
     and the lanczos_seconds time budget, else schur when that fits them, else lanczos) | dense | svd |
-    mixed | schur (the host's 2x2 block LU, a quarter of dense's memory) | lanczos.
+    mixed | schur (the host's block LU in 2 to 8 pieces, a quarter of dense's memory or less) | lanczos.
     matrices: names among block_matrix_names(), as a list or "K_sa,K_sab" (None or "all": all).
     certify: none | inertia | auto. max_products >= 8 (a Lanczos bracket's budget).
     norm "post": a post-norm block (K_sa, B_sa, E_sa, softmax, attention at X itself; others are a

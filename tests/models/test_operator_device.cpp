@@ -561,6 +561,22 @@ TEST(SchurRoute, BlockJacobiansEqualTheFullLu_n8_d16_h2) {
   }
 }
 
+// A dense device's Schur route takes the caller's checkpoint (a Ctrl-C from Python, block_reports'
+// within_dense_solve): called before each panel and each inverse solve; what it throws leaves the
+// route at once.
+TEST(SchurRoute, TheDevicesRouteCallsTheCheckpointAndMayBeAbandoned) {
+  const HostMatrixMap map(with_singular_values(Vec::LinSpaced(30, 1, 2), 7));
+  int calls = 0;
+  const std::optional<ConditionReport> r =
+      cpu_dense_device()->condition_schur(map, SchurPlan{30, {10, 20}, 5}, "A", [&] { ++calls; });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, Status::kExact) << r->note;
+  EXPECT_GT(calls, 6);  // two panels of each of the three pieces, then the solves
+  struct Abandon {};
+  EXPECT_THROW(cpu_dense_device()->condition_schur(map, SchurPlan{30, {10, 20}, 5}, "A", [] { throw Abandon{}; }),
+               Abandon);
+}
+
 TEST(SchurRoute, RefusesAPlanOfAnotherOrderOrAnEmptyPiece) {
   const HostMatrixMap map(Mat::Identity(10, 10));
   EXPECT_THROW(condition_schur(map, SchurPlan{12, {6}, 2}, "I"), std::invalid_argument);
@@ -582,7 +598,8 @@ BlockReportOptions fast_route_options() {
 
 // A dense device that takes condition_fast_assembled on the host (the map's assemble() into host
 // memory, then the host's condition_fast), to test block_reports' dispatch without a GPU: which
-// rows it routes there, and that they are the host's reports.
+// rows it routes there, that they are the host's reports, and that the caller's checkpoint
+// (within_dense_solve, the GPU's Schur route's cancellation point) reaches it.
 class HostAssemblingDevice final : public DenseDevice {
  public:
   std::string name() const override { return "cpu"; }
@@ -590,8 +607,10 @@ class HostAssemblingDevice final : public DenseDevice {
   ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
     return cpu_dense_device()->condition_fast(std::move(A), matrix);
   }
-  std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix) const override {
+  std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
+                                                          const std::function<void()>& checkpoint) const override {
     if (map.assembles_into() != "cpu") return std::nullopt;  // host memory only, as the GPU's takes "cuda" only
+    if (checkpoint) checkpoint();
     Mat K(map.n() * map.d_out(), map.n() * map.d_in());
     if (!map.assemble(K.data())) return std::nullopt;
     ConditionReport r = jacond::condition_fast(std::move(K), matrix);
@@ -634,7 +653,10 @@ TEST(TorchOperatorDevice, DenseRowsAreAssembledOnTheDeviceWhereItCan_n8_d16_h2) 
       }
     }
   };
+  int checkpoints = 0;
+  on_device.within_dense_solve = [&] { ++checkpoints; };
   expect_rows(SkipMode::kFull, on_device, {"K_sa", "B_sa", "E_sa", "K_sab"});
+  EXPECT_EQ(checkpoints, 4);  // once in each assembled row (the host's full route takes none)
   expect_rows(SkipMode::kNone, on_device, {"K_sa", "B_sa", "E_sa"});
   BlockReportOptions svd = on_device;
   svd.route = KappaRoute::kSvd;
@@ -730,9 +752,11 @@ TEST(OperatorDeviceCuda, SchurRouteAgreesWithTheHostsFullLu_n40_d32_h2) {
     ASSERT_EQ(full.status, Status::kExact) << matrix;
     for (const SchurPlan& plan :
          {SchurPlan::for_order(1280, 1e6), SchurPlan{1280, {1000}, 100}, SchurPlan::for_order(1280, 1e6, 3)}) {
-      const std::optional<ConditionReport> r = dense->condition_schur(*map, plan, matrix);
+      int checkpoints = 0;
+      const std::optional<ConditionReport> r = dense->condition_schur(*map, plan, matrix, [&] { ++checkpoints; });
       ASSERT_TRUE(r) << matrix;
       const std::string knobs = matrix + " cuts " + listed(plan.cuts) + ": " + r->note;
+      EXPECT_GT(checkpoints, plan.pieces()) << knobs;  // a panel of each piece, then the solves
       EXPECT_EQ(r->method, "dense-schur-lu-lanczos-cuda") << knobs;
       ASSERT_EQ(r->status, Status::kExact) << knobs;
       EXPECT_NEAR(r->kappa / full.kappa, 1.0, std::max(1e-9, 1280 * 2.2e-16 * full.kappa)) << knobs;

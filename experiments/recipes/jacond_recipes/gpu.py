@@ -185,10 +185,10 @@ def exact_section(r, report, log, item, folder, heading, needle, target_s=None):
 
 def vit_b_heading(r):
     """Item 5's heading by the route its row names: the mixed route (fp32 LU + GMRES-IR, sessions up to
-    2026-11-27) or the Schur route (2×2 block fp64 LU, analysis/spectral/schur_lu.h, after)."""
+    2026-11-27) or the Schur route (block fp64 LU in pieces, analysis/spectral/schur_lu.h, after)."""
     rows = block_rows(r, "vit-b", "K_sa")
     methods = "" if rows is None else " ".join(rows["method"].astype(str))
-    route = "by the mixed route" if "lu32" in methods else "exact fp64 by the 2×2 block (Schur) LU"
+    route = "by the mixed route" if "lu32" in methods else "exact fp64 by the block (Schur) LU in pieces"
     return f"3a. ViT-B K_sa under `ours`, {route} (item 5)"
 
 
