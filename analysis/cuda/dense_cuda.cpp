@@ -267,8 +267,8 @@ class CudaLu32 {
 };
 
 // schur_lu.h's Store on the device: cudaMalloc'd buffers, 2-D copies by cudaMemcpy2D / cudaMemset2D,
-// differences by cublasDgeam, the LUs by cusolverDnXgetrf / Xgetrs (64-bit API: A11 of ViT-B's K_sa
-// is 75 648², 5.7e9 entries). Everything runs on the legacy default stream, as LibTorch's products
+// differences by cublasDgeam, the LUs by cusolverDnXgetrf / Xgetrs (64-bit API: a piece of ViT-B's
+// K_sa in two is 75 648², 5.7e9 entries). Everything runs on the legacy default stream, as LibTorch's products
 // do, so the calls are ordered; each call ends synchronised (a read of devInfo, a blocking copy, or,
 // after the asynchronous 2-D copies and cublasDgeam, subtract's device synchronisation, once a
 // panel), so SchurStats' host timers measure the device work.

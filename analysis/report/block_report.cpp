@@ -77,6 +77,15 @@ namespace {
 const DenseDevice& device_or_host(const std::shared_ptr<const DenseDevice>& device) {
   return device ? *device : *cpu_dense_device();
 }
+
+// What the host's Schur route may hold: host_memory_bytes (0: 90 % of physical memory; 0 where
+// sysconf cannot say), capped by dense_max_bytes where that is set. One rule for auto's choice
+// (resolve_route) and the route's own plan (host_schur_plan), so auto's time check is of the piece
+// count that then runs.
+double schur_memory(const BlockReportOptions& opt) {
+  const double host = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
+  return opt.dense_max_bytes > 0 && (host <= 0 || opt.dense_max_bytes < host) ? opt.dense_max_bytes : host;
+}
 }  // namespace
 
 KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
@@ -84,9 +93,9 @@ KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
   const DenseBudget budget{opt.dense_max_bytes, opt.lanczos.max_seconds};
   if (device_or_host(opt.device).fits(DenseRoute::kFast, n * d, n * d, budget)) return KappaRoute::kFast;
   const bool on_host = !opt.device || opt.device->name() == "cpu";
-  if (on_host)
-    for (Index pieces = 2; pieces <= kMaxSchurPieces; ++pieces)
-      if (fits(schur_route_cost(n * d, get_threads(), pieces), budget)) return KappaRoute::kSchur;
+  const Index pieces = on_host ? schur_pieces_within(n * d, schur_memory(opt)) : 0;
+  if (pieces > 0 && schur_route_cost(n * d, get_threads(), pieces).seconds <= budget.max_seconds)
+    return KappaRoute::kSchur;
   return KappaRoute::kLanczos;
 }
 
@@ -332,9 +341,10 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
 // for kSchur (asked for, or auto's choice); for kFast where its full route (K and the copy its
 // assembly holds: fast_route_cost's 16 N², measured 2.1× K's bytes at N = 12 800) exceeds what the
 // host may hold (opt.host_memory_bytes; 0: 90 % of physical memory), so an exact κ reaches matrices
-// of about 4·p times that memory. The fewest pieces p (two to kMaxSchurPieces) whose D_k (8 N²/p
-// bytes) and a panel fit it: each piece more adds products and solves to every solve of A
-// (schur_lu.h), so two where they fit. Not counted: the column source's factors (AttentionJacobianColumns: n·d² +
+// of about 2·p times that memory. The fewest pieces p (two to kMaxSchurPieces) whose D_k (8 N²/p
+// bytes) and a panel fit schur_memory (that memory, capped by dense_max_bytes where set): each
+// piece more adds products and solves to every solve of A (schur_lu.h), so two where they fit.
+// Not counted: the column source's factors (AttentionJacobianColumns: n·d² +
 // heads·d² doubles, 1 % of 4 N² at ViT-B) and the operator's caches. nullopt where the full route
 // is taken (another route or device; it fits); throws naming the sizes where nothing fits. The
 // skipless K_sab never comes here (its LayerNorm-complement row restricts a host matrix: kFast
@@ -348,16 +358,17 @@ std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, Kappa
   } else if (route != KappaRoute::kSchur) {  // kSchur: asked for (or auto's choice), on the host
     return std::nullopt;
   }
-  if (memory <= 0) return SchurPlan::for_order(N);
+  const double cap = schur_memory(opt);
+  if (cap <= 0) return SchurPlan::for_order(N);
   SchurPlan least;  // the fewest bytes of any piece count (one-column panels), named if none fits
-  for (Index pieces = 2; pieces <= kMaxSchurPieces; ++pieces) {
+  for (Index pieces = 2; pieces <= std::min(kMaxSchurPieces, N); ++pieces) {
     const SchurPlan blocks = SchurPlan::for_order(N, 0, pieces);  // one-column panels: the D_k and little else
-    if (blocks.bytes() <= memory) return SchurPlan::for_order(N, std::min(2e9, memory - blocks.bytes()), pieces);
+    if (blocks.bytes() <= cap) return SchurPlan::for_order(N, std::min(2e9, cap - blocks.bytes()), pieces);
     if (least.order == 0 || blocks.bytes() < least.bytes()) least = blocks;
   }
   throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): the dense route holds " +
                            gigabytes(full) + ", the Schur route at least " + gigabytes(least.bytes()) + " (in " +
-                           std::to_string(least.pieces()) + " pieces), more than the " + gigabytes(memory) +
+                           std::to_string(least.pieces()) + " pieces), more than the " + gigabytes(cap) +
                            " this machine gives it; the lanczos route brackets it matrix-free");
 }
 

@@ -39,13 +39,15 @@ namespace jacond {
 ///             matrix takes kFast, noted. Non-square matrices (ln-complements) take kFast.
 ///   kLanczos  matrix-free certified bracket (analysis/spectral/gkl.h) on the operators of
 ///             analysis/operators/operators.h: K_sa, B_sa, E_sa, K_sab, K_mlp, K_ffn (and ln-complements)
-///   kSchur    exact on the host by the Schur route (analysis/spectral/schur_lu.h: A11 and its Schur
-///             complement dense, 4 N², the off-diagonal blocks matrix-free) for K_sa, B_sa, E_sa and
-///             K_sab; kFast takes it by itself past BlockReportOptions::host_memory_bytes. The
+///   kSchur    exact on the host by the Schur route (analysis/spectral/schur_lu.h: a block LU in the
+///             fewest of 2 … 8 pieces that fit, their Schur complements dense, 8 N²/p bytes, the
+///             off-diagonal blocks matrix-free) for K_sa, B_sa, E_sa and K_sab; kFast takes it by
+///             itself past BlockReportOptions::host_memory_bytes. The
 ///             skipless K_sab (whose LayerNorm-complement row restricts a host matrix) takes kLanczos
 ///   kAuto     kFast when the matrix fits the dense route's memory and time budget on the chosen
 ///             device (DenseDevice::fits, analysis/spectral/dense_device.h); on the host, kSchur
-///             when the Schur route fits them instead (schur_route_cost); else kLanczos
+///             when the Schur route in the piece count it would take fits host_memory_bytes (capped
+///             by dense_max_bytes where set) and the time budget (schur_route_cost); else kLanczos
 /// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
 enum class KappaRoute { kFast, kSvd, kMixed, kLanczos, kAuto, kSchur };
 
@@ -86,8 +88,9 @@ struct BlockReportOptions {
   double dense_max_bytes = 0;
   /// What the dense routes may hold on the host (0: 90 % of physical memory). An nd × nd matrix of
   /// kFast whose full route (fast_route_cost: K and a copy) exceeds it takes the Schur route on the
-  /// host instead (analysis/spectral/schur_lu.h: A11 and the Schur complement, half of K), and one
-  /// for which neither fits is refused naming the sizes.
+  /// host instead (analysis/spectral/schur_lu.h: the fewest pieces whose Schur complements fit,
+  /// N²/p entries; where dense_max_bytes is set, it caps them too), and one for which nothing fits
+  /// is refused naming the sizes.
   double host_memory_bytes = 0;
   /// Inertia-count certificates (analysis/spectral/inertia.h) of the nd × nd matrices: kInertia
   /// always, kAuto when three counts fit the same budget (memory and 3 × predicted seconds).

@@ -36,6 +36,12 @@ DenseCost schur_route_cost(Index order, int threads, Index pieces) {
   return {bytes, seconds_for(flops, kLuGflopsPerThread, threads)};
 }
 
+Index schur_pieces_within(Index order, double bytes) {
+  for (Index pieces = 2; pieces <= std::min(kMaxSchurPieces, order); ++pieces)
+    if (schur_route_cost(order, 1, pieces).bytes <= bytes) return pieces;
+  return 0;
+}
+
 DenseCost svd_route_cost(Index rows, Index cols, int threads) {
   const double m = static_cast<double>(std::max(rows, cols)), n = static_cast<double>(std::min(rows, cols));
   return {2.0 * kDouble * m * n, seconds_for(4.0 * m * n * n - 4.0 / 3.0 * n * n * n, kSvdGflopsPerThread, threads)};

@@ -50,6 +50,10 @@ inline Index schur_cut(Index order, Index pieces, Index k) { return k * order / 
 /// and its flops at the LU rate (the D_k's LUs and the panels' solves, schur_lu.h's count: 5/12 N³
 /// at two pieces, 10/27 N³ at three; the panels' products are not counted).
 DenseCost schur_route_cost(Index order, int threads, Index pieces = 2);
+/// The fewest pieces (2 … kMaxSchurPieces, and no more than `order`) whose D_k fit in `bytes`
+/// (schur_route_cost's bytes); 0 where none do. Each piece more adds products and solves to every
+/// solve of A, so the route takes the fewest that fit (analysis/report/block_report.cpp).
+Index schur_pieces_within(Index order, double bytes);
 /// condition_svd: dgesdd, values only.
 DenseCost svd_route_cost(Index rows, Index cols, int threads);
 /// One inertia count (analysis/spectral/inertia.h): dsytrf_rk of the (rows+cols)² augmented

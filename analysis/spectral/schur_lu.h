@@ -34,7 +34,11 @@
 // (x ← x + solve(b − A x), the product matrix-free: fixed-precision refinement, ibid. §12.2), once
 // always and again while the normwise backward error η = ‖b − A x‖ / (σ_max ‖x‖ + ‖b‖), measured
 // by one more product, is above kSchurBackwardErrorTarget (4 u) and at least halves per step, at
-// most kSchurMaxRefinements times; the note states the largest η of the run and the most steps. What certifies σ_min is lu_lanczos.h's one check, ‖A v_min‖ by
+// most kSchurMaxRefinements times; the note states the largest η of the run and the most steps.
+// Refinement converges while the solves' error is a contraction, which fails where a leading block
+// is far worse conditioned than A: a dense A of κ 13 whose leading 10 × 10 block has σ down to 1e-9
+// needs two steps (7e-6 → 1e-16), down to 1e-12 it stalls (five steps end at 1.7e-8; SchurRoute.
+// AVeryIllConditionedLeadingBlock…). The note's η says which; the check below stays the judge. What certifies σ_min is lu_lanczos.h's one check, ‖A v_min‖ by
 // the operator: a failed check (the solves' σ_min below its own vector's ‖A v‖) is reported
 // not-converged, never as a κ.
 //
@@ -301,28 +305,28 @@ class SchurLuBackend {
     return scale > 0 ? residual->norm() / scale : 0.0;
   }
 
-  // x = A⁻¹ b (A⁻ᵀ b), refined as the header says: a step is kept only where it lowers η.
+  // x = A⁻¹ b (A⁻ᵀ b), refined as the header says. The first step is kept whenever it is finite
+  // (one step is the fixed-precision scheme's own; η can rise at rounding level), a later one only
+  // where it lowers η; `refinements` counts the steps kept.
   Vec refined_solve(const Vec& b, bool transposed) {
     ++stats_.solves;
     Vec x = block_solve(b, transposed), r;
     double eta = backward_error(b, x, transposed, &r);
     stats_.backward_error_before = std::max(stats_.backward_error_before, eta);
     if (!x.allFinite() || !r.allFinite()) throw NonFiniteSolve();
-    Index steps = 0;
-    while (steps < kSchurMaxRefinements) {
-      ++steps;
+    Index kept = 0;
+    for (Index step = 1; step <= kSchurMaxRefinements; ++step) {
       Vec next = x + block_solve(r, transposed), next_r;
       const double next_eta = backward_error(b, next, transposed, &next_r);
-      const bool better = next_eta < eta && next_r.allFinite();
-      const bool go_on = better && next_eta > kSchurBackwardErrorTarget && next_eta <= 0.5 * eta;
-      if (better || steps == 1) {  // the first step is always taken
-        x = std::move(next);
-        r = std::move(next_r);
-        eta = next_eta;
-      }
-      if (!go_on) break;
+      if (!next.allFinite() || !next_r.allFinite() || (step > 1 && !(next_eta < eta))) break;
+      const bool halved = next_eta <= 0.5 * eta;
+      x = std::move(next);
+      r = std::move(next_r);
+      eta = next_eta;
+      kept = step;
+      if (eta <= kSchurBackwardErrorTarget || !halved) break;
     }
-    stats_.refinements = std::max(stats_.refinements, steps);
+    stats_.refinements = std::max(stats_.refinements, kept);
     stats_.backward_error_after = std::max(stats_.backward_error_after, eta);
     return x;
   }

@@ -47,7 +47,7 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else the host's schur route when it fits them, else lanczos) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
         "converge)")
-      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h) | schur (the host's block LU in p = 2…8 pieces: 1/(4p) of fast's memory, exact; analysis/spectral/schur_lu.h)")
+      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h) | schur (the host's block LU in p = 2…8 pieces: 1/(2p) of fast's memory, exact; analysis/spectral/schur_lu.h)")
       ("certify", po::value(&a.certify)->default_value(a.certify),
        "inertia-count certificates of K_sa/B_sa/E_sa/K_sab (analysis/spectral/inertia.h): none | inertia | auto "
        "(when three LDL^T factorisations of the (2nd)^2 augmented matrix fit half of RAM and 3x --lanczos-seconds)")

@@ -58,7 +58,7 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
       ("method", po::value(&a.method)->default_value(a.method),
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else the host's schur route when it fits them, else lanczos) | dense | lanczos (matrix-free bracket, warm-started along the grid)")
-      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast | svd | mixed (fp32 LU refined to fp64) | schur (the host's block LU in p = 2…8 pieces, 1/(4p) of fast's memory)")
+      ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast | svd | mixed (fp32 LU refined to fp64) | schur (the host's block LU in p = 2…8 pieces, 1/(2p) of fast's memory)")
       ("lanczos-seconds", number_value(&a.gkl.max_seconds), "lanczos: seconds per matrix")
       ("lanczos-tol", number_value(&a.gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
       ("certify", po::value(&a.certify)->default_value(a.certify), kCertifyHelp)

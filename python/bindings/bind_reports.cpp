@@ -66,7 +66,7 @@ void check_signals() {
 void interrupt_on_signal(BlockReportOptions& opt) {
   opt.lanczos.progress = [](const GklProgress&) { check_signals(); };
   opt.before_dense_solve = check_signals;
-  opt.within_dense_solve = check_signals;  // the host's Schur route: between its panels and solves
+  opt.within_dense_solve = check_signals;  // the Schur route (host or GPU): between its panels and solves
 }
 
 std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen::Ref<const Mat>& X,

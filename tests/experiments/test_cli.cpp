@@ -1244,7 +1244,7 @@ TEST_F(CliTest, AnOutThatHoldsAnotherCommandsRunIsRefused_n8_d16_h2) {
 }
 
 // --host-memory below the full route's 16 N² (N = 128: 262 144 bytes) and above the Schur route's
-// A11, S and a panel: K_sa and K_sab take the Schur route (method and note say so) with the full
+// two pieces and a panel: K_sa and K_sab take the Schur route (method and note say so) with the full
 // route's κ; below both, one error naming the sizes (exit 1); a negative value is a usage error.
 TEST_F(CliTest, BlockHostMemoryTakesTheSchurRouteWithTheFullRoutesKappa_n8_d16_h2) {
   std::map<std::string, std::map<std::string, double>> kappa;  // --host-memory -> matrix -> κ

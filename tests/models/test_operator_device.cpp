@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -511,8 +512,8 @@ TEST(SchurRoute, AZeroPivotIsNamedNotAKappa) {
 }
 
 // A11 close to singular while A is not (A11 = 1e-10 I, κ(A) = 2.618): the elimination across the
-// split is unstable there (unrefined backward error 3.6e-7 on this machine); one refinement step
-// against the operator brings it to rounding, and κ is exact.
+// split is unstable there (unrefined backward error 3.6e-7 on this machine); refinement against
+// the operator brings it to rounding, and κ is exact.
 TEST(SchurRoute, AnIllConditionedA11IsRepairedByTheRefinement) {
   const Index N = 40, m = N / 2;
   Mat A(N, N);
@@ -529,6 +530,34 @@ TEST(SchurRoute, AnIllConditionedA11IsRepairedByTheRefinement) {
   const ConditionReport r = condition_schur(map, SchurPlan::for_order(N), "A");
   EXPECT_EQ(r.status, Status::kExact) << r.note;
   EXPECT_NEAR(r.kappa / truth.kappa, 1.0, 1e-9) << r.note;
+}
+
+// Where one step is not enough: a dense matrix of κ ≈ 13 whose leading 10 × 10 block has singular
+// values graded from 1 to 1e-9, in three pieces: the elimination across the cuts leaves an
+// unrefined backward error of 7e-6 (on this machine), one step does not reach rounding, two do
+// (1.0e-16); κ is exact.
+TEST(SchurRoute, AVeryIllConditionedLeadingBlockTakesMoreThanOneRefinementStep) {
+  const Index N = 30, m = 10;
+  const double delta = 1e-9;  // at 1e-12 five steps end at 1.7e-8: the refinement stalls (schur_lu.h)
+  Vec graded(m);
+  for (Index i = 0; i < m; ++i) graded(i) = std::pow(delta, static_cast<double>(i) / (m - 1));
+  Mat A = with_singular_values(Vec::LinSpaced(N, 1, 3), 3);  // dense, κ 3
+  A.topLeftCorner(m, m) = with_singular_values(graded, 4);   // σ from 1 down to δ
+  const ConditionReport truth = jacond::condition_svd(A, "A");
+  const HostMatrixMap map(A);
+  CpuSchurStore store;
+  SchurLuBackend<CpuSchurStore> backend(store, map, SchurPlan{N, {m, 20}, 4});
+  const LuLanczosExtremes e = lu_lanczos_extremes(backend);
+  const SchurStats& s = backend.stats();
+  std::ostringstream stats;
+  stats << "kappa " << truth.kappa << ", eta " << s.backward_error_before << " -> " << s.backward_error_after << " in "
+        << s.refinements << " steps";
+  ASSERT_EQ(e.outcome, LuLanczosExtremes::Outcome::kOk) << stats.str();
+  EXPECT_GT(s.backward_error_before, 1e-6) << stats.str();
+  EXPECT_GE(s.refinements, 2) << stats.str();
+  EXPECT_LE(s.refinements, kSchurMaxRefinements) << stats.str();
+  EXPECT_LT(s.backward_error_after, 1e-15) << stats.str();
+  EXPECT_NEAR(e.sigma_max / e.sigma_min / truth.kappa, 1.0, 1e-9) << stats.str();
 }
 
 // The block Jacobians through LibTorch's CPU maps (the GPU's code, on the host): K_sa, B_sa, E_sa and

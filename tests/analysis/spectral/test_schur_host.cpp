@@ -271,8 +271,8 @@ TEST(HostSchurRoute, KappaRouteSchurTakesItAndBracketsTheSkiplessKsabN8D12) {
 }
 
 // auto on the host: the full route when it fits the budget, the Schur route when only its D_k do
-// in some number of pieces (schur_route_cost: 4 N² in two, 8 N²/p for equal pieces), the lanczos
-// route when none does. The cost's flops are schur_lu.h's closed form 2b³(2^p − p − 1) + ⅔ p b³.
+// in some number of pieces (schur_route_cost: 4 N² in two, 8 N²/p for equal pieces; the memory is
+// dense_max_bytes here, below the host's), the lanczos route when none does. The cost's flops are schur_lu.h's closed form 2b³(2^p − p − 1) + ⅔ p b³.
 TEST(HostSchurRoute, AutoTakesTheSchurRouteWhereOnlyItFitsTheBudget) {
   BlockReportOptions opt;
   opt.route = KappaRoute::kAuto;
@@ -296,12 +296,22 @@ TEST(HostSchurRoute, AutoTakesTheSchurRouteWhereOnlyItFitsTheBudget) {
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kSchur);
   opt.dense_max_bytes = 8.0 * 8 * 12 * 12 - 1;  // not even eight
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
-  // The time budget binds too: the cheapest count, three pieces' 10/27 N³, is 8/9 of two's 5/12 N³.
+  // The time budget binds too, for the piece count the route then takes (the fewest that fit):
+  // two pieces' 5/12 N³ where two fit, three pieces' 10/27 N³ (8/9 of it) where only three do.
   opt.dense_max_bytes = 16.0 * N * N - 1;
-  opt.lanczos.max_seconds = 0.5 * schur_route_cost(N, get_threads()).seconds;
-  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
   opt.lanczos.max_seconds = 0.9 * schur_route_cost(N, get_threads()).seconds;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
+  opt.dense_max_bytes = 4.0 * N * N - 1;
   EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kSchur);
+  opt.lanczos.max_seconds = 0.85 * schur_route_cost(N, get_threads()).seconds;
+  EXPECT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
+  // What auto chose is what runs: block_reports at that budget takes three pieces.
+  opt.lanczos.max_seconds = 0.9 * schur_route_cost(N, get_threads()).seconds;
+  opt.matrices = {"K_sa"};
+  opt.route = resolve_route(opt, n, d);
+  const std::vector<ConditionReport> r = block_reports(test_block(), test_tokens(), SkipMode::kFull, opt);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_NE(r[0].note.find("block LU in 3 pieces"), std::string::npos) << r[0].note;
 }
 
 }  // namespace
