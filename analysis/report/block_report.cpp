@@ -78,12 +78,17 @@ const DenseDevice& device_or_host(const std::shared_ptr<const DenseDevice>& devi
   return device ? *device : *cpu_dense_device();
 }
 
-// What the host's Schur route may hold: host_memory_bytes (0: 90 % of physical memory; 0 where
-// sysconf cannot say), capped by dense_max_bytes where that is set. One rule for auto's choice
-// (resolve_route) and the route's own plan (host_schur_plan), so auto's time check is of the piece
-// count that then runs.
+// What the host's dense routes may hold: host_memory_bytes (0: 90 % of physical memory; 0 where
+// sysconf cannot say).
+double host_memory(const BlockReportOptions& opt) {
+  return opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
+}
+
+// What the host's Schur route may hold: host_memory, capped by dense_max_bytes where that is set.
+// One rule for auto's choice (resolve_route) and the route's own plan (host_schur_plan), so auto's
+// time check is of the piece count that then runs.
 double schur_memory(const BlockReportOptions& opt) {
-  const double host = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
+  const double host = host_memory(opt);
   return opt.dense_max_bytes > 0 && (host <= 0 || opt.dense_max_bytes < host) ? opt.dense_max_bytes : host;
 }
 }  // namespace
@@ -350,7 +355,7 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
 // skipless K_sab never comes here (its LayerNorm-complement row restricts a host matrix: kFast
 // assembles it, kSchur brackets both its rows matrix-free).
 std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
-  const double memory = opt.host_memory_bytes > 0 ? opt.host_memory_bytes : 0.9 * physical_memory_bytes();
+  const double memory = host_memory(opt);
   const double full = fast_route_cost(N, N, get_threads()).bytes;  // named in the error below
   if (route == KappaRoute::kFast) {
     if (opt.device && opt.device->name() != "cpu") return std::nullopt;

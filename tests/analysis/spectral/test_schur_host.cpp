@@ -98,6 +98,24 @@ bool nd_by_nd(const ConditionReport& r) {
   return r.space == "full" && (r.matrix == "K_sa" || r.matrix == "B_sa" || r.matrix == "E_sa" || r.matrix == "K_sab");
 }
 
+// A row `g` of the Schur route against the full route's `e` for the same matrix (N = 96): its method,
+// its cuts in the note (`cuts`: "split at … of 96"), and the full LU's κ within two backward-stable
+// solves' σ_min; a singular E_sa (Prop. 2: no SVD to confirm it on this route) singular or
+// not-converged. Wrap calls in ASSERT_NO_FATAL_FAILURE.
+void expect_the_full_lus_kappa(const ConditionReport& g, const ConditionReport& e, const std::string& cuts,
+                               const std::string& knobs) {
+  const double N = 96;
+  EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
+  EXPECT_NE(g.note.find(cuts), std::string::npos) << knobs;
+  if (e.status != Status::kExact) {
+    EXPECT_TRUE(g.status == Status::kSingular || g.status == Status::kNotConverged) << knobs;
+    return;
+  }
+  ASSERT_EQ(g.status, Status::kExact) << knobs;
+  ASSERT_LT(e.kappa, 1e9) << knobs;  // so the tolerance below (σ_min to N·eps·σ_max) stays under 2.2e-5
+  EXPECT_NEAR(g.kappa / e.kappa, 1.0, std::max(1e-9, N * 2.2e-16 * e.kappa)) << knobs;
+}
+
 // Past opt.host_memory_bytes (one byte short of the full route's K and copy, 16 N²), K_sa, B_sa,
 // E_sa and K_sab (full space) take the Schur route and give the full LU's κ (within two backward-stable solves' σ_min); every
 // other row is the full call's, bit for bit. The skipless K_sab keeps the host matrix (its
@@ -126,15 +144,7 @@ TEST(HostSchurRoute, PastTheHostsMemoryTheDenseRouteGivesTheFullLusKappaN8D12) {
         continue;
       }
       ++schur;
-      EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
-      EXPECT_NE(g.note.find("split at 48 of 96"), std::string::npos) << knobs;
-      if (e.status != Status::kExact) {  // E_sa is singular (Prop. 2): no SVD to confirm it on this route
-        EXPECT_TRUE(g.status == Status::kSingular || g.status == Status::kNotConverged) << knobs;
-        continue;
-      }
-      ASSERT_EQ(g.status, Status::kExact) << knobs;
-      ASSERT_LT(e.kappa, 1e9) << knobs;  // so the tolerance below (σ_min to N·eps·σ_max) stays under 2.2e-5
-      EXPECT_NEAR(g.kappa / e.kappa, 1.0, std::max(1e-9, N * 2.2e-16 * e.kappa)) << knobs;
+      ASSERT_NO_FATAL_FAILURE(expect_the_full_lus_kappa(g, e, "split at 48 of 96", knobs));
     }
     EXPECT_EQ(schur, skip == SkipMode::kFull ? 4 : 3);
     EXPECT_EQ(before, skip == SkipMode::kFull ? 4 : 5);  // the skipless K_sab's two host solves
@@ -147,7 +157,6 @@ TEST(HostSchurRoute, PastTheHostsMemoryTheDenseRouteGivesTheFullLusKappaN8D12) {
 TEST(HostSchurRoute, WhereTwoPiecesDoNotFitThreeGiveTheFullLusKappaN8D12) {
   const BlockWeights w = test_block();
   const Mat X = test_tokens();
-  const double N = 96;
   BlockReportOptions full, thirds = past_the_full_route({"K_sa", "B_sa", "E_sa", "K_sab"});
   full.route = KappaRoute::kFast;
   full.matrices = thirds.matrices;
@@ -158,15 +167,7 @@ TEST(HostSchurRoute, WhereTwoPiecesDoNotFitThreeGiveTheFullLusKappaN8D12) {
   for (size_t i = 0; i < got.size(); ++i) {
     const ConditionReport &g = got[i], &e = want[i];
     const std::string knobs = g.matrix + ": " + g.note;
-    EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
-    EXPECT_NE(g.note.find("block LU in 3 pieces split at 32, 64 of 96"), std::string::npos) << knobs;
-    if (e.status != Status::kExact) {  // E_sa is singular (Prop. 2)
-      EXPECT_TRUE(g.status == Status::kSingular || g.status == Status::kNotConverged) << knobs;
-      continue;
-    }
-    ASSERT_EQ(g.status, Status::kExact) << knobs;
-    ASSERT_LT(e.kappa, 1e9) << knobs;
-    EXPECT_NEAR(g.kappa / e.kappa, 1.0, std::max(1e-9, N * 2.2e-16 * e.kappa)) << knobs;
+    ASSERT_NO_FATAL_FAILURE(expect_the_full_lus_kappa(g, e, "block LU in 3 pieces split at 32, 64 of 96", knobs));
   }
 }
 
