@@ -220,16 +220,25 @@ SingularValueCount count_singular_values_below(const Mat& K, double mu, int near
 
 namespace {
 
-// The count's nearest intervals that lie below μ − δ, when they are `below` many and pairwise
-// disjoint: then they hold every singular value below μ − δ (header), and the first holds σ_min.
-bool all_located(const SingularValueCount& c, Index all, SingularInterval& lowest) {
-  std::vector<SingularInterval> below;
-  for (const auto& s : c.nearest)
-    if (s.hi < c.mu - c.delta) below.push_back(s);
-  for (size_t i = 1; i < below.size(); ++i)
-    if (!(below[i - 1].hi < below[i].lo)) return false;
-  if (c.below < 1 || static_cast<Index>(below.size()) != c.below || c.below > all) return false;
-  lowest = below.front();
+// Intervals (each holding a singular value; from any shift's residuals, inertia.h) that place every
+// singular value below μ − δ of the count c: a largest set of pairwise disjoint ones lying below
+// μ − δ (earliest upper end first), when it has c.below members. Disjoint intervals hold distinct
+// singular values, and (C) allows at most c.below below μ − δ, so then each holds exactly one and
+// none lies outside them: σ_min is in the lowest. Pooling the first shift's intervals (taken near
+// σ̂, so they hold the bottom values) with a later shift's is what lets a count far above σ̂ place
+// σ_min: its own nearest intervals are the values near its shift.
+bool all_located(const SingularValueCount& c, const std::vector<SingularInterval>& pool, Index all,
+                 SingularInterval& lowest) {
+  if (c.below < 1 || c.below > all) return false;
+  std::vector<SingularInterval> candidates;
+  for (const auto& s : pool)
+    if (s.hi < c.mu - c.delta) candidates.push_back(s);
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.hi < b.hi; });
+  std::vector<SingularInterval> disjoint;
+  for (const auto& s : candidates)
+    if (disjoint.empty() || disjoint.back().hi < s.lo) disjoint.push_back(s);
+  if (static_cast<Index>(disjoint.size()) != c.below) return false;
+  lowest = disjoint.front();
   return true;
 }
 
@@ -241,30 +250,41 @@ void certify_located(const SingularValueCount& c, const SingularInterval& lowest
   note << "N(" << fmt(c.mu) << ")=" << c.below << " all located (delta " << fmt(c.delta) << ") ";
 }
 
+// A count of 0 at μ: σ_min ≥ μ − δ, a certificate only where that is positive.
+void certify_by_zero_count(const SingularValueCount& c, CertifiedExtremes& out, std::ostringstream& note) {
+  if (c.mu - c.delta > 0) {
+    out.sigma_min_lo = c.mu - c.delta;
+    out.min_certified = true;
+    note << "N(" << fmt(c.mu) << ")=0 (delta " << fmt(c.delta) << ") ";
+  } else {
+    note << "sigma_min not certified: N(" << fmt(c.mu) << ")=0 but delta " << fmt(c.delta) << " is wider than the shift ";
+  }
+}
+
 // σ_min from the count at μ₁ = 1.01·σ̂ (header: nearest intervals). When the rounding radius δ₁
-// is wider than that 1 % margin, the interval of σ_min is not below μ₁ − δ₁ and the count cannot
-// place it; one more count at μ₂ = σ̂ + max(1 %, 4 δ₁) (δ₂ ≈ δ₁: both are set by the same
-// factorisation's growth) usually can, and keeps the bracket as tight as the intervals. Failing
-// that, a count of 0 just below σ̂ gives σ_min ≥ μ₀ − δ₀ (a bracket δ₀ wide).
+// is wider than a quarter of that 1 % margin, the interval of σ_min may not lie below μ₁ − δ₁ and
+// the count cannot place it (or the count is 0, which proves only σ_min ≥ μ₁ − δ₁); one more count
+// at μ₂ = σ̂ + max(1 %, 4 δ₁) (δ₂ ≈ δ₁: both are set by the factorisations' growth) places it with
+// the intervals of both shifts, however wide δ₁ is against σ̂ (Bunch–Kaufman's δ on a GPU was 36 %
+// of σ_min at κ 3e6; at κ 1e12 δ exceeds σ_min on either pivoting), and keeps the bracket as tight
+// as the intervals. Failing that: a count of 0 at μ₁, or one just below σ̂, gives σ_min ≥ μ − δ
+// (a bracket δ wide).
 void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, CertifiedExtremes& out,
                     std::ostringstream& note) {
   const Index all = std::min(K.rows(), K.cols());
   const SingularValueCount c1 = count_singular_values_below(K, 1.01 * estimate, -1, device);
   ++out.factorisations;
   out.within_1pct = c1.below;
+  std::vector<SingularInterval> pool = c1.nearest;
   SingularInterval lowest;
-  if (c1.below == 0) {
-    out.sigma_min_lo = c1.mu - c1.delta;
-    out.min_certified = true;
-    note << "N(" << fmt(c1.mu) << ")=0 (delta " << fmt(c1.delta) << ") ";
-    return;
-  }
-  if (all_located(c1, all, lowest)) return certify_located(c1, lowest, out, note);
-  if (c1.delta > 0.0025 * estimate && 4 * c1.delta < estimate) {
+  if (all_located(c1, pool, all, lowest)) return certify_located(c1, lowest, out, note);
+  if (c1.delta > 0.0025 * estimate) {
     const SingularValueCount c2 = count_singular_values_below(K, estimate + std::max(0.01 * estimate, 4 * c1.delta), -1, device);
     ++out.factorisations;
-    if (all_located(c2, all, lowest)) return certify_located(c2, lowest, out, note);
+    pool.insert(pool.end(), c2.nearest.begin(), c2.nearest.end());
+    if (all_located(c2, pool, all, lowest)) return certify_located(c2, lowest, out, note);
   }
+  if (c1.below == 0) return certify_by_zero_count(c1, out, note);
   // A cluster the shift-invert could not separate: confirm a lower end by a count of 0.
   double below_lo = estimate;  // the lowest interval below μ₁ − δ₁, if any
   for (const auto& s : c1.nearest)
@@ -272,13 +292,8 @@ void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, Ce
   const double mu0 = (1 - 1e-3) * below_lo;
   const SingularValueCount c0 = count_singular_values_below(K, mu0, 0, device);
   ++out.factorisations;
-  if (c0.below == 0) {
-    out.sigma_min_lo = mu0 - c0.delta;
-    out.min_certified = true;
-    note << "N(" << fmt(mu0) << ")=0 (delta " << fmt(c0.delta) << ") ";
-  } else {
-    note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " ";
-  }
+  if (c0.below == 0) return certify_by_zero_count(c0, out, note);
+  note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " ";
 }
 
 }  // namespace

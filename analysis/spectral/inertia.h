@@ -43,11 +43,16 @@
 // puts an eigenvalue of H in [μ + λ_i − r_i, μ + λ_i + r_i] (Weyl). An interval inside (0, ∞)
 // holds a singular value. If the count at μ is c and c such intervals lie, pairwise disjoint,
 // below μ − δ, then by (C) they hold every singular value below μ − δ, and the lowest one holds
-// σ_min: a two-sided certificate from one factorisation. certify_extremes counts at
-// μ₁ = 1.01·σ̂; when δ₁ is wider than that margin (on real blocks |L̂||D̂||L̂ᵀ| grows with κ: δ
-// was 2–13 % of σ_min at κ 1e6–1e9), σ_min's interval reaches above μ₁ − δ₁, and one more count at
-// μ₂ = σ̂ + max(1 %, 4 δ₁) places it; only if that fails too does a count of 0 just below σ̂ give
-// the weaker σ_min ≥ μ₀ − δ₀. Guarded by RadiusWiderThanTheMarginIsMetByASecondShift.
+// σ_min: a two-sided certificate from one factorisation. The intervals need not come from the
+// count's own factorisation (a residual is of H itself): pairwise disjoint ones from any shifts
+// serve. certify_extremes counts at μ₁ = 1.01·σ̂; when δ₁ is wider than that margin (on real
+// blocks |L̂||D̂||L̂ᵀ| grows with κ: δ was 2–13 % of σ_min at κ 1e6–1e9 under rook pivoting, 36 %
+// at κ 3e6 under a GPU's Bunch–Kaufman, above σ_min itself at κ 1e12), σ_min's interval reaches
+// above μ₁ − δ₁, and one more count at μ₂ = σ̂ + max(1 %, 4 δ₁) places it with the intervals of
+// both shifts (μ₁'s hold the bottom values, μ₂'s those near μ₂); only if that fails too does a
+// count of 0 (at μ₁, or just below σ̂) give the weaker σ_min ≥ μ₀ − δ₀, a certificate only where
+// that is positive. Guarded by RadiusWiderThanTheMarginIsMetByASecondShift and
+// ARadiusWiderThanTheSecondShiftsOldGateIsMetByTheIntervalsOfBothShifts.
 //
 // Cost: one dsytrf_rk of order M = m + n, M³/3 flops (≈ 2 min at m = n = 12 500 on 2 cores), and
 // 8 M² bytes (5 GB at m = n = 12 500); analysis/spectral/dense_cost.h predicts both. Where it runs

@@ -396,5 +396,58 @@ TEST(LdltLayout, BunchKaufmanCertificatesAreNeverWrongOverRandomSpectra) {
   expect_never_wrong_over_random_spectra(BunchKaufmanHost(), 23, 8, 200, "bk-host");
 }
 
+// certify_extremes and certify_report on K through `device`, whose first count's radius must be at
+// least `radius_over_smin` × σ_min (else the case tests nothing): σ_min placed by intervals
+// ("all located"), the certified κ bracket containing the SVD's and narrower than `width`.
+void expect_located_through_a_wide_radius(const Mat& K, const DenseDevice& device, double radius_over_smin, double width) {
+  const Vec ref = singular_values(K);
+  const double smin = ref(ref.size() - 1), tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
+  const SingularValueCount c1 = count_singular_values_below(K, 1.01 * smin, 0, device);
+  ASSERT_GT(c1.delta, radius_over_smin * smin) << "the radius is no longer that wide: the case tests nothing";
+  const CertifiedExtremes e = certify_extremes(K, smin, smin, ref(0), ref(0), true, device);
+  ASSERT_TRUE(e.min_certified) << e.note;
+  EXPECT_LE(e.sigma_min_lo, smin + tau) << e.note;
+  EXPECT_GE(e.sigma_min_hi, smin - tau) << e.note;
+  EXPECT_NE(e.note.find("all located"), std::string::npos) << e.note;
+  const ConditionReport r = certify_report(condition_fast(K, "K_sa"), K, smin, smin, ref(0), ref(0), device);
+  ASSERT_EQ(r.status, Status::kCertified) << r.note;
+  EXPECT_LE(r.kappa_lo, (ref(0) + tau) / (smin - tau));
+  EXPECT_GE(r.kappa_hi, (ref(0) - tau) / (smin + tau));
+  EXPECT_LT(r.kappa_hi, width * r.kappa_lo) << r.note;
+}
+
+// Bare K_sa of `w` at 40 Gaussian tokens, the (skip + 1)-th draw of a generator seeded `token_seed`.
+Mat bare_attention_jacobian_of(const BlockWeights& w, uint64_t token_seed, int skip = 0) {
+  std::mt19937_64 rng(token_seed);
+  for (int i = 0; i < skip; ++i) (void)test::gaussian(40, 32, 1.0, rng);
+  const Mat X = test::gaussian(40, 32, 1.0, rng);
+  return attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
+}
+
+// Rounding radii wider than the second shift's old gate (4δ₁ < σ̂), met by one more count and the
+// intervals of both shifts (certify_bottom pools them: a residual interval is of H itself).
+// (1) Bunch–Kaufman (the GPU's pivoting, through its host twin) on a timm-like bare K_sa, n 40,
+// d 32 (κ 1.6e9): δ₁ ≈ 42 % of σ_min, the regime of the H200's row (36 % at κ 3e6, where the
+// count of 0 left κ_hi 56 % above κ, reports/gpu). (2) κ ≈ 8e11: δ₁ ≈ 10 σ_min under rook pivoting,
+// ≈ 190 σ_min under Bunch–Kaufman. A count of 0 proves nothing there (μ − δ < 0), and μ₂ = σ̂ + 4δ₁
+// lies tens of σ_min above the bottom, so its own nearest intervals are the values near μ₂; the first
+// shift's, taken near σ̂, place σ_min. The bracket is then as wide as σ_min's interval (its residual's
+// rounding bound, ≈ 0.3 σ_min there). Neither case was certified tightly before the pooling:
+// (1) gave a bracket δ₁ wide, (2) none on either pivoting.
+TEST(CertifyExtremes, ARadiusWiderThanTheSecondShiftsOldGateIsMetByTheIntervalsOfBothShifts) {
+  const BunchKaufmanHost bk;
+  {
+    SCOPED_TRACE("bunch-kaufman, radius 25-100 % of sigma_min");
+    const Mat K = bare_attention_jacobian_of(test::timm_like_block(32, 2, 128, 21), 19, 1);
+    expect_located_through_a_wide_radius(K, bk, 0.25, 1.01);
+  }
+  const Mat K = bare_attention_jacobian_of(test::timm_like_block(32, 2, 128, 17), 101);
+  for (const DenseDevice* device : {cpu_dense_device().get(), static_cast<const DenseDevice*>(&bk)}) {
+    SCOPED_TRACE(device->name() + ", radius above sigma_min");
+    expect_located_through_a_wide_radius(K, *device, 4, 2);
+  }
+}
+
 }  // namespace
 }  // namespace jacond
+
