@@ -104,6 +104,16 @@ KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d) {
   return KappaRoute::kLanczos;
 }
 
+void resolve_auto(BlockReportOptions& opt, Index n, Index d) {
+  opt.resolved_from_auto = opt.resolved_from_auto || opt.route == KappaRoute::kAuto;
+  opt.route = resolve_route(opt, n, d);
+}
+
+bool auto_takes_tokenwise(const BlockReportOptions& opt, Index n, Index d, Index hidden) {
+  return (opt.route == KappaRoute::kAuto || opt.resolved_from_auto) &&
+         fits(tokenwise_route_cost(n, d, hidden, get_threads()), DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
+}
+
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
   if (opt.certify == CertifyMode::kNone) return false;
   if (opt.certify == CertifyMode::kInertia) return true;
@@ -288,12 +298,10 @@ void lanczos_sab_reports(const BlockWeights& w, const BlockForward& f, SkipMode 
       [&](const auto& op) { lanczos_subblock(op, "K_sab", f.ln1, sab_residual(skip), opt, sab, out); });
 }
 
-// The matrix-free half of block_reports after the attention rows (attention_reports): K_sab,
-// K_mlp, K_ffn through their operators.
-void lanczos_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
-                              std::vector<ConditionReport>& out) {
+// The token block-diagonal K_mlp, K_ffn through their operators (the lanczos route).
+void lanczos_tokenwise_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip,
+                               const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
   const auto ffn = [&] { return ffn_jacobian(w, f).to_dense(); };
-  if (wants(opt, "K_sab")) lanczos_sab_reports(w, f, skip, opt, out);
   if (wants(opt, "K_mlp"))
     on_operator(
         opt, w, f, "K_mlp", [&] { return MlpJacobianOp(w, f.mlp); },
@@ -458,17 +466,14 @@ void sab_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, Ka
   if (restricts) out.push_back(restricted);
 }
 
-// The dense half of block_reports after the attention rows: K_sab (sab_reports); the token
-// block-diagonal K_mlp / K_ffn by their per-token blocks.
-void dense_subblock_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
-                            const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
-  const bool can_restrict = w.d >= 3;
-  if (wants(opt, "K_sab")) sab_reports(w, f, skip, route, opt, out);
+// The token block-diagonal K_mlp / K_ffn exactly, by their per-token blocks.
+void tokenwise_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
+                       std::vector<ConditionReport>& out) {
   if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp"));
   if (wants(opt, "K_ffn")) {
     const TokenBlockDiagonal Kffn = ffn_jacobian(w, f);
     out.push_back(condition_blockdiag(Kffn.blocks, "K_ffn"));
-    if (!ffn_residual(skip) && can_restrict) {
+    if (!ffn_residual(skip) && w.d >= 3) {
       ConditionReport r =
           condition_blockdiag(restrict_blocks(Kffn.blocks, layernorm_complement_bases(f.ln2.x_hat)), "K_ffn");
       r.space = "ln-complement";
@@ -535,10 +540,16 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
   std::vector<ConditionReport> out;
   const KappaRoute route = resolve_route(opt, X.rows(), w.d);
   attention_reports(w, f, route, opt, out);
-  if (route == KappaRoute::kLanczos)
-    lanczos_subblock_reports(w, f, skip, opt, out);
+  if (wants(opt, "K_sab")) {
+    if (route == KappaRoute::kLanczos)
+      lanczos_sab_reports(w, f, skip, opt, out);
+    else
+      sab_reports(w, f, skip, route, opt, out);
+  }
+  if (route != KappaRoute::kLanczos || auto_takes_tokenwise(opt, X.rows(), w.d, w.hidden))
+    tokenwise_reports(w, f, skip, opt, out);
   else
-    dense_subblock_reports(w, f, skip, route, opt, out);
+    lanczos_tokenwise_reports(w, f, skip, opt, out);
   head_reports(w, f.attn, opt, out);
   embedding_reports(f, opt, out);
   return out;

@@ -47,7 +47,9 @@ namespace jacond {
 ///   kAuto     kFast when the matrix fits the dense route's memory and time budget on the chosen
 ///             device (DenseDevice::fits, analysis/spectral/dense_device.h); on the host, kSchur
 ///             when the Schur route in the piece count it would take fits host_memory_bytes (capped
-///             by dense_max_bytes where set) and the time budget (schur_route_cost); else kLanczos
+///             by dense_max_bytes where set) and the time budget (schur_route_cost); else kLanczos,
+///             except for K_mlp / K_ffn, exact by their per-token blocks wherever those fit
+///             (auto_takes_tokenwise)
 /// Softmax (n² × n², block diagonal over rows) and attention (n × n) per head stay dense.
 enum class KappaRoute { kFast, kSvd, kMixed, kLanczos, kAuto, kSchur };
 
@@ -118,6 +120,10 @@ struct BlockReportOptions {
   /// three pieces on 2 cores; only its LU calls cannot stop midway). It may throw to abandon the
   /// call, as before_dense_solve.
   std::function<void()> within_dense_solve;
+  /// `route` was resolved from kAuto by the caller (resolve_auto: a front end that prints or
+  /// flavours the route first): block_reports still applies auto's per-token rule to K_mlp / K_ffn
+  /// (auto_takes_tokenwise).
+  bool resolved_from_auto = false;
 };
 
 /// The reports of a post-norm block, whose attention sees the block input Y itself (no LayerNorm
@@ -133,6 +139,19 @@ bool wants(const BlockReportOptions& opt, const std::string& matrix);
 
 /// The route block_reports takes for an n × d input (resolves kAuto by opt.device's fits).
 KappaRoute resolve_route(const BlockReportOptions& opt, Index n, Index d);
+
+/// resolve_route into opt.route, remembering (resolved_from_auto) when it was kAuto.
+void resolve_auto(BlockReportOptions& opt, Index n, Index d);
+
+/// K_mlp and K_ffn are token block-diagonal, so their exact spectra are n SVDs of d × d
+/// (condition_blockdiag), O(n d²·hidden) flops and 8 n d² bytes a matrix: under kAuto they take
+/// that route wherever it fits the budget (tokenwise_route_cost against dense_max_bytes and the
+/// per-matrix lanczos seconds), whatever route the nd × nd matrices resolve to (also when a caller
+/// resolved kAuto itself: resolved_from_auto). (At ViT-B
+/// skipless on 2 threads: exact in 59 s for K_mlp, K_ffn and its restriction, where the lanczos
+/// route spent 3 × 120 s and placed no σ_min.) Any other route keeps them on its own way: dense
+/// routes per token, kLanczos through their operators.
+bool auto_takes_tokenwise(const BlockReportOptions& opt, Index n, Index d, Index hidden);
 
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
                                            const BlockReportOptions& opt = {});

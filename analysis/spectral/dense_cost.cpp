@@ -47,6 +47,13 @@ DenseCost svd_route_cost(Index rows, Index cols, int threads) {
   return {2.0 * kDouble * m * n, seconds_for(4.0 * m * n * n - 4.0 / 3.0 * n * n * n, kSvdGflopsPerThread, threads)};
 }
 
+DenseCost tokenwise_route_cost(Index n, Index d, Index hidden, int threads) {
+  const double tokens = static_cast<double>(n), w = static_cast<double>(d), h = static_cast<double>(hidden);
+  const double forming = tokens * (2.0 * w * w * h + 2.0 * w * w * w);
+  return {3.0 * kDouble * tokens * w * w, seconds_for(forming, kLuGflopsPerThread, threads) +
+                                              tokens * svd_route_cost(d, d, threads).seconds};
+}
+
 DenseCost inertia_count_cost(Index rows, Index cols, int threads) {
   const double N = static_cast<double>(rows + cols);
   return {kDouble * (N * N + static_cast<double>(rows) * static_cast<double>(cols)),

@@ -56,6 +56,13 @@ DenseCost schur_route_cost(Index order, int threads, Index pieces = 2);
 Index schur_pieces_within(Index order, double bytes);
 /// condition_svd: dgesdd, values only.
 DenseCost svd_route_cost(Index rows, Index cols, int threads);
+/// K_mlp and K_ffn by their n per-token d × d blocks (token block-diagonal; condition_blockdiag):
+/// forming each block (W₂ᵀ diag(gelu′) W₁ᵀ, 2d²·hidden flops, then J_LN's d × d factor, 2d³) at the
+/// LU rate and its values-only SVD at the SVD rate, per matrix; the bytes of three sets of blocks
+/// (K_mlp's, K_ffn's and its LayerNorm-complement restriction, 8 n d² each). Measured on 2 threads
+/// at ViT-B (n 197, d 768, hidden 3072): 59 s for K_mlp, K_ffn and its restriction against 3 × 21 s
+/// predicted.
+DenseCost tokenwise_route_cost(Index n, Index d, Index hidden, int threads);
 /// One inertia count (analysis/spectral/inertia.h): dsytrf_rk of the (rows+cols)² augmented
 /// matrix, with the matrix itself kept alongside.
 DenseCost inertia_count_cost(Index rows, Index cols, int threads);

@@ -45,7 +45,7 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
        "comma list of K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention; only these are computed")
       ("method", po::value(&a.method)->default_value(a.method),
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
-        "else the host's schur route when it fits them, else lanczos) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
+        "else the host's schur route when it fits them, else lanczos; K_mlp/K_ffn exact by their per-token blocks wherever those fit) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
         "converge)")
       ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast (LU/QR + Lanczos, exact) | svd (full spectrum) | mixed (fp32 LU refined to fp64 against the matrix-free operator: half the memory, exact; analysis/spectral/mixed_lu.h) | schur (the host's block LU in p = 2…8 pieces: 1/(2p) of fast's memory, exact; analysis/spectral/schur_lu.h)")
       ("certify", po::value(&a.certify)->default_value(a.certify),
@@ -153,7 +153,7 @@ int run_block(int argc, char** argv) {
                        "residuals; drop --skip");
   }
   opt.lanczos = a.gkl;
-  opt.route = resolve_route(opt, blk.tokens.rows(), blk.weights.d);
+  resolve_auto(opt, blk.tokens.rows(), blk.weights.d);
   opt.route = with_dense_flavour(opt.route, a.kappa);
   // A post-norm block's attention sees the block input itself; its skip mode changes none of these.
   const std::vector<ConditionReport> reports = blk.post_norm ? post_norm_block_reports(blk.weights, blk.tokens, opt)

@@ -57,7 +57,7 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
       ("skip", po::value(&a.skip)->default_value(a.skip), "none | full | no-ffn-skip | no-sab-skip")
       ("method", po::value(&a.method)->default_value(a.method),
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
-        "else the host's schur route when it fits them, else lanczos) | dense | lanczos (matrix-free bracket, warm-started along the grid)")
+        "else the host's schur route when it fits them, else lanczos; K_mlp/K_ffn exact by their per-token blocks wherever those fit) | dense | lanczos (matrix-free bracket, warm-started along the grid)")
       ("kappa", po::value(&a.kappa)->default_value(a.kappa), "dense flavour: fast | svd | mixed (fp32 LU refined to fp64) | schur (the host's block LU in p = 2…8 pieces, 1/(2p) of fast's memory)")
       ("lanczos-seconds", number_value(&a.gkl.max_seconds), "lanczos: seconds per matrix")
       ("lanczos-tol", number_value(&a.gkl.tolerance), "lanczos: target kappa_hi/kappa_lo - 1")
@@ -103,7 +103,7 @@ BlockReportOptions sweep_options(const SweepArgs& a) {
   opt.certify = a.certify_mode;
   select_devices(a.device, opt);
   opt.route = parse_kappa_route(a.method);
-  opt.route = resolve_route(opt, a.n, a.d);
+  resolve_auto(opt, a.n, a.d);
   opt.route = with_dense_flavour(opt.route, a.kappa);
   opt.matrices = {"K_sa", "B_sa", "E_sa", "K_sab"};  // the sweep's columns; nothing else is computed
   return opt;

@@ -85,7 +85,7 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
     throw std::invalid_argument("host_memory_bytes must be finite and >= 0 (0: 90% of physical memory)");
   opt.host_memory_bytes = host_memory_bytes;
   opt.device = dense_device(device);  // before resolve_route: `auto` asks the device what fits
-  opt.route = resolve_route(opt, tokens.rows(), w.d);
+  resolve_auto(opt, tokens.rows(), w.d);
   interrupt_on_signal(opt);
   try {
     py::gil_scoped_release release;

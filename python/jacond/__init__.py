@@ -230,7 +230,8 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     """Condition reports of one block at tokens X (n x d, one image's), as `jacond block` computes them.
 
     skip: full | none | no-ffn-skip | no-sab-skip. method: auto (dense when it fits the memory
-    and the lanczos_seconds time budget, else schur when that fits them, else lanczos) | dense | svd |
+    and the lanczos_seconds time budget, else schur when that fits them, else lanczos; K_mlp and K_ffn
+    exact by their per-token blocks wherever those fit) | dense | svd |
     mixed | schur (the host's block LU in 2 to 8 pieces, a quarter of dense's memory or less) | lanczos.
     matrices: names among block_matrix_names(), as a list or "K_sa,K_sab" (None or "all": all).
     certify: none | inertia | auto. max_products >= 8 (a Lanczos bracket's budget).

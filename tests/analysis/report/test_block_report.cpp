@@ -12,10 +12,12 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <Eigen/SVD>
 
+#include "analysis/core/threads.h"
 #include "analysis/operators/operator_device.h"
 #include "analysis/report/block_report.h"
 #include "analysis/report/report_csv.h"
@@ -193,6 +195,65 @@ TEST(AutoRoute, CertifiesWhenThreeInertiaCountsFit) {
   EXPECT_FALSE(wants_certificate(opt, 40000, 40000));  // (2N)² doubles = 51 GB
   opt.certify = CertifyMode::kInertia;
   EXPECT_TRUE(wants_certificate(opt, 40000, 40000));
+}
+
+// K_mlp and K_ffn are token block-diagonal: under `auto` they are exact by their per-token blocks
+// wherever those fit, even where the nd × nd matrices go matrix-free (at ViT-B skipless the lanczos
+// route placed no σ_min of them in 3 × 120 s; the blocks give all three exactly in 59 s). n 64,
+// d 8, hidden 32 (N = 512): a budget of 150 kB holds neither the full route (16 N² bytes) nor the
+// Schur route (N² at eight pieces) but the blocks (3 · 8 n d² = 98 kB).
+TEST(AutoRoute, TokenBlockDiagonalMatricesAreExactWhereverTheirBlocksFitN64D8) {
+  const Index n = 64, d = 8, hidden = 32;
+  const double gemm = 84e9, svd = 23e9;  // dense_cost.h's rates on 2 threads
+  set_threads(2);
+  const DenseCost vit_b = tokenwise_route_cost(197, 768, 3072, 2);
+  EXPECT_NEAR(vit_b.seconds, 197 * (2.0 * 768 * 768 * 3072 + 2.0 * 768 * 768 * 768) / gemm +
+                                 197 * (8.0 / 3.0) * 768 * 768 * 768 / svd, 1e-9 * vit_b.seconds);
+  EXPECT_NEAR(vit_b.bytes, 3 * 8.0 * 197 * 768 * 768, 1.0);
+  const BlockWeights w = test::random_block(d, 2, hidden, 31);
+  const Mat X = test::random_tokens(n, d, 32);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kAuto;
+  opt.dense_max_bytes = 150e3;
+  opt.matrices = {"K_mlp", "K_ffn"};
+  opt.lanczos.max_products = 200;  // the lanczos rows below need not converge: only their method is read
+  ASSERT_EQ(resolve_route(opt, n, d), KappaRoute::kLanczos);
+  ASSERT_TRUE(auto_takes_tokenwise(opt, n, d, hidden));
+  const BlockForward f = block_forward(w, X, SkipMode::kNone);
+  const Mat Kmlp = mlp_jacobian(w, f.mlp).to_dense(), Kffn = ffn_jacobian(w, f).to_dense();
+  const auto got = block_reports(w, X, SkipMode::kNone, opt);
+  ASSERT_EQ(got.size(), 3u);  // K_mlp, K_ffn on the full space and on the LayerNorm complement
+  for (const auto& [r, K] : {std::pair<const ConditionReport&, const Mat&>{got[0], Kmlp}, {got[1], Kffn}}) {
+    SCOPED_TRACE(r.matrix + " " + r.space);
+    EXPECT_EQ(r.method, "dense-svd-blockdiag");
+    const Vec s = singular_values(K);  // the assembled nd × nd matrix's own SVD
+    EXPECT_NEAR(r.sigma_max, s(0), 1e-12 * s(0));
+    if (r.status == Status::kExact) {
+      EXPECT_NEAR(r.sigma_min, s(s.size() - 1), 1e-9 * s(s.size() - 1));
+    } else {
+      EXPECT_EQ(r.status, Status::kSingular);  // skipless K_ffn over the full space: LayerNorm's nullspace
+      EXPECT_LT(s(s.size() - 1), 1e-12 * s(0));
+    }
+  }
+  EXPECT_EQ(got[0].status, Status::kExact);
+  EXPECT_EQ(got[2].space, "ln-complement");
+  EXPECT_EQ(got[2].status, Status::kExact);
+  // A front end that resolves auto itself first (jacond block, sweep, the Python module) keeps the rule.
+  BlockReportOptions resolved = opt;
+  resolve_auto(resolved, n, d);
+  EXPECT_EQ(resolved.route, KappaRoute::kLanczos);
+  EXPECT_TRUE(resolved.resolved_from_auto);
+  for (const auto& r : block_reports(w, X, SkipMode::kNone, resolved)) EXPECT_EQ(r.method, "dense-svd-blockdiag") << r.matrix;
+  // Where the blocks do not fit, or the route was asked for, the lanczos route keeps them.
+  for (const auto& [label, budget, route] : {std::tuple<const char*, double, KappaRoute>{"1 byte", 1, KappaRoute::kAuto},
+                                             {"lanczos asked", 150e3, KappaRoute::kLanczos}}) {
+    SCOPED_TRACE(label);
+    BlockReportOptions other = opt;
+    other.dense_max_bytes = budget;
+    other.route = route;
+    EXPECT_FALSE(auto_takes_tokenwise(other, n, d, hidden));
+    for (const auto& r : block_reports(w, X, SkipMode::kNone, other)) EXPECT_EQ(r.method, "gkl") << r.matrix;
+  }
 }
 
 // --certify inertia through block_reports, on both routes: every nd × nd report that is not
