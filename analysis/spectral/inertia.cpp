@@ -209,8 +209,8 @@ SingularValueCount count_singular_values_below(const Mat& K, double mu, int near
   c.where = f.where();
   c.below = f.negative_count() - std::max(K.rows(), K.cols());
   c.delta = f.rounding_radius();
-  if (!c.zero_pivot && nearest != 0) {
-    const Index k = nearest < 0 ? std::min<Index>(c.below + 1, 9) : nearest;
+  const Index k = nearest < 0 ? std::min<Index>(c.below + 1, 9) : nearest;
+  if (!c.zero_pivot && nearest != 0 && k >= 1) {  // k < 1: a negative count (μ within rounding of 0)
     double distance = 0;
     if (nearest_singular_values(f, mu, k, c.nearest, &distance)) c.decided = distance > c.delta;
   }
@@ -282,7 +282,12 @@ void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, Ce
     const SingularValueCount c2 = count_singular_values_below(K, estimate + std::max(0.01 * estimate, 4 * c1.delta), -1, device);
     ++out.factorisations;
     pool.insert(pool.end(), c2.nearest.begin(), c2.nearest.end());
-    if (all_located(c2, pool, all, lowest)) return certify_located(c2, lowest, out, note);
+    if (all_located(c2, pool, all, lowest)) {
+      certify_located(c2, lowest, out, note);
+      // A count of 0 at μ₁ proves σ_min ≥ μ₁ − δ₁ too: kept, so a claim below it is refuted.
+      if (c1.below == 0 && c1.mu > c1.delta) out.sigma_min_lo = std::max(out.sigma_min_lo, c1.mu - c1.delta);
+      return;
+    }
   }
   if (c1.below == 0) return certify_by_zero_count(c1, out, note);
   // A cluster the shift-invert could not separate: confirm a lower end by a count of 0.

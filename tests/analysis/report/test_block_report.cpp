@@ -17,7 +17,6 @@
 
 #include <Eigen/SVD>
 
-#include "analysis/core/threads.h"
 #include "analysis/operators/operator_device.h"
 #include "analysis/report/block_report.h"
 #include "analysis/report/report_csv.h"
@@ -205,7 +204,6 @@ TEST(AutoRoute, CertifiesWhenThreeInertiaCountsFit) {
 TEST(AutoRoute, TokenBlockDiagonalMatricesAreExactWhereverTheirBlocksFitN64D8) {
   const Index n = 64, d = 8, hidden = 32;
   const double gemm = 84e9, svd = 23e9;  // dense_cost.h's rates on 2 threads
-  set_threads(2);
   const DenseCost vit_b = tokenwise_route_cost(197, 768, 3072, 2);
   EXPECT_NEAR(vit_b.seconds, 197 * (2.0 * 768 * 768 * 3072 + 2.0 * 768 * 768 * 768) / gemm +
                                  197 * (8.0 / 3.0) * 768 * 768 * 768 / svd, 1e-9 * vit_b.seconds);
