@@ -428,15 +428,15 @@ void attention_reports(const BlockWeights& w, const BlockForward& f, KappaRoute 
   }
 }
 
-// K_sab by `route` (kFast, kSvd, kMixed or kSchur), and on the LayerNorm complement when skipless:
-// on the device or by the host's Schur route where either holds it without a host matrix, else
-// assembled on the host. The skipless rows restrict a host matrix, so under kSchur (which is there
-// not to hold one) they are bracketed matrix-free.
+// K_sab by `route`, and on the LayerNorm complement when skipless: kLanczos through its operator;
+// the dense routes on the device or by the host's Schur route where either holds it without a host
+// matrix, else assembled on the host. The skipless rows restrict a host matrix, so under kSchur
+// (which is there not to hold one) they are bracketed matrix-free.
 void sab_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, KappaRoute route,
                  const BlockReportOptions& opt, std::vector<ConditionReport>& out) {
   const Index n = f.X.rows();
   const bool restricts = !sab_residual(skip) && w.d >= 3;  // the ln-complement row needs K_sab on the host
-  if (restricts && route == KappaRoute::kSchur) {
+  if (route == KappaRoute::kLanczos || (restricts && route == KappaRoute::kSchur)) {
     lanczos_sab_reports(w, f, skip, opt, out);
     return;
   }
@@ -540,12 +540,7 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
   std::vector<ConditionReport> out;
   const KappaRoute route = resolve_route(opt, X.rows(), w.d);
   attention_reports(w, f, route, opt, out);
-  if (wants(opt, "K_sab")) {
-    if (route == KappaRoute::kLanczos)
-      lanczos_sab_reports(w, f, skip, opt, out);
-    else
-      sab_reports(w, f, skip, route, opt, out);
-  }
+  if (wants(opt, "K_sab")) sab_reports(w, f, skip, route, opt, out);
   if (route != KappaRoute::kLanczos || auto_takes_tokenwise(opt, X.rows(), w.d, w.hidden))
     tokenwise_reports(w, f, skip, opt, out);
   else
