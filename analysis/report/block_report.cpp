@@ -466,16 +466,18 @@ void sab_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, Ka
   if (restricts) out.push_back(restricted);
 }
 
-// The token block-diagonal K_mlp / K_ffn exactly, by their per-token blocks.
+// The token block-diagonal K_mlp / K_ffn exactly, by their per-token blocks; opt.within_dense_solve
+// before each block's SVD (their cancellation point: about 0.1 s a block at ViT-B).
 void tokenwise_reports(const BlockWeights& w, const BlockForward& f, SkipMode skip, const BlockReportOptions& opt,
                        std::vector<ConditionReport>& out) {
-  if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp"));
+  const auto& step = opt.within_dense_solve;
+  if (wants(opt, "K_mlp")) out.push_back(condition_blockdiag(mlp_jacobian(w, f.mlp).blocks, "K_mlp", step));
   if (wants(opt, "K_ffn")) {
     const TokenBlockDiagonal Kffn = ffn_jacobian(w, f);
-    out.push_back(condition_blockdiag(Kffn.blocks, "K_ffn"));
+    out.push_back(condition_blockdiag(Kffn.blocks, "K_ffn", step));
     if (!ffn_residual(skip) && w.d >= 3) {
       ConditionReport r =
-          condition_blockdiag(restrict_blocks(Kffn.blocks, layernorm_complement_bases(f.ln2.x_hat)), "K_ffn");
+          condition_blockdiag(restrict_blocks(Kffn.blocks, layernorm_complement_bases(f.ln2.x_hat)), "K_ffn", step);
       r.space = "ln-complement";
       out.push_back(r);
     }

@@ -117,8 +117,9 @@ struct BlockReportOptions {
   std::function<void()> before_dense_solve;
   /// Called inside a dense κ that has steps of its own (optional): the Schur route, the host's or a
   /// dense device's, before each panel of each piece and each solve (34 minutes for ViT-S's K_sa in
-  /// three pieces on 2 cores; only its LU calls cannot stop midway). It may throw to abandon the
-  /// call, as before_dense_solve.
+  /// three pieces on 2 cores; only its LU calls cannot stop midway), and the token block-diagonal
+  /// K_mlp / K_ffn before each token's block (n SVDs of d × d: 20 s a matrix at ViT-B). It may
+  /// throw to abandon the call, as before_dense_solve.
   std::function<void()> within_dense_solve;
   /// `route` was resolved from kAuto by the caller (resolve_auto: a front end that prints or
   /// flavours the route first): block_reports still applies auto's per-token rule to K_mlp / K_ffn

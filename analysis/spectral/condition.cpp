@@ -223,7 +223,8 @@ void finish_not_converged_report(ConditionReport& r, const std::string& why) {
   r.note = why;
 }
 
-ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix) {
+ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix,
+                                    const std::function<void()>& before_block) {
   const auto t0 = Clock::now();
   if (blocks.empty()) throw std::invalid_argument("condition_blockdiag: no blocks for " + matrix);
   Index rows = 0, cols = 0, count = 0;
@@ -235,6 +236,7 @@ ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::s
   Vec all(count);
   Index k = 0;
   for (const Mat& B : blocks) {
+    if (before_block) before_block();
     const Vec s = singular_values(B);
     all.segment(k, s.size()) = s;
     k += s.size();

@@ -21,6 +21,7 @@
 //     answers instead (analysis/spectral/lu_lanczos.h, "The one check").
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,8 +86,11 @@ inline constexpr Index kFastMinSize = 48;
 /// on any other nonzero LAPACK info.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
 
-/// Exact κ of a block-diagonal matrix from its blocks' spectra.
-ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix);
+/// Exact κ of a block-diagonal matrix from its blocks' spectra. `before_block` (optional) is
+/// called before each block's SVD: the caller's cancellation point (n SVDs of d × d are 20 s for
+/// ViT-B's K_mlp on 2 threads); what it throws leaves at once.
+ConditionReport condition_blockdiag(const std::vector<Mat>& blocks, const std::string& matrix,
+                                    const std::function<void()>& before_block = {});
 
 /// Largest singular value (spectral norm) by Lanczos on AᵀA; dense SVD for small A.
 double spectral_norm(const Mat& A);

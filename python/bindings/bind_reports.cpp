@@ -55,7 +55,7 @@ BlockReportOptions block_options(const std::string& method, const std::optional<
 // at its signals; a pending KeyboardInterrupt unwinds the solver (RAII all the way) as Interrupted,
 // and is raised once the GIL is back. A factorisation already running (one LAPACK call) finishes
 // first: the wait is at most one matrix's dense κ (on the host's Schur route, one panel, solve or
-// LU call).
+// LU call; for the token block-diagonal K_mlp / K_ffn, one token's SVD).
 struct Interrupted {};
 
 void check_signals() {
@@ -66,7 +66,8 @@ void check_signals() {
 void interrupt_on_signal(BlockReportOptions& opt) {
   opt.lanczos.progress = [](const GklProgress&) { check_signals(); };
   opt.before_dense_solve = check_signals;
-  opt.within_dense_solve = check_signals;  // the Schur route (host or GPU): between its panels and solves
+  opt.within_dense_solve = check_signals;  // the Schur route (host or GPU): between its panels and solves;
+                                           // the per-token K_mlp / K_ffn: between their tokens' SVDs
 }
 
 std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen::Ref<const Mat>& X,

@@ -1280,7 +1280,7 @@ TEST_F(CliTest, BlockHostMemoryTakesTheSchurRouteWithTheFullRoutesKappa_n8_d16_h
   }
   EXPECT_EQ(expect_one_line_error({"block", "--kappa", "schur", "--device", "cuda"}, {"--kappa schur", "host"}).code, 2);
   // A route that never reads it refuses it rather than ignoring it.
-  for (const std::vector<std::string> other : {std::vector<std::string>{"--method", "lanczos"}, {"--kappa", "svd"},
+  for (const std::vector<std::string>& other : {std::vector<std::string>{"--method", "lanczos"}, {"--kappa", "svd"},
                                                {"--kappa", "mixed"}}) {
     std::vector<std::string> args = {"block", "--host-memory", "1"};
     args.insert(args.end(), other.begin(), other.end());

@@ -89,6 +89,30 @@ TEST(BlockReportCancellation, CalledBeforeEachDenseFactorisationAndMayAbandonThe
   }
 }
 
+// The token block-diagonal K_mlp / K_ffn (one SVD of d × d per token) stop between their tokens:
+// within_dense_solve before each token's block, n per row (skipless: K_mlp, K_ffn and K_ffn on the
+// LayerNorm complement), never before_dense_solve; an exception from it leaves at once.
+TEST(BlockReportCancellation, TokenBlockDiagonalRowsCallWithinDenseSolveBeforeEachTokensBlockN6D8) {
+  const BlockWeights w = test::random_block(8, 2, 32, 9);
+  const Index n = 6;
+  const Mat X = test::random_tokens(n, 8, 10);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  opt.matrices = {"K_mlp", "K_ffn"};
+  int within = 0, before = 0;
+  opt.within_dense_solve = [&] { ++within; };
+  opt.before_dense_solve = [&] { ++before; };
+  EXPECT_EQ(block_reports(w, X, SkipMode::kNone, opt).size(), 3u);
+  EXPECT_EQ(within, 3 * n) << "K_mlp, K_ffn full and on the LN complement, one call per token";
+  EXPECT_EQ(before, 0);
+  within = 0;
+  opt.within_dense_solve = [&] {
+    if (++within == n + 2) throw std::runtime_error("interrupted");
+  };
+  EXPECT_THROW(block_reports(w, X, SkipMode::kNone, opt), std::runtime_error);
+  EXPECT_EQ(within, n + 2) << "left inside K_ffn, at its second token";
+}
+
 // Matrix-free route: every solved operator leaves a warm start under "matrix/space"; a matrix that
 // was not asked for leaves none, so it was never applied, let alone solved.
 TEST(BlockReportSelection, UnrequestedMatricesAreNeverSolvedLanczosN6D8) {
