@@ -108,9 +108,10 @@ int read_info(const DeviceBuffer<int>& info_buffer, const char* call) {
 
 // LU with partial pivoting of the n × n device matrix `a` (fp64 or fp32: `type`) in place, by
 // cusolverDnXgetrf with the workspace it asks for. info > 0: U(info, info) is exactly zero, the
-// CPU's getrf outcome and the same answer (kExactlySingular).
+// CPU's getrf outcome and the same answer (kExactlySingular; `zero_pivot`, where given, gets
+// info − 1, 0-based).
 FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, int64_t* ipiv,
-                             const DeviceBuffer<int>& info) {
+                             const DeviceBuffer<int>& info, Index* zero_pivot = nullptr) {
   size_t device_bytes = 0, host_bytes = 0;
   JACOND_CUDA(cusolverDnXgetrf_bufferSize(h.solver, h.params, n, n, type, a, n, type, &device_bytes, &host_bytes));
   require_free_memory(device_bytes, "cusolverDnXgetrf's workspace");
@@ -118,7 +119,10 @@ FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, 
   std::vector<char> host_work(host_bytes);
   JACOND_CUDA(cusolverDnXgetrf(h.solver, h.params, n, n, type, a, n, ipiv, type, work.get(), device_bytes,
                                host_work.data(), host_bytes, info.get()));
-  return read_info(info, "cusolverDnXgetrf") > 0 ? FactorOutcome::kExactlySingular : FactorOutcome::kFactored;
+  const int first_zero = read_info(info, "cusolverDnXgetrf");
+  if (first_zero == 0) return FactorOutcome::kFactored;
+  if (zero_pivot) *zero_pivot = first_zero - 1;
+  return FactorOutcome::kExactlySingular;
 }
 
 // Where a device route's seconds go, for the report's note: each phase timed on the host around
@@ -267,7 +271,8 @@ class CudaLu32 {
 };
 
 // schur_lu.h's Store on the device: cudaMalloc'd buffers, 2-D copies by cudaMemcpy2D / cudaMemset2D,
-// differences by cublasDgeam, the LUs by cusolverDnXgetrf / Xgetrs (64-bit API: a piece of ViT-B's
+// differences by cublasDgeam, the LUs by cusolverDnXgetrf / Xgetrs, a zero pivot's null vector
+// by cublasDtrsv (64-bit API: a piece of ViT-B's
 // K_sa in two is 75 648², 5.7e9 entries). Everything runs on the legacy default stream, as LibTorch's products
 // do, so the calls are ordered; each call ends synchronised (a read of devInfo, a blocking copy, or,
 // after the asynchronous 2-D copies and cublasDgeam, subtract's device synchronisation, once a
@@ -299,11 +304,17 @@ class CudaSchurStore {
   void download(const double* src, double* host, Index count) {
     JACOND_CUDA(cudaMemcpy(host, src, sizeof(double) * count, cudaMemcpyDeviceToHost));
   }
-  FactorOutcome lu_factor(double* a, Index m, Pivots& p) { return getrf_in_place(h_, m, CUDA_R_64F, a, p.get(), info_); }
+  FactorOutcome lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot) {
+    return getrf_in_place(h_, m, CUDA_R_64F, a, p.get(), info_, zero_pivot);
+  }
   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb) {
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, CUDA_R_64F, lu, m,
                                  p.get(), CUDA_R_64F, b, ldb, info_.get()));
     read_info(info_, "cusolverDnXgetrs");
+  }
+  void upper_solve(const double* lu, Index m, Index k, double* b) {
+    if (k == 0) return;
+    JACOND_CUDA(cublasDtrsv_64(h_.blas, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, k, lu, m, b, 1));
   }
 
  private:

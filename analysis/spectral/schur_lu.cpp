@@ -26,10 +26,13 @@ void CpuSchurStore::subtract(Index rows, Index cols, const double* a, Index lda,
     for (Index i = 0; i < rows; ++i) c[i + j * ldc] = a[i + j * lda] - b[i + j * ldb];
 }
 
-FactorOutcome CpuSchurStore::lu_factor(double* a, Index m, Pivots& p) {
+FactorOutcome CpuSchurStore::lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot) {
   const lapack_int n = static_cast<lapack_int>(m);
   const lapack_int info = LAPACKE_dgetrf(LAPACK_COL_MAJOR, n, n, a, n, p.data());
-  if (info > 0) return FactorOutcome::kExactlySingular;  // U(info, info) exactly zero: an outcome
+  if (info > 0) {  // U(info, info) exactly zero (1-based): an outcome; dgetrf completed the factors
+    *zero_pivot = info - 1;
+    return FactorOutcome::kExactlySingular;
+  }
   check_lapack("LAPACKE_dgetrf", info);
   return FactorOutcome::kFactored;
 }
@@ -41,6 +44,13 @@ void CpuSchurStore::lu_solve(const double* lu, Index m, const Pivots& p, bool tr
   check_lapack("LAPACKE_dgetrs", LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, transposed ? 'T' : 'N', n,
                                                      static_cast<lapack_int>(nrhs), lu, n, p.data(), b,
                                                      static_cast<lapack_int>(ldb)));
+}
+
+void CpuSchurStore::upper_solve(const double* lu, Index m, Index k, double* b) {
+  if (k == 0) return;
+  const lapack_int n = static_cast<lapack_int>(k);
+  check_lapack("LAPACKE_dtrtrs", LAPACKE_dtrtrs_work(LAPACK_COL_MAJOR, 'U', 'N', 'N', n, 1, lu,
+                                                     static_cast<lapack_int>(m), b, n));
 }
 
 ConditionReport condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,

@@ -44,9 +44,18 @@
 //
 // The one assumption: the leading principal submatrices at the cuts, A^(1) … A^(p−1), are
 // nonsingular. A zero pivot in D_0 … D_p−2 says nothing about A (a permutation matrix can have
-// A^(1) = 0), so it is reported not-converged with a note; a zero pivot of D_p−1 means A is
-// singular to working precision (det A = Π det D_k), also not-converged here, since the SVD that
-// answers it on the full route does not fit where this route is used.
+// A^(1) = 0), so it is reported not-converged with a note. A zero pivot of D_p−1 says the computed
+// factors are of a singular matrix (det A = Π det D_k); the SVD that answers it on the full route
+// does not fit where this route is used, so the factors give a null vector and the operator judges
+// it. With P D = L U the factors of D = D_p−1 and U(j, j) its first zero pivot (U's leading j × j
+// block U11 is then nonsingular), v = [−U11⁻¹ u; 1; 0] (u: the j entries above the pivot) has
+// U v = 0, so D v = Pᵀ L U v = 0, and by the factorisation of A = A^(p) above
+//   x = [−(A^(p−1))⁻¹ A12 v; v]   has   A x = [0; D v] = 0                                       (4)
+// in exact arithmetic on the computed factors. σ_min ≤ ‖A x‖ / ‖x‖ for any x, so ‖A x‖ ≤ the noise
+// floor (N·eps·σ_max) times ‖x‖, computed by the operator in fp64, proves A singular to working
+// precision: status singular, rank unknown (lu_lanczos.h's check of a singular claim). Above the
+// floor the factors were too far from A to tell (growth across the cuts): not-converged, with the
+// bound κ ≥ σ_max / (‖A x‖ / ‖x‖ + floor) that x still gives.
 //
 // Store concept (host: CpuSchurStore below, LAPACKE; CUDA: analysis/cuda/dense_cuda.cpp, cuSOLVER):
 //   Buffer alloc(size_t count)                           count doubles in the map's memory; .get()
@@ -56,8 +65,11 @@
 //                 double* c, Index ldc)                  c = a − b (c may be a, with ldc = lda)
 //   void upload(const double* host, double* dst, Index count), download(const double* src, double* host, Index count)
 //   Pivots pivots(Index m)
-//   FactorOutcome lu_factor(double* a, Index m, Pivots& p)          in place, leading dimension m
+//   FactorOutcome lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot)
+//                                  in place, leading dimension m; kExactlySingular: *zero_pivot = j of the first U(j, j) = 0
 //   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb)
+//   void upper_solve(const double* lu, Index m, Index k, double* b)  b ← U11⁻¹ b, U11 the factors' leading k × k
+//                                                                    upper triangle (k entries of b)
 // The map (analysis/operators/operator_device.h) must assemble_columns and apply_columns in the
 // Store's memory (TokenMap::assembles_into); products with Aᵀ go through the host (apply_transpose,
 // one vector each: only the Lanczos solves (2) take them).
@@ -65,7 +77,9 @@
 // Guarded by tests/models/test_operator_device.cpp (SchurRoute*: the route on the CPU, with
 // LibTorch's CPU maps and the host store, against condition_fast of the assembled matrix for every
 // attention operator and skip mode, at several cuts and piece counts; the zero-pivot outcomes) and,
-// on a GPU, by OperatorDeviceCuda.SchurRouteAgreesWithTheHostsFullLu.
+// on a GPU, by OperatorDeviceCuda.SchurRouteAgreesWithTheHostsFullLu; (4) by SchurRoute.AZeroPivot…
+// (a zero pivot in the last piece: singular; factors that are not of the operator: not-converged,
+// with the bound) and HostSchurRoute.AnOutputFeatureTheBlockNeverWrites… (K_sa with n zero rows).
 #pragma once
 
 #include <algorithm>
@@ -137,6 +151,7 @@ struct SchurStats {
   double backward_error_before = 0, backward_error_after = 0;  // the largest η of (1)/(2), before and after refinement
   Index refinements = 0;  // the most refinement steps one solve took
   Index singular_piece = -1;  // the first D_k with an exactly zero pivot (−1: none)
+  Index zero_pivot = -1;      // j of that D_k's first zero pivot U(j, j)
 };
 
 /// lu_lanczos_extremes' backend (lu_lanczos.h's concept) by the block factorisation above.
@@ -175,7 +190,7 @@ class SchurLuBackend {
       form_piece(k);
       stats_.assembly_seconds += seconds_since(t);
       t = std::chrono::steady_clock::now();
-      const FactorOutcome f = store_.lu_factor(pieces_[k].lu.get(), plan_.size(k), pieces_[k].pivots);
+      const FactorOutcome f = store_.lu_factor(pieces_[k].lu.get(), plan_.size(k), pieces_[k].pivots, &stats_.zero_pivot);
       stats_.factor_seconds += seconds_since(t);
       if (f == FactorOutcome::kExactlySingular) {
         stats_.singular_piece = k;
@@ -196,6 +211,30 @@ class SchurLuBackend {
     stats_.solve_seconds += seconds_since(t);
     if (!out.allFinite()) throw NonFiniteSolve();
     std::copy(out.data(), out.data() + plan_.order, y);
+  }
+
+  /// (4): x with A x = 0 in exact arithmetic on the factors, after factor() met a zero pivot in the
+  /// last piece (not normalised). Throws std::logic_error otherwise.
+  Vec null_vector() {
+    const Index K = plan_.pieces() - 1, N = plan_.order, c = plan_.begin(K), s = plan_.size(K), j = stats_.zero_pivot;
+    if (stats_.singular_piece != K || j < 0 || j >= s)
+      throw std::logic_error("SchurLuBackend::null_vector: the last piece has no zero pivot");
+    double* x = x_.get();
+    const double* lu = pieces_[K].lu.get();
+    store_.zero(N, 1, x, N);
+    if (j > 0) {
+      store_.subtract(j, 1, x + c, N, lu + j * s, s, x + c, N);  // −u
+      store_.upper_solve(lu, s, j, x + c);                       // −U11⁻¹ u
+    }
+    const double one = 1.0;
+    store_.upload(&one, x + c + j, 1);  // x = [0; v]
+    double* product = levels_[K].product.get();
+    apply(x, 1, product, false);                          // top c rows: A12 v
+    solve_leading(K - 1, false, product, N, 1);           // (A^(p−1))⁻¹ A12 v
+    store_.subtract(c, 1, x, N, product, N, x, N);        // x1 = 0 − (A^(p−1))⁻¹ A12 v
+    Vec out(N);
+    store_.download(x, out.data(), N);
+    return out;
   }
 
  private:
@@ -358,19 +397,42 @@ inline std::string describe(const SchurPlan& p, const SchurStats& s) {
   return os.str();
 }
 
-/// Why a zero pivot in piece `k` of `plan` stops the route (the one assumption, or A singular).
+/// Why a zero pivot before the last piece of `plan` (piece `k`) stops the route: the one assumption.
 inline std::string zero_pivot_note(const SchurPlan& plan, Index k) {
-  if (k + 1 < plan.pieces())
-    return "a pivot of the leading " + std::to_string(plan.end(k)) + " x " + std::to_string(plan.end(k)) +
-           " block's factorisation is exactly zero: these cuts do not factorise the matrix";
-  return "a pivot of the last Schur complement is exactly zero: singular to working precision (no SVD at this size)";
+  return "a pivot of the leading " + std::to_string(plan.end(k)) + " x " + std::to_string(plan.end(k)) +
+         " block's factorisation is exactly zero: these cuts do not factorise the matrix";
+}
+
+/// r (σ_max set) after a zero pivot in the last piece: (4)'s null vector, judged by the operator.
+template <typename Backend>
+void finish_by_null_vector(ConditionReport& r, Backend& backend, const TokenMap& map) {
+  const Vec x = backend.null_vector();
+  const Mat Ax = map.apply(Eigen::Map<const Mat>(x.data(), map.n(), map.d_in()));
+  const double ratio = Ax.norm() / x.norm(), floor = noise_floor(r.rows, r.cols, r.sigma_max);
+  std::ostringstream os;
+  os.precision(6);
+  os << "a pivot of the last Schur complement is exactly zero; its null vector x has ||A x|| / ||x|| = " << ratio;
+  if (std::isfinite(ratio) && ratio <= floor) {
+    r.sigma_min = ratio;
+    finish_extremes_report(r);  // singular: σ_min ≤ the floor
+    os << " <= the noise floor " << floor << ": singular to working precision (rank unknown: no SVD at this size)";
+    r.note = os.str();
+    return;
+  }
+  os << ", above the noise floor " << floor << ": the factors are too far from A to tell";
+  finish_not_converged_report(r, os.str());
+  if (std::isfinite(ratio)) {  // σ_min ≤ ratio up to the product's rounding
+    r.kappa_lo = r.sigma_max / (ratio + floor);
+    r.kappa_hi = std::numeric_limits<double>::infinity();
+  }
 }
 
 /// κ of `map` (square) by the Schur route on `store`: status exact or singular
-/// (finish_extremes_report) with method `method`, or not-converged (κ NaN) with a note saying why:
-/// a zero pivot before the last piece (the assumption fails), in the last (A singular to working
-/// precision), Lanczos did not converge, or the check of σ_min failed. Where the product overflows
-/// or the store fails, what they throw.
+/// (finish_extremes_report; singular also by (4)'s null vector after a zero pivot in the last
+/// piece) with method `method`, or not-converged (κ NaN) with a note saying why: a zero pivot
+/// before the last piece (the assumption fails), one in the last whose null vector the operator
+/// does not confirm (with its bound κ_lo), Lanczos did not converge, or the check of σ_min failed.
+/// Where the product overflows or the store fails, what they throw.
 template <typename Store>
 ConditionReport condition_schur_with(Store& store, const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
                                      const std::string& method, const std::function<void()>& checkpoint = {}) {
@@ -392,6 +454,8 @@ ConditionReport condition_schur_with(Store& store, const TokenMap& map, const Sc
   if (e.outcome == LuLanczosExtremes::Outcome::kOk && unsupported.empty()) {
     r.sigma_min = e.sigma_min;
     finish_extremes_report(r);
+  } else if (s.singular_piece == plan.pieces() - 1) {
+    finish_by_null_vector(r, backend, map);
   } else {
     finish_not_converged_report(r, !unsupported.empty()    ? unsupported
                                    : s.singular_piece >= 0 ? zero_pivot_note(plan, s.singular_piece)
@@ -418,8 +482,9 @@ class CpuSchurStore {
   void subtract(Index rows, Index cols, const double* a, Index lda, const double* b, Index ldb, double* c, Index ldc);
   void upload(const double* host, double* dst, Index count) { std::copy(host, host + count, dst); }
   void download(const double* src, double* host, Index count) { std::copy(src, src + count, host); }
-  FactorOutcome lu_factor(double* a, Index m, Pivots& p);
+  FactorOutcome lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot);
   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb);
+  void upper_solve(const double* lu, Index m, Index k, double* b);
 };
 
 /// The Schur route on the host (method "dense-schur-lu-lanczos"), for a map that assembles into

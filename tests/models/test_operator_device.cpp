@@ -405,17 +405,19 @@ TEST(TorchOperatorDevice, CpuPanelsEqualTheAssembledMatrix_n9_d12_h3) {
 }
 
 // A dense N × N matrix as a TokenMap of N × 1 "token matrices" in host memory: the Schur route's
-// algebra on matrices built for it (known spectra, a zero A11, a singular S).
+// algebra on matrices built for it (known spectra, a zero A11, a singular S). `columns` (optional):
+// what assembly gives instead of A (factors that are not of the operator).
 class HostMatrixMap final : public TokenMap {
  public:
-  explicit HostMatrixMap(Mat A) : A_(std::move(A)) {}
+  explicit HostMatrixMap(Mat A, std::optional<Mat> columns = std::nullopt)
+      : A_(std::move(A)), columns_(columns ? std::move(*columns) : A_) {}
   Index n() const override { return A_.rows(); }
   Index d_in() const override { return 1; }
   Index d_out() const override { return 1; }
   Mat apply(const Mat& dX) const override { return A_ * dX; }
   Mat apply_transpose(const Mat& G) const override { return A_.transpose() * G; }
   bool assemble_columns(Index first, Index count, double* out) const override {
-    Eigen::Map<Mat>(out, A_.rows(), count) = A_.middleCols(first, count);
+    Eigen::Map<Mat>(out, A_.rows(), count) = columns_.middleCols(first, count);
     return true;
   }
   bool apply_columns(const double* in, Index count, double* out) const override {
@@ -425,7 +427,7 @@ class HostMatrixMap final : public TokenMap {
   std::string assembles_into() const override { return "cpu"; }
 
  private:
-  Mat A_;
+  Mat A_, columns_;
 };
 
 // U diag(σ) Vᵀ with Haar-like orthogonal U, V (QR of Gaussian matrices, fixed seed).
@@ -480,8 +482,10 @@ TEST(SchurRoute, ConstructedSpectrumAtEveryCut) {
 // The assumption fails: A = [0 I; I 0] has A^(1) = 0 (a zero pivot that says nothing about A,
 // whose κ is 1): not-converged, named. So does a permutation whose leading block in three pieces,
 // [I 0; 0 0], is singular (D_1 = 0) while A^(1) = I is not. A singular A with regular leading
-// blocks (diag(1 … N−1, 0)): the last Schur complement's zero pivot, not-converged, named, at two
-// pieces and at three; never a κ.
+// blocks (diag(1 … N−1, 0)): the last Schur complement's zero pivot, whose null vector (schur_lu.h
+// (4)) the operator confirms: singular, at two pieces and at three; never a κ. Factors that are not
+// of the operator (assembly gives diag(1 … N−1, 0), the products diag(1 … N−1, 1e-3)): the null
+// vector e_N is not confirmed, not-converged, with its bound κ ≥ σ_max / ‖A e_N‖, here κ itself.
 TEST(SchurRoute, AZeroPivotIsNamedNotAKappa) {
   const Index N = 30;
   Mat swap = Mat::Zero(N, N);
@@ -506,8 +510,30 @@ TEST(SchurRoute, AZeroPivotIsNamedNotAKappa) {
   for (const Index pieces : {2, 3}) {
     const ConditionReport b =
         condition_schur(HostMatrixMap(d.asDiagonal()), SchurPlan::for_order(N, 2e9, pieces), "singular");
-    EXPECT_EQ(b.status, Status::kNotConverged);
-    EXPECT_NE(b.note.find("a pivot of the last Schur complement is exactly zero"), std::string::npos) << b.note;
+    EXPECT_EQ(b.status, Status::kSingular) << b.note;
+    EXPECT_TRUE(std::isinf(b.kappa)) << b.note;
+    EXPECT_EQ(b.rank, -1) << b.note;
+    EXPECT_NEAR(b.sigma_max, N - 1, 1e-12 * N) << b.note;
+    EXPECT_EQ(b.sigma_min, 0.0) << b.note;  // A e_N = 0 exactly
+    EXPECT_EQ(b.kappa_lo, b.sigma_max / noise_floor(N, N, b.sigma_max)) << b.note;
+    EXPECT_EQ(b.note.rfind("a pivot of the last Schur complement is exactly zero; its null vector x has ||A x|| / ||x|| = "
+                           "0 <= the noise floor ",
+                           0),
+              0u)
+        << b.note;
+  }
+  Vec near = d;
+  near(N - 1) = 1e-3;
+  for (const Index pieces : {2, 3}) {
+    const ConditionReport m = condition_schur(HostMatrixMap(near.asDiagonal(), Mat(d.asDiagonal())),
+                                              SchurPlan::for_order(N, 2e9, pieces), "mismatched");
+    EXPECT_EQ(m.status, Status::kNotConverged) << m.note;
+    EXPECT_TRUE(std::isnan(m.kappa)) << m.note;
+    EXPECT_NE(m.note.find("||A x|| / ||x|| = 0.001, above the noise floor"), std::string::npos) << m.note;
+    EXPECT_TRUE(std::isinf(m.kappa_hi)) << m.note;
+    const double kappa = (N - 1) / 1e-3;
+    EXPECT_LE(m.kappa_lo, kappa) << m.note;
+    EXPECT_NEAR(m.kappa_lo / kappa, 1.0, 1e-9) << m.note;
   }
 }
 
@@ -588,6 +614,38 @@ TEST(SchurRoute, BlockJacobiansEqualTheFullLu_n8_d16_h2) {
       }
     }
   }
+}
+
+// K_sa of a block whose attention never writes its last output feature (W_O's last column zero):
+// n exactly zero rows, the last n of the feature-major vectorisation, so inside the last piece. On
+// `dense`'s Schur route with `operators`' maps (two pieces and three) it is singular by the last
+// Schur complement's null vector (schur_lu.h (4)), as the host's SVD says (rank N − n).
+void expect_a_never_written_feature_singular(const DenseDevice& dense, const OperatorDevice& operators, Index n,
+                                             Index d, const std::string& method) {
+  BlockWeights w = test::random_block(d, 2, 4 * d, 61);
+  w.Wo.col(d - 1).setZero();
+  w.bo(d - 1) = 0;
+  const BlockForward f = block_forward(w, test::random_tokens(n, d, 67), SkipMode::kFull);
+  const Index N = n * d;
+  const ConditionReport svd = jacond::condition_svd(attention_jacobian(w, f.attn), "K_sa");
+  ASSERT_EQ(svd.status, Status::kSingular);
+  ASSERT_EQ(svd.rank, N - n);
+  const auto map = operators.block_operator(w, f, "K_sa");
+  for (const Index pieces : {2, 3}) {
+    const std::optional<ConditionReport> r = dense.condition_schur(*map, SchurPlan::for_order(N, 1e6, pieces), "K_sa");
+    ASSERT_TRUE(r);
+    const std::string knobs = std::to_string(pieces) + " pieces: " + r->note;
+    EXPECT_EQ(r->method, method) << knobs;
+    ASSERT_EQ(r->status, Status::kSingular) << knobs;
+    EXPECT_LE(r->sigma_min, noise_floor(N, N, r->sigma_max)) << knobs;
+    EXPECT_NEAR(r->sigma_max / svd.sigma_max, 1.0, 1e-9) << knobs;
+    EXPECT_NE(r->note.find("its null vector x has"), std::string::npos) << knobs;
+  }
+}
+
+TEST(SchurRoute, ANeverWrittenOutputFeatureIsSingularByTheNullVector_n8_d16_h2) {
+  expect_a_never_written_feature_singular(*cpu_dense_device(), TorchOperatorDevice(torch::kCPU), 8, 16,
+                                          "dense-schur-lu-lanczos");
 }
 
 // A dense device's Schur route takes the caller's checkpoint (a Ctrl-C from Python, block_reports'
@@ -792,6 +850,18 @@ TEST(OperatorDeviceCuda, SchurRouteAgreesWithTheHostsFullLu_n40_d32_h2) {
       EXPECT_NE(r->note.find("assembled on the GPU"), std::string::npos) << knobs;
     }
   }
+}
+
+// The same on the GPU: cuSOLVER's zero pivot, cublasDtrsv's null vector, the map's products on
+// the device (the CPU device runs the same code in SchurRoute.ANeverWrittenOutputFeature… above;
+// there ‖A x‖ / ‖x‖ is a 16th and a 25th of the noise floor at this size, 13 floors at n 40, d 32
+// in three pieces, which is therefore not-converged with its bound).
+TEST(OperatorDeviceCuda, ANeverWrittenOutputFeatureIsSingularByTheNullVector_n8_d16_h2) {
+  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  const auto dense = load_cuda_dense_device({JACOND_CUDA_MODULE_PATH}, "test");
+  const auto gpu = models::cuda_operator_device();
+  ASSERT_TRUE(gpu);
+  expect_a_never_written_feature_singular(*dense, *gpu, 8, 16, "dense-schur-lu-lanczos-cuda");
 }
 #endif
 

@@ -271,6 +271,61 @@ TEST(HostSchurRoute, KappaRouteSchurTakesItAndBracketsTheSkiplessKsabN8D12) {
   }
 }
 
+// A block whose attention never writes its last output feature (W_O's last column zero: a pruned
+// or zero-initialised unit) has K_sa, B_sa and E_sa with n exactly zero rows, the last n of the
+// feature-major vectorisation, so inside the last piece: the full route's SVD says singular of
+// rank N − n; the Schur route, which has no SVD at this size, takes the last Schur complement's
+// null vector x (schur_lu.h (4)), in two pieces and in three. K_sa's is confirmed (‖A x‖ / ‖x‖ a
+// 27th and an 11th of the noise floor on this machine): singular; so is E_sa's. B_sa's is not
+// (53 floors in two pieces, 1.6 in three: the computed D is that far from the true Schur
+// complement): not-converged, with κ ≥ σ_max / (‖A x‖ / ‖x‖ + floor), within 1 000 floors of
+// singular. Before (4) every row was not-converged with no bound.
+TEST(HostSchurRoute, AnOutputFeatureTheBlockNeverWritesIsSingularOnBothRoutesN8D12) {
+  BlockWeights w = test_block();
+  w.Wo.col(w.d - 1).setZero();
+  w.bo(w.d - 1) = 0;
+  const Mat X = test_tokens();
+  const Index n = X.rows(), N = n * w.d;
+  BlockReportOptions full;
+  full.route = KappaRoute::kSvd;
+  full.matrices = {"K_sa", "B_sa", "E_sa"};
+  const std::vector<ConditionReport> want = block_reports(w, X, SkipMode::kFull, full);
+  ASSERT_EQ(want.size(), 3u);
+  for (const ConditionReport& e : want) {
+    ASSERT_EQ(e.status, Status::kSingular) << e.matrix;
+    EXPECT_EQ(e.rank, N - n) << e.matrix;
+  }
+  for (const double memory : {fast_route_cost(N, N, 1).bytes - 1, 38000.0}) {  // two pieces; three (as above)
+    BlockReportOptions schur = past_the_full_route(full.matrices);
+    schur.host_memory_bytes = memory;
+    const std::vector<ConditionReport> got = block_reports(w, X, SkipMode::kFull, schur);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const ConditionReport &g = got[i], &e = want[i];
+      const std::string knobs = g.matrix + " at " + std::to_string(memory) + " bytes: " + g.note;
+      EXPECT_EQ(g.method, "dense-schur-lu-lanczos") << knobs;
+      EXPECT_NE(g.note.find(memory > 38000.0 ? "block LU in 2 pieces" : "block LU in 3 pieces"), std::string::npos)
+          << knobs;
+      EXPECT_NEAR(g.sigma_max / e.sigma_max, 1.0, 1e-9) << knobs;
+      EXPECT_NE(g.note.find("its null vector x has"), std::string::npos) << knobs;
+      const double floor = noise_floor(N, N, g.sigma_max);
+      if (g.matrix == "K_sa") {
+        ASSERT_EQ(g.status, Status::kSingular) << knobs;
+      }
+      if (g.status == Status::kSingular) {
+        EXPECT_TRUE(std::isinf(g.kappa)) << knobs;
+        EXPECT_LE(g.sigma_min, floor) << knobs;
+        EXPECT_EQ(g.kappa_lo, g.sigma_max / floor) << knobs;
+      } else {
+        ASSERT_EQ(g.status, Status::kNotConverged) << knobs;
+        EXPECT_NE(g.note.find("above the noise floor"), std::string::npos) << knobs;
+        EXPECT_GE(g.kappa_lo * 1000, g.sigma_max / floor) << knobs;
+        EXPECT_TRUE(std::isinf(g.kappa_hi)) << knobs;
+      }
+    }
+  }
+}
+
 // auto on the host: the full route when it fits the budget, the Schur route when only its D_k do
 // in some number of pieces (schur_route_cost: 4 N² in two, 8 N²/p for equal pieces; the memory is
 // dense_max_bytes here, below the host's), the lanczos route when none does. The cost's flops are schur_lu.h's closed form 2b³(2^p − p − 1) + ⅔ p b³.
