@@ -316,6 +316,19 @@ class CudaSchurStore {
     if (k == 0) return;
     JACOND_CUDA(cublasDtrsv_64(h_.blas, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, k, lu, m, b, 1));
   }
+  Index replace_zero_pivots(double* lu, Index m, double value) {  // the diagonal, a stride of m + 1, each way
+    std::vector<double> diagonal(static_cast<size_t>(m));
+    const size_t stride = sizeof(double) * (m + 1);
+    JACOND_CUDA(cudaMemcpy2D(diagonal.data(), sizeof(double), lu, stride, sizeof(double), m, cudaMemcpyDeviceToHost));
+    Index replaced = 0;
+    for (double& u : diagonal)
+      if (u == 0.0) {
+        u = value;
+        ++replaced;
+      }
+    JACOND_CUDA(cudaMemcpy2D(lu, stride, diagonal.data(), sizeof(double), sizeof(double), m, cudaMemcpyHostToDevice));
+    return replaced;
+  }
 
  private:
   Handles h_;

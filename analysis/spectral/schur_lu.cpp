@@ -53,6 +53,16 @@ void CpuSchurStore::upper_solve(const double* lu, Index m, Index k, double* b) {
                                                      static_cast<lapack_int>(m), b, n));
 }
 
+Index CpuSchurStore::replace_zero_pivots(double* lu, Index m, double value) {
+  Index replaced = 0;
+  for (Index i = 0; i < m; ++i)
+    if (lu[i + i * m] == 0.0) {
+      lu[i + i * m] = value;
+      ++replaced;
+    }
+  return replaced;
+}
+
 ConditionReport condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
                                 const std::function<void()>& checkpoint) {
   if (map.assembles_into() != "cpu")

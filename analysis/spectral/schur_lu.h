@@ -51,11 +51,23 @@
 // block U11 is then nonsingular), v = [−U11⁻¹ u; 1; 0] (u: the j entries above the pivot) has
 // U v = 0, so D v = Pᵀ L U v = 0, and by the factorisation of A = A^(p) above
 //   x = [−(A^(p−1))⁻¹ A12 v; v]   has   A x = [0; D v] = 0                                       (4)
-// in exact arithmetic on the computed factors. σ_min ≤ ‖A x‖ / ‖x‖ for any x, so ‖A x‖ ≤ the noise
-// floor (N·eps·σ_max) times ‖x‖, computed by the operator in fp64, proves A singular to working
-// precision: status singular, rank unknown (lu_lanczos.h's check of a singular claim). Above the
-// floor the factors were too far from A to tell (growth across the cuts): not-converged, with the
-// bound κ ≥ σ_max / (‖A x‖ / ‖x‖ + floor) that x still gives.
+// in exact arithmetic on the computed factors. The factors are those of A + E, E the formation's
+// error (the D_k are formed by unrefined solves across the cuts), so ‖A x‖ / ‖x‖ is of the order
+// of ‖E‖: 53 noise floors for the test below's B_sa, 1 500 for a singular E_sa's Ritz vector. x is then refined against the operator in a Krylov space:
+// with every zero pivot of U set to δ = eps·σ_max (M: the solve (1) with these factors, A + E + F,
+// F of size δ), V = orth{x, M A x, (M A)² x, …} holds the iterates of x ← x − M A x, whose residual
+// A x shrinks by (I − A M) = (E + F) M per step, small on range(A) while ‖E‖ is small against A's
+// smallest nonzero σ; the vector of V minimising ‖A V c‖ (the SVD of the N × m matrix A V, by the
+// operator) is at least as good as each iterate, whatever M's large null-space part adds       (5)
+// (kSchurNullVectorSteps products and solves at most, fewer once ‖A x‖ is a tenth of the floor;
+// one step took K_sa at N 1 280 in three pieces from 12.7 floors to a 9 000th of one).
+// σ_min ≤ ‖A x‖ / ‖x‖ for any x, so ‖A x‖ ≤ the noise floor (N·eps·σ_max) times ‖x‖, computed by
+// the operator in fp64, proves A singular to working precision: status singular, rank unknown
+// (lu_lanczos.h's check of a singular claim). Above the floor the factors were too far from A to
+// tell: not-converged, with the bound κ ≥ σ_max / (‖A x‖ / ‖x‖ + floor) that x still gives.
+// (5) serves the numerically singular A too (no exact zero pivot): where the solves put σ_min at or
+// below the floor but their Ritz vector v has ‖A v‖ above it (the check fails: same cause), v is
+// refined by (5) with the factors as they are, and judged the same way.
 //
 // Store concept (host: CpuSchurStore below, LAPACKE; CUDA: analysis/cuda/dense_cuda.cpp, cuSOLVER):
 //   Buffer alloc(size_t count)                           count doubles in the map's memory; .get()
@@ -70,6 +82,7 @@
 //   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb)
 //   void upper_solve(const double* lu, Index m, Index k, double* b)  b ← U11⁻¹ b, U11 the factors' leading k × k
 //                                                                    upper triangle (k entries of b)
+//   Index replace_zero_pivots(double* lu, Index m, double value)     every U(i, i) = 0 set to value; how many
 // The map (analysis/operators/operator_device.h) must assemble_columns and apply_columns in the
 // Store's memory (TokenMap::assembles_into); products with Aᵀ go through the host (apply_transpose,
 // one vector each: only the Lanczos solves (2) take them).
@@ -79,7 +92,11 @@
 // attention operator and skip mode, at several cuts and piece counts; the zero-pivot outcomes) and,
 // on a GPU, by OperatorDeviceCuda.SchurRouteAgreesWithTheHostsFullLu; (4) by SchurRoute.AZeroPivot…
 // (a zero pivot in the last piece: singular; factors that are not of the operator: not-converged,
-// with the bound) and HostSchurRoute.AnOutputFeatureTheBlockNeverWrites… (K_sa with n zero rows).
+// with the bound), (5) by SchurRoute.TheNullVectorIsRefinedAgainstTheOperator… (12.7 floors
+// unrefined), both by HostSchurRoute.AnOutputFeatureTheBlockNeverWrites… and SchurRoute.
+// ANeverWrittenOutputFeature… (K_sa, B_sa, E_sa with n zero rows; the latter's GPU twin); (5) on
+// the solves' own Ritz vector by SchurRoute.BlockJacobiansEqualTheFullLu… (the singular E_sa and
+// skipless K_sab: singular in every cut, 14 of 48 rows by (5)).
 #pragma once
 
 #include <algorithm>
@@ -139,6 +156,9 @@ struct SchurPlan {
   }
 };
 
+/// (5) takes at most this many products and solves.
+inline constexpr Index kSchurNullVectorSteps = 6;
+
 /// Refinement of a solve stops at this backward error (4 u) ...
 inline constexpr double kSchurBackwardErrorTarget = 2 * std::numeric_limits<double>::epsilon();
 /// ... or after this many steps, or when a step does not halve it.
@@ -152,6 +172,8 @@ struct SchurStats {
   Index refinements = 0;  // the most refinement steps one solve took
   Index singular_piece = -1;  // the first D_k with an exactly zero pivot (−1: none)
   Index zero_pivot = -1;      // j of that D_k's first zero pivot U(j, j)
+  double null_residual_before = 0, null_residual_after = 0;  // ‖A x‖ / ‖x‖ of (4), and after (5)
+  Index null_steps = 0;                                       // (5)'s products and solves
 };
 
 /// lu_lanczos_extremes' backend (lu_lanczos.h's concept) by the block factorisation above.
@@ -235,6 +257,50 @@ class SchurLuBackend {
     Vec out(N);
     store_.download(x, out.data(), N);
     return out;
+  }
+
+  /// (5): x0 refined in the Krylov space of M A, M the solve (1) with the factors as they stand
+  /// (nonsingular); unit norm; stops once ‖A x‖ is a tenth of `floor` (the noise floor).
+  Vec refine_null_vector(const Vec& x0, double floor) {
+    const Index N = plan_.order;
+    const auto product = [&](const Vec& v) {
+      const Mat Av = map_.apply(Eigen::Map<const Mat>(v.data(), map_.n(), map_.d_in()));
+      return Vec(Eigen::Map<const Vec>(Av.data(), N));
+    };
+    Mat V(N, kSchurNullVectorSteps + 1), AV(N, kSchurNullVectorSteps + 1);
+    V.col(0) = x0.normalized();
+    AV.col(0) = product(V.col(0));
+    stats_.null_residual_before = stats_.null_residual_after = AV.col(0).norm();
+    stats_.null_steps = 0;
+    Vec best = V.col(0);
+    if (!V.col(0).allFinite() || !AV.col(0).allFinite() || stats_.null_residual_after <= 0.1 * floor) return best;
+    for (Index m = 1; m <= kSchurNullVectorSteps; ++m) {
+      if (checkpoint_) checkpoint_();
+      Vec w = block_solve(AV.col(m - 1), false);  // M A v
+      for (int pass = 0; pass < 2; ++pass) w -= V.leftCols(m) * (V.leftCols(m).transpose() * w);
+      if (!w.allFinite() || !(w.norm() > 0)) break;
+      V.col(m) = w.normalized();
+      AV.col(m) = product(V.col(m));
+      stats_.null_steps = m;
+      const Eigen::JacobiSVD<Mat> svd(AV.leftCols(m + 1), Eigen::ComputeThinV);
+      const Vec x = V.leftCols(m + 1) * svd.matrixV().col(m);  // σ_min's right vector (unit: V orthonormal)
+      const double residual = product(x).norm() / x.norm();
+      if (residual < stats_.null_residual_after) {
+        best = x.normalized();
+        stats_.null_residual_after = residual;
+      }
+      if (stats_.null_residual_after <= 0.1 * floor) break;
+    }
+    return best;
+  }
+
+  /// (4) refined by (5), after factor() met a zero pivot in the last piece: that piece's zero
+  /// pivots are set to δ = eps·σ_max first (the route is over; nothing else reads them).
+  Vec refined_null_vector(double floor) {
+    const Vec x0 = null_vector();
+    const Index K = plan_.pieces() - 1;
+    store_.replace_zero_pivots(pieces_[K].lu.get(), plan_.size(K), std::numeric_limits<double>::epsilon() * sigma_max_);
+    return refine_null_vector(x0, floor);
   }
 
  private:
@@ -403,35 +469,39 @@ inline std::string zero_pivot_note(const SchurPlan& plan, Index k) {
          " block's factorisation is exactly zero: these cuts do not factorise the matrix";
 }
 
-/// r (σ_max set) after a zero pivot in the last piece: (4)'s null vector, judged by the operator.
-template <typename Backend>
-void finish_by_null_vector(ConditionReport& r, Backend& backend, const TokenMap& map) {
-  const Vec x = backend.null_vector();
+/// r (σ_max set) from a unit vector x that should be a null vector of A (`found` says whence, for
+/// the note; `s` holds (5)'s residuals), judged by the operator: singular where ‖A x‖ ≤ the noise
+/// floor (σ_min ≤ ‖A x‖), else not-converged with the bound κ ≥ σ_max / (‖A x‖ + floor) x gives.
+inline void judge_null_vector(ConditionReport& r, const Vec& x, const SchurStats& s, const TokenMap& map,
+                              const std::string& found) {
+  const double floor = noise_floor(r.rows, r.cols, r.sigma_max);
   const Mat Ax = map.apply(Eigen::Map<const Mat>(x.data(), map.n(), map.d_in()));
-  const double ratio = Ax.norm() / x.norm(), floor = noise_floor(r.rows, r.cols, r.sigma_max);
+  const double residual = Ax.norm() / x.norm();
   std::ostringstream os;
   os.precision(6);
-  os << "a pivot of the last Schur complement is exactly zero; its null vector x has ||A x|| / ||x|| = " << ratio;
-  if (std::isfinite(ratio) && ratio <= floor) {
-    r.sigma_min = ratio;
+  os << found << " has ||A x|| / ||x|| = " << residual << " (" << s.null_residual_before << " unrefined, "
+     << s.null_steps << (s.null_steps == 1 ? " refinement step)" : " refinement steps)");
+  if (std::isfinite(residual) && residual <= floor) {
+    r.sigma_min = residual;
     finish_extremes_report(r);  // singular: σ_min ≤ the floor
-    os << " <= the noise floor " << floor << ": singular to working precision (rank unknown: no SVD at this size)";
+    os << " <= the noise floor " << floor << ": singular to working precision (rank unknown: the Schur route has no SVD)";
     r.note = os.str();
     return;
   }
   os << ", above the noise floor " << floor << ": the factors are too far from A to tell";
   finish_not_converged_report(r, os.str());
-  if (std::isfinite(ratio)) {  // σ_min ≤ ratio up to the product's rounding
-    r.kappa_lo = r.sigma_max / (ratio + floor);
+  if (std::isfinite(residual)) {  // σ_min ≤ ‖A x‖ / ‖x‖ up to the product's rounding
+    r.kappa_lo = r.sigma_max / (residual + floor);
     r.kappa_hi = std::numeric_limits<double>::infinity();
   }
 }
 
-/// κ of `map` (square) by the Schur route on `store`: status exact or singular
-/// (finish_extremes_report; singular also by (4)'s null vector after a zero pivot in the last
-/// piece) with method `method`, or not-converged (κ NaN) with a note saying why: a zero pivot
-/// before the last piece (the assumption fails), one in the last whose null vector the operator
-/// does not confirm (with its bound κ_lo), Lanczos did not converge, or the check of σ_min failed.
+/// κ of `map` (square) by the Schur route on `store`: status exact or singular with method
+/// `method`, or not-converged (κ NaN) with a note saying why: a zero pivot before the last piece
+/// (the assumption fails), Lanczos did not converge, or the check of σ_min failed. A singular
+/// claim stands on a null vector the operator confirms (judge_null_vector): the solves' Ritz
+/// vector, refined by (5) where the check needs it, or after a zero pivot in the last piece (4)'s,
+/// refined by (5); one it does not confirm is not-converged with the bound κ_lo it gives.
 /// Where the product overflows or the store fails, what they throw.
 template <typename Store>
 ConditionReport condition_schur_with(Store& store, const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
@@ -445,17 +515,23 @@ ConditionReport condition_schur_with(Store& store, const TokenMap& map, const Sc
   const LuLanczosExtremes e = lu_lanczos_extremes(backend);
   r.products = e.products;
   r.sigma_max = e.sigma_max;
+  const double floor = noise_floor(plan.order, plan.order, e.sigma_max);
   std::string unsupported;
   if (e.outcome == LuLanczosExtremes::Outcome::kOk) {
     const Mat Av = map.apply(Eigen::Map<const Mat>(e.v_min.data(), map.n(), map.d_in()));
-    unsupported = unsupported_sigma_min(e, Av.norm(), noise_floor(plan.order, plan.order, e.sigma_max));
+    unsupported = unsupported_sigma_min(e, Av.norm(), floor);
   }
   const SchurStats& s = backend.stats();
   if (e.outcome == LuLanczosExtremes::Outcome::kOk && unsupported.empty()) {
     r.sigma_min = e.sigma_min;
     finish_extremes_report(r);
+    if (r.status == Status::kSingular) r.note = "rank unknown (the Schur route has no SVD)";
+  } else if (e.outcome == LuLanczosExtremes::Outcome::kOk && e.sigma_min <= floor) {  // a singular claim
+    judge_null_vector(r, backend.refine_null_vector(e.v_min, floor), s, map,
+                      unsupported + "; that vector x, refined against the operator,");
   } else if (s.singular_piece == plan.pieces() - 1) {
-    finish_by_null_vector(r, backend, map);
+    judge_null_vector(r, backend.refined_null_vector(floor), s, map,
+                      "a pivot of the last Schur complement is exactly zero; its null vector x");
   } else {
     finish_not_converged_report(r, !unsupported.empty()    ? unsupported
                                    : s.singular_piece >= 0 ? zero_pivot_note(plan, s.singular_piece)
@@ -485,6 +561,7 @@ class CpuSchurStore {
   FactorOutcome lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot);
   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb);
   void upper_solve(const double* lu, Index m, Index k, double* b);
+  Index replace_zero_pivots(double* lu, Index m, double value);
 };
 
 /// The Schur route on the host (method "dense-schur-lu-lanczos"), for a map that assembles into
