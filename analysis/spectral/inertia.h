@@ -51,8 +51,10 @@
 // above μ₁ − δ₁, and one more count at μ₂ = σ̂ + max(1 %, 4 δ₁) places it with the intervals of
 // both shifts (μ₁'s hold the bottom values, μ₂'s those near μ₂); only if that fails too does a
 // count of 0 (at μ₁, or just below σ̂) give the weaker σ_min ≥ μ₀ − δ₀, a certificate only where
-// that is positive. Guarded by RadiusWiderThanTheMarginIsMetByASecondShift and
-// ARadiusWiderThanTheSecondShiftsOldGateIsMetByTheIntervalsOfBothShifts.
+// that is positive. Guarded by RadiusWiderThanTheMarginIsMetByASecondShift,
+// ARadiusWiderThanTheSecondShiftsOldGateIsMetByTheIntervalsOfBothShifts and, for the pooling,
+// OnlyTheFirstShiftsIntervalsPlaceSigmaMinWhenTheSecondsAreNearItsShift (a cluster just above μ₂
+// takes the second count's own intervals; fails without μ₁'s).
 //
 // Cost: one dsytrf_rk of order M = m + n, M³/3 flops (≈ 2 min at m = n = 12 500 on 2 cores), and
 // 8 M² bytes (5 GB at m = n = 12 500); analysis/spectral/dense_cost.h predicts both. Where it runs

@@ -11,7 +11,9 @@
 
 #include <tuple>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -429,11 +431,12 @@ Mat bare_attention_jacobian_of(const BlockWeights& w, uint64_t token_seed, int s
 // (1) Bunch–Kaufman (the GPU's pivoting, through its host twin) on a timm-like bare K_sa, n 40,
 // d 32 (κ 1.6e9): δ₁ ≈ 42 % of σ_min, the regime of the H200's row (36 % at κ 3e6, where the
 // count of 0 left κ_hi 56 % above κ, reports/gpu). (2) κ ≈ 8e11: δ₁ ≈ 10 σ_min under rook pivoting,
-// ≈ 190 σ_min under Bunch–Kaufman. A count of 0 proves nothing there (μ − δ < 0), and μ₂ = σ̂ + 4δ₁
-// lies tens of σ_min above the bottom, so its own nearest intervals are the values near μ₂; the first
-// shift's, taken near σ̂, place σ_min. The bracket is then as wide as σ_min's interval (its residual's
-// rounding bound, ≈ 0.3 σ_min there). Neither case was certified tightly before the pooling:
-// (1) gave a bracket δ₁ wide, (2) none on either pivoting.
+// ≈ 190 σ_min under Bunch–Kaufman. A count of 0 proves nothing there (μ − δ < 0); μ₂ = σ̂ + 4δ₁ lies
+// tens of σ_min above the bottom, yet few values lie below it, so its own nearest intervals hold
+// σ_min too (these cases pass without the first shift's intervals; CertifyExtremes.OnlyTheFirst…
+// below is the one that needs them). The bracket is then as wide as σ_min's interval (its
+// residual's rounding bound, ≈ 0.3 σ_min there). Neither case was certified tightly while the
+// second shift waited for 4δ₁ < σ̂: (1) gave a bracket δ₁ wide, (2) none on either pivoting.
 TEST(CertifyExtremes, ARadiusWiderThanTheSecondShiftsOldGateIsMetByTheIntervalsOfBothShifts) {
   const BunchKaufmanHost bk;
   {
@@ -446,6 +449,39 @@ TEST(CertifyExtremes, ARadiusWiderThanTheSecondShiftsOldGateIsMetByTheIntervalsO
     SCOPED_TRACE(device->name() + ", radius above sigma_min");
     expect_located_through_a_wide_radius(K, *device, 4, 2);
   }
+}
+
+// Where only the pooled intervals place σ_min: κ 1e11 (δ₁ ≈ 1.3 % of σ_min, past the 1 % margin,
+// so the first count cannot place it), σ_2 = 1.025 σ_min below μ₂ = σ̂ + 4δ₁ ≈ 1.05 σ_min, and a
+// cluster just above μ₂ nearer to it than σ_min is: the second count's own nearest intervals are
+// σ_2's and the cluster's, one below μ₂ − δ₂ for its count of 2. The first shift's intervals (σ_min's
+// and σ_2's, taken near σ̂) complete the set: "all located", as tight as σ_min's interval.
+// certify_bottom without the first shift's intervals leaves σ_min to the fallback's count of 0,
+// whose bracket is δ₁ wide.
+TEST(CertifyExtremes, OnlyTheFirstShiftsIntervalsPlaceSigmaMinWhenTheSecondsAreNearItsShift) {
+  std::vector<double> values;
+  for (Index i = 0; i < 48; ++i) values.push_back(std::pow(1e11 / 1.2, 1.0 - static_cast<double>(i) / 47) * 1.2);
+  for (Index i = 0; i < 10; ++i) values.push_back(1.065 + 0.005 * static_cast<double>(i));  // the cluster
+  values.push_back(1.025);                                                                   // σ_2
+  values.push_back(1.0);                                                                     // σ_min
+  std::sort(values.begin(), values.end(), std::greater<>());
+  const Vec spectrum = Eigen::Map<const Vec>(values.data(), static_cast<Index>(values.size()));
+  const Mat K = with_spectrum(spectrum, 60, 5);
+  const double smax = spectrum(0);
+  const SingularValueCount c1 = count_singular_values_below(K, 1.01, -1);
+  ASSERT_GT(c1.delta, 0.01) << "the radius no longer reaches past the margin: the first count could place sigma_min";
+  ASSERT_LT(c1.delta, 0.02);
+  const double mu2 = 1.0 + std::max(0.01, 4 * c1.delta);  // certify_bottom's second shift for the claim 1
+  const SingularValueCount c2 = count_singular_values_below(K, mu2, -1);
+  ASSERT_EQ(c2.below, 2);
+  for (const SingularInterval& s : c2.nearest)
+    ASSERT_FALSE(s.lo <= 1.0 && 1.0 <= s.hi) << "the second count's own intervals hold sigma_min: the case tests nothing";
+  const CertifiedExtremes e = certify_extremes(K, 1.0, 1.0, smax, smax);
+  ASSERT_TRUE(e.min_certified) << e.note;
+  EXPECT_NE(e.note.find("all located"), std::string::npos) << e.note;
+  EXPECT_LE(e.sigma_min_lo, 1.0) << e.note;
+  EXPECT_GE(e.sigma_min_hi, 1.0) << e.note;
+  EXPECT_GT(e.sigma_min_lo, 1.0 - 0.25 * c1.delta) << e.note;  // σ_min's interval, not the count of 0
 }
 
 }  // namespace
