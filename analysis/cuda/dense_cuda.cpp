@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -321,11 +322,13 @@ class CudaSchurStore {
     const size_t stride = sizeof(double) * (m + 1);
     JACOND_CUDA(cudaMemcpy2D(diagonal.data(), sizeof(double), lu, stride, sizeof(double), m, cudaMemcpyDeviceToHost));
     Index replaced = 0;
-    for (double& u : diagonal)
+    for (double& u : diagonal) {
+      if (!std::isfinite(u)) return -1;  // cusolverDnXgetrf may divide by the zero pivot: NaN past it
       if (u == 0.0) {
         u = value;
         ++replaced;
       }
+    }
     JACOND_CUDA(cudaMemcpy2D(lu, stride, diagonal.data(), sizeof(double), sizeof(double), m, cudaMemcpyHostToDevice));
     return replaced;
   }

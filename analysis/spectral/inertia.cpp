@@ -103,6 +103,10 @@ class AugmentedLdlt {
   // a third of σ_min and made every interval that wide (the computed residuals were 1e-3 of it).
   double residual_bound(const Vec& v, double lambda) const {
     using L = long double;
+    // IEEE formats only (double, x87 extended, quad): the bound below is the standard model's.
+    static_assert(std::numeric_limits<L>::digits == 53 || std::numeric_limits<L>::digits == 64 ||
+                      std::numeric_limits<L>::digits == 113,
+                  "residual_bound's rounding model needs an IEEE long double (not IBM double-double)");
     std::vector<L> r(static_cast<size_t>(order()));
     for (Index i = 0; i < order(); ++i) r[i] = -(static_cast<L>(mu_) + static_cast<L>(lambda)) * static_cast<L>(v(i));
     for (Index j = 0; j < n_; ++j) {  // top: K v_bottom, column by column
@@ -200,7 +204,10 @@ bool nearest_singular_values(const AugmentedLdlt& f, double mu, Index k, std::ve
   *nearest_distance = std::numeric_limits<double>::infinity();
   for (Index i = 0; i < nu.size(); ++i) {
     const double lambda = 1.0 / nu(i);
-    const double r = f.residual_bound(V.col(i), lambda);
+    // The residual bound, widened by the fp64 rounding of μ + λ ∓ r below (two operations, each
+    // within u of its result): with the residual in long double that rounding is no longer small
+    // beside r near σ_max (u·σ_max against a residual bound of order 1e3·u_L·σ_max).
+    const double r = f.residual_bound(V.col(i), lambda) + 4 * kUnitRoundoff * (mu + std::abs(lambda));
     *nearest_distance = std::min(*nearest_distance, std::abs(lambda) - r);
     if (mu + lambda - r > 0) out.push_back({mu + lambda - r, mu + lambda + r});
   }
@@ -401,8 +408,9 @@ ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min
   if (c.min_certified && c.max_certified && c.sigma_min_lo > 0) {
     r.status = Status::kCertified;
     r.method += c.where == "cpu" ? "+inertia" : "+inertia-" + c.where;
-    r.kappa_lo = c.sigma_max_lo / c.sigma_min_hi;
-    r.kappa_hi = c.sigma_max_hi / c.sigma_min_lo;
+    constexpr double kInf = std::numeric_limits<double>::infinity();  // each quotient rounded outward
+    r.kappa_lo = std::nextafter(c.sigma_max_lo / c.sigma_min_hi, -kInf);
+    r.kappa_hi = std::nextafter(c.sigma_max_hi / c.sigma_min_lo, kInf);
     r.note = what;
   } else {
     r.note += (r.note.empty() ? "" : "; ") + what;

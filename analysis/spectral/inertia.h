@@ -41,8 +41,8 @@
 // Nearest singular values. The same shift-invert Lanczos returns the k eigenpairs (λ_i, v_i) of
 // H_μ nearest 0; each explicit residual r_i = ‖H_μ v_i − λ_i v_i‖ / ‖v_i‖ (an upper bound: computed
 // in long double, plus that computation's rounding bound, 2¹¹ below fp64's, which at κ 1e12 was a
-// third of σ_min where the residuals themselves were 1e-3 of it) puts an eigenvalue of H in
-// [μ + λ_i − r_i, μ + λ_i + r_i] (Weyl). An interval inside (0, ∞)
+// third of σ_min where the residuals themselves were 1e-3 of it; plus 4u(μ + |λ_i|) for the fp64
+// rounding of the interval's ends) puts an eigenvalue of H in [μ + λ_i − r_i, μ + λ_i + r_i] (Weyl). An interval inside (0, ∞)
 // holds a singular value. If the count at μ is c and c such intervals lie, pairwise disjoint,
 // below μ − δ, then by (C) they hold every singular value below μ − δ, and the lowest one holds
 // σ_min: a two-sided certificate from one factorisation. The intervals need not come from the

@@ -4,6 +4,7 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "analysis/core/lapack.h"
@@ -55,11 +56,14 @@ void CpuSchurStore::upper_solve(const double* lu, Index m, Index k, double* b) {
 
 Index CpuSchurStore::replace_zero_pivots(double* lu, Index m, double value) {
   Index replaced = 0;
-  for (Index i = 0; i < m; ++i)
-    if (lu[i + i * m] == 0.0) {
-      lu[i + i * m] = value;
+  for (Index i = 0; i < m; ++i) {
+    double& u = lu[i + i * m];
+    if (!std::isfinite(u)) return -1;  // not from dgetrf (it skips a zero pivot's column), but the concept's
+    if (u == 0.0) {
+      u = value;
       ++replaced;
     }
+  }
   return replaced;
 }
 

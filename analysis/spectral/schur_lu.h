@@ -59,7 +59,8 @@
 // A x shrinks by (I − A M) = (E + F) M per step, small on range(A) while ‖E‖ is small against A's
 // smallest nonzero σ; the vector of V minimising ‖A V c‖ (the SVD of the N × m matrix A V, by the
 // operator) is at least as good as each iterate, whatever M's large null-space part adds       (5)
-// (kSchurNullVectorSteps products and solves at most, fewer once ‖A x‖ is a tenth of the floor;
+// (at most kSchurNullVectorSteps steps, each one solve (1) and two products, fewer once ‖A x‖ is
+// a tenth of the floor;
 // one step took K_sa at N 1 280 in three pieces from 12.7 floors to a 9 000th of one).
 // σ_min ≤ ‖A x‖ / ‖x‖ for any x, so ‖A x‖ ≤ the noise floor (N·eps·σ_max) times ‖x‖, computed by
 // the operator in fp64, proves A singular to working precision: status singular, rank unknown
@@ -82,7 +83,9 @@
 //   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb)
 //   void upper_solve(const double* lu, Index m, Index k, double* b)  b ← U11⁻¹ b, U11 the factors' leading k × k
 //                                                                    upper triangle (k entries of b)
-//   Index replace_zero_pivots(double* lu, Index m, double value)     every U(i, i) = 0 set to value; how many
+//   Index replace_zero_pivots(double* lu, Index m, double value)     every U(i, i) = 0 set to value; how many,
+//                                                                    or −1 if a U(i, i) is not finite (a device's
+//                                                                    LU may divide by the zero pivot: NaN past it)
 // The map (analysis/operators/operator_device.h) must assemble_columns and apply_columns in the
 // Store's memory (TokenMap::assembles_into); products with Aᵀ go through the host (apply_transpose,
 // one vector each: only the Lanczos solves (2) take them).
@@ -156,7 +159,7 @@ struct SchurPlan {
   }
 };
 
-/// (5) takes at most this many products and solves.
+/// (5) takes at most this many steps (each a solve (1) and two products).
 inline constexpr Index kSchurNullVectorSteps = 6;
 
 /// Refinement of a solve stops at this backward error (4 u) ...
@@ -173,7 +176,8 @@ struct SchurStats {
   Index singular_piece = -1;  // the first D_k with an exactly zero pivot (−1: none)
   Index zero_pivot = -1;      // j of that D_k's first zero pivot U(j, j)
   double null_residual_before = 0, null_residual_after = 0;  // ‖A x‖ / ‖x‖ of (4), and after (5)
-  Index null_steps = 0;                                       // (5)'s products and solves
+  Index null_steps = 0;                                       // (5)'s steps
+  bool factors_not_finite = false;  // the last piece's factors past its zero pivot are NaN/inf: no (5)
 };
 
 /// lu_lanczos_extremes' backend (lu_lanczos.h's concept) by the block factorisation above.
@@ -260,8 +264,9 @@ class SchurLuBackend {
   }
 
   /// (5): x0 refined in the Krylov space of M A, M the solve (1) with the factors as they stand
-  /// (nonsingular); unit norm; stops once ‖A x‖ is a tenth of `floor` (the noise floor).
-  Vec refine_null_vector(const Vec& x0, double floor) {
+  /// (nonsingular); unit norm; stops once ‖A x‖ is a tenth of `floor` (the noise floor), or after
+  /// `steps` steps (0: x0's residual only).
+  Vec refine_null_vector(const Vec& x0, double floor, Index steps = kSchurNullVectorSteps) {
     const Index N = plan_.order;
     const auto product = [&](const Vec& v) {
       const Mat Av = map_.apply(Eigen::Map<const Mat>(v.data(), map_.n(), map_.d_in()));
@@ -274,7 +279,7 @@ class SchurLuBackend {
     stats_.null_steps = 0;
     Vec best = V.col(0);
     if (!V.col(0).allFinite() || !AV.col(0).allFinite() || stats_.null_residual_after <= 0.1 * floor) return best;
-    for (Index m = 1; m <= kSchurNullVectorSteps; ++m) {
+    for (Index m = 1; m <= std::min(steps, kSchurNullVectorSteps); ++m) {
       if (checkpoint_) checkpoint_();
       Vec w = block_solve(AV.col(m - 1), false);  // M A v
       for (int pass = 0; pass < 2; ++pass) w -= V.leftCols(m) * (V.leftCols(m).transpose() * w);
@@ -295,12 +300,16 @@ class SchurLuBackend {
   }
 
   /// (4) refined by (5), after factor() met a zero pivot in the last piece: that piece's zero
-  /// pivots are set to δ = eps·σ_max first (the route is over; nothing else reads them).
+  /// pivots are set to δ = eps·σ_max first (the route is over; nothing else reads them). Where
+  /// the factors past the pivot are not finite (an LU that divided by it), (4) alone: it reads
+  /// only U's rows above the pivot.
   Vec refined_null_vector(double floor) {
     const Vec x0 = null_vector();
     const Index K = plan_.pieces() - 1;
-    store_.replace_zero_pivots(pieces_[K].lu.get(), plan_.size(K), std::numeric_limits<double>::epsilon() * sigma_max_);
-    return refine_null_vector(x0, floor);
+    const Index replaced =
+        store_.replace_zero_pivots(pieces_[K].lu.get(), plan_.size(K), std::numeric_limits<double>::epsilon() * sigma_max_);
+    stats_.factors_not_finite = replaced < 0;
+    return refine_null_vector(x0, floor, stats_.factors_not_finite ? 0 : kSchurNullVectorSteps);
   }
 
  private:
@@ -480,7 +489,8 @@ inline void judge_null_vector(ConditionReport& r, const Vec& x, const SchurStats
   std::ostringstream os;
   os.precision(6);
   os << found << " has ||A x|| / ||x|| = " << residual << " (" << s.null_residual_before << " unrefined, "
-     << s.null_steps << (s.null_steps == 1 ? " refinement step)" : " refinement steps)");
+     << s.null_steps << (s.null_steps == 1 ? " refinement step" : " refinement steps")
+     << (s.factors_not_finite ? "; the factors past the zero pivot are not finite: not refined)" : ")");
   if (std::isfinite(residual) && residual <= floor) {
     r.sigma_min = residual;
     finish_extremes_report(r);  // singular: σ_min ≤ the floor

@@ -674,13 +674,63 @@ TEST(SchurRoute, TheNullVectorIsRefinedAgainstTheOperator_n40_d32_h2) {
   const double floor = noise_floor(N, N, e.sigma_max);
   const Vec x = backend.refined_null_vector(floor);
   const SchurStats& s = backend.stats();
-  EXPECT_GT(s.null_residual_before, floor);
+  ASSERT_GT(s.null_residual_before, floor) << "precondition: (4) alone is no longer above the floor here, so "
+                                              "this case no longer shows that (5) is needed";
   EXPECT_LE(s.null_residual_after, 0.1 * floor);
   EXPECT_GE(s.null_steps, 1);
   EXPECT_LE(s.null_steps, kSchurNullVectorSteps);
   EXPECT_NEAR(x.norm(), 1.0, 1e-12);
   const Mat Ax = map->apply(Eigen::Map<const Mat>(x.data(), 40, 32));
   EXPECT_LE(Ax.norm(), 0.1 * floor);
+}
+
+// (4) by itself, on a dense matrix whose last row is zero: D_1's last row is exactly zero, so its
+// zero pivot sits under a full column u ≠ 0 of U, and x = [−A11⁻¹ A12 v; v] needs U11⁻¹ u, the
+// store's offsets into the piece and the solve across the cut. (4)'s x is A's null vector to
+// rounding (under the noise floor before (5): 0.1 of it on this machine; a wrong offset or sign
+// gives O(1)), and the returned vector is parallel to the SVD's.
+TEST(SchurRoute, TheZeroPivotsNullVectorIsTheMatrixsOwnWithoutRefinement) {
+  const Index N = 30;
+  Mat A = with_singular_values(Vec::LinSpaced(N, 1, 3), 11);
+  A.row(N - 1).setZero();
+  const HostMatrixMap map(A);
+  CpuSchurStore store;
+  SchurLuBackend<CpuSchurStore> backend(store, map, SchurPlan::for_order(N, 2e9, 2));
+  const LuLanczosExtremes e = lu_lanczos_extremes(backend);
+  ASSERT_EQ(e.outcome, LuLanczosExtremes::Outcome::kExactlySingular);
+  ASSERT_EQ(backend.stats().singular_piece, 1);
+  ASSERT_GT(backend.stats().zero_pivot, 0) << "u is empty: the case tests less";
+  const double floor = noise_floor(N, N, e.sigma_max);
+  const Vec x = backend.refined_null_vector(floor);
+  EXPECT_LE(backend.stats().null_residual_before, floor);
+  const Eigen::JacobiSVD<Mat> svd(A, Eigen::ComputeFullV);
+  EXPECT_NEAR(std::abs(svd.matrixV().col(N - 1).dot(x)), 1.0, 1e-12);
+}
+
+// The host's store with a device LU's behaviour at a zero pivot: NaN past it (cuSOLVER may divide
+// by it). (4) reads only U's rows above the pivot, so it still gives the null vector; (5), whose
+// solves would read the NaN, is not run, and the note says so.
+class NanPastTheZeroPivotStore : public CpuSchurStore {
+ public:
+  FactorOutcome lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot) {
+    const FactorOutcome f = CpuSchurStore::lu_factor(a, m, p, zero_pivot);
+    if (f == FactorOutcome::kExactlySingular)
+      for (Index j = *zero_pivot + 1; j < m; ++j)
+        for (Index i = *zero_pivot + 1; i < m; ++i) a[i + j * m] = std::numeric_limits<double>::quiet_NaN();
+    return f;
+  }
+};
+
+TEST(SchurRoute, FactorsThatAreNotFinitePastTheZeroPivotLeaveTheNullVectorUnrefined_n8_d16_h2) {
+  const auto [w, f] = never_written_feature_block(8, 16);
+  const auto map = TorchOperatorDevice(torch::kCPU).block_operator(w, f, "K_sa");
+  NanPastTheZeroPivotStore store;
+  const ConditionReport r =
+      condition_schur_with(store, *map, SchurPlan::for_order(128, 1e6, 2), "K_sa", "dense-schur-lu-lanczos");
+  ASSERT_EQ(r.status, Status::kSingular) << r.note;  // (4) alone is under the floor at this size
+  EXPECT_NE(r.note.find("0 refinement steps; the factors past the zero pivot are not finite: not refined)"),
+            std::string::npos)
+      << r.note;
 }
 
 // A dense device's Schur route takes the caller's checkpoint (a Ctrl-C from Python, block_reports'
