@@ -53,15 +53,16 @@
 //   x = [−(A^(p−1))⁻¹ A12 v; v]   has   A x = [0; D v] = 0                                       (4)
 // in exact arithmetic on the computed factors. The factors are those of A + E, E the formation's
 // error (the D_k are formed by unrefined solves across the cuts), so ‖A x‖ / ‖x‖ is of the order
-// of ‖E‖: 53 noise floors for the test below's B_sa, 1 500 for a singular E_sa's Ritz vector. x is then refined against the operator in a Krylov space:
-// with every zero pivot of U set to δ = eps·σ_max (M: the solve (1) with these factors, A + E + F,
-// F of size δ), V = orth{x, M A x, (M A)² x, …} holds the iterates of x ← x − M A x, whose residual
-// A x shrinks by (I − A M) = (E + F) M per step, small on range(A) while ‖E‖ is small against A's
-// smallest nonzero σ; the vector of V minimising ‖A V c‖ (the SVD of the N × m matrix A V, by the
+// of ‖E‖: 53 noise floors for B_sa in HostSchurRoute.AnOutputFeature…, 1 500 for a singular
+// E_sa's Ritz vector. x is then refined against the operator in a Krylov space: with every zero
+// pivot of U set to δ = eps·σ_max (M: the solve (1) with these factors, A + E + F, F of size δ),
+// V = orth{x, M A x, (M A)² x, …} holds the iterates of x ← x − M A x, whose residual A x shrinks
+// by (I − A M) = (E + F) M per step, small on range(A) while ‖E‖ is small against A's smallest
+// nonzero σ; the vector of V minimising ‖A V c‖ (the SVD of the N × m matrix A V, by the
 // operator) is at least as good as each iterate, whatever M's large null-space part adds       (5)
 // (at most kSchurNullVectorSteps steps, each one solve (1) and two products, fewer once ‖A x‖ is
-// a tenth of the floor;
-// one step took K_sa at N 1 280 in three pieces from 12.7 floors to a 9 000th of one).
+// a tenth of the floor; one step took K_sa at N 1 280 in three pieces from 12.7 floors to a
+// 9 000th of one).
 // σ_min ≤ ‖A x‖ / ‖x‖ for any x, so ‖A x‖ ≤ the noise floor (N·eps·σ_max) times ‖x‖, computed by
 // the operator in fp64, proves A singular to working precision: status singular, rank unknown
 // (lu_lanczos.h's check of a singular claim). Above the floor the factors were too far from A to
