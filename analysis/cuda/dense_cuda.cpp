@@ -575,9 +575,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
     phases = backend.seconds();
   }
   // The check's A v by the map's own fp64 product on the device (the LU overwrote the matrix).
-  const auto product_norm = [&](const Vec& v) {
-    return map.apply(Eigen::Map<const Mat>(v.data(), map.n(), map.d_in())).norm();
-  };
+  const auto product_norm = [&](const Vec& v) { return apply_vector(map, v).norm(); };
   const auto svd = [&] {  // the matrix again (the LU overwrote it), then its spectrum, all on the device
     const auto t = std::chrono::steady_clock::now();
     std::optional<DeviceBuffer<double>> a = assembled(nullptr);

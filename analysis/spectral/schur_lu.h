@@ -160,6 +160,12 @@ struct SchurPlan {
   }
 };
 
+/// A x for a vector x of the map's order (the map takes its n × d token matrix).
+inline Vec apply_vector(const TokenMap& map, const Vec& x) {
+  const Mat Ax = map.apply(Eigen::Map<const Mat>(x.data(), map.n(), map.d_in()));
+  return Eigen::Map<const Vec>(Ax.data(), Ax.size());
+}
+
 /// (5) takes at most this many steps (each a solve (1) and two products).
 inline constexpr Index kSchurNullVectorSteps = 6;
 
@@ -269,13 +275,9 @@ class SchurLuBackend {
   /// `steps` steps (0: x0's residual only).
   Vec refine_null_vector(const Vec& x0, double floor, Index steps = kSchurNullVectorSteps) {
     const Index N = plan_.order;
-    const auto product = [&](const Vec& v) {
-      const Mat Av = map_.apply(Eigen::Map<const Mat>(v.data(), map_.n(), map_.d_in()));
-      return Vec(Eigen::Map<const Vec>(Av.data(), N));
-    };
     Mat V(N, kSchurNullVectorSteps + 1), AV(N, kSchurNullVectorSteps + 1);
     V.col(0) = x0.normalized();
-    AV.col(0) = product(V.col(0));
+    AV.col(0) = apply_vector(map_, V.col(0));
     stats_.null_residual_before = stats_.null_residual_after = AV.col(0).norm();
     stats_.null_steps = 0;
     Vec best = V.col(0);
@@ -286,11 +288,11 @@ class SchurLuBackend {
       for (int pass = 0; pass < 2; ++pass) w -= V.leftCols(m) * (V.leftCols(m).transpose() * w);
       if (!w.allFinite() || !(w.norm() > 0)) break;
       V.col(m) = w.normalized();
-      AV.col(m) = product(V.col(m));
+      AV.col(m) = apply_vector(map_, V.col(m));
       stats_.null_steps = m;
       const Eigen::JacobiSVD<Mat> svd(AV.leftCols(m + 1), Eigen::ComputeThinV);
       const Vec x = V.leftCols(m + 1) * svd.matrixV().col(m);  // σ_min's right vector (unit: V orthonormal)
-      const double residual = product(x).norm() / x.norm();
+      const double residual = apply_vector(map_, x).norm() / x.norm();
       if (residual < stats_.null_residual_after) {
         best = x.normalized();
         stats_.null_residual_after = residual;
@@ -485,8 +487,7 @@ inline std::string zero_pivot_note(const SchurPlan& plan, Index k) {
 inline void judge_null_vector(ConditionReport& r, const Vec& x, const SchurStats& s, const TokenMap& map,
                               const std::string& found) {
   const double floor = noise_floor(r.rows, r.cols, r.sigma_max);
-  const Mat Ax = map.apply(Eigen::Map<const Mat>(x.data(), map.n(), map.d_in()));
-  const double residual = Ax.norm() / x.norm();
+  const double residual = apply_vector(map, x).norm() / x.norm();
   std::ostringstream os;
   os.precision(6);
   os << found << " has ||A x|| / ||x|| = " << residual << " (" << s.null_residual_before << " unrefined, "
@@ -529,8 +530,7 @@ ConditionReport condition_schur_with(Store& store, const TokenMap& map, const Sc
   const double floor = noise_floor(plan.order, plan.order, e.sigma_max);
   std::string unsupported;
   if (e.outcome == LuLanczosExtremes::Outcome::kOk) {
-    const Mat Av = map.apply(Eigen::Map<const Mat>(e.v_min.data(), map.n(), map.d_in()));
-    unsupported = unsupported_sigma_min(e, Av.norm(), floor);
+    unsupported = unsupported_sigma_min(e, apply_vector(map, e.v_min).norm(), floor);
   }
   const SchurStats& s = backend.stats();
   if (e.outcome == LuLanczosExtremes::Outcome::kOk && unsupported.empty()) {

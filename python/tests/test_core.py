@@ -588,23 +588,31 @@ def test_a_bracket_stopped_by_its_budget_warns_not_converged():
         jacond.block_reports(block, X, skip="none", method="dense", matrices=["K_sa"])  # no warning
 
 
+def seconds_to_interrupt(call, after):
+    """Runs call() with a SIGINT (a notebook's interrupt) sent `after` seconds in; the call must
+    raise KeyboardInterrupt. Returns the seconds from the start to the raise."""
+    import os
+    import signal
+
+    timer = threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        call()
+    timer.join()
+    return time.monotonic() - start
+
+
 def test_ctrl_c_stops_a_long_matrix_free_bracket():
     """A notebook's interrupt (SIGINT) stops block_reports inside a Lanczos bracket, not after its
     lanczos_seconds: the solver checks Python's signals at every estimate. This skipless K_sa
     (n 16, d 32) does not converge in 6 s, so without the check the call runs its whole 20 s."""
-    import os
-    import signal
-
     jacond.set_threads(1)
     block, X = random_block(d=32, heads=2, hidden=128, seed=3), tokens(n=16, d=32, seed=4)
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        jacond.block_reports(block, X, skip="none", method="lanczos", matrices=["K_sa"], lanczos_seconds=20.0,
-                             max_products=10**7)
-    timer.join()
-    assert time.monotonic() - start < 10.0, "the interrupt waited for the budget"
+    seconds = seconds_to_interrupt(lambda: jacond.block_reports(block, X, skip="none", method="lanczos",
+                                                                matrices=["K_sa"], lanczos_seconds=20.0,
+                                                                max_products=10**7), 1.0)
+    assert seconds < 10.0, "the interrupt waited for the budget"
 
 
 def test_ctrl_c_stops_a_dense_call_between_factorisations():
@@ -612,44 +620,28 @@ def test_ctrl_c_stops_a_dense_call_between_factorisations():
     dense SVDs of 2048 x 2048 Jacobians (skipless K_sa, B_sa, E_sa, K_sab on both spaces) ends the
     call after the one running, in well under half the uninterrupted call's time (measured here
     first, same sizes and threads)."""
-    import os
-    import signal
-
     jacond.set_threads(1)
     block, X = random_block(d=64, heads=2, hidden=256, seed=3), tokens(n=32, d=64, seed=4)
     call = dict(skip="none", method="svd", matrices=["K_sa", "B_sa", "E_sa", "K_sab"], as_frame=False)
     start = time.monotonic()
     assert len(jacond.block_reports(block, X, **call)) == 5
     whole = time.monotonic() - start
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        jacond.block_reports(block, X, **call)
-    timer.join()
-    assert time.monotonic() - start < 0.5 * whole, f"the interrupt waited for the whole call ({whole:.1f} s)"
+    seconds = seconds_to_interrupt(lambda: jacond.block_reports(block, X, **call), 0.5)
+    assert seconds < 0.5 * whole, f"the interrupt waited for the whole call ({whole:.1f} s)"
 
 
 def test_ctrl_c_stops_the_token_block_diagonal_rows_between_tokens():
     """The per-token K_mlp / K_ffn (one SVD of d x d per token, three rows skipless) check Python's
     signals before each token's block: SIGINT 0.5 s into the call ends it in well under half the
     uninterrupted call's time (measured here first, same sizes and threads)."""
-    import os
-    import signal
-
     jacond.set_threads(1)
     block, X = random_block(d=256, heads=2, hidden=1024, seed=3), tokens(n=128, d=256, seed=4)
     call = dict(skip="none", method="dense", matrices=["K_mlp", "K_ffn"], as_frame=False)
     start = time.monotonic()
     assert len(jacond.block_reports(block, X, **call)) == 3
     whole = time.monotonic() - start
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        jacond.block_reports(block, X, **call)
-    timer.join()
-    assert time.monotonic() - start < 0.5 * whole, f"the interrupt waited for the whole call ({whole:.1f} s)"
+    seconds = seconds_to_interrupt(lambda: jacond.block_reports(block, X, **call), 0.5)
+    assert seconds < 0.5 * whole, f"the interrupt waited for the whole call ({whole:.1f} s)"
 
 
 def test_long_computations_release_the_gil():
