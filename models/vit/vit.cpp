@@ -150,6 +150,17 @@ ViTConfig ViTConfig::fields_from_json(const nlohmann::json& j) {
 // ---------------------------------------------------------------------------------------------
 // Modules
 
+namespace {
+// x Wᵀ + b by at::linear, which folds the bias into one addmm for a token tensor [B, n, d_in], as
+// Python's F.linear does. LibTorch's C++ Linear::forward (torch::nn::functional::linear) takes
+// that path for 2-D inputs only: on [B, n, d_in] it runs a matmul and then `+= bias`, one more
+// kernel for each of a block's four layers (on a GPU, where a small ViT's step is bound by
+// launches, one launch more each; counted in ViT.ALayerOnTokensIsOneAddmmAsInPython).
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return torch::linear(x, layer->weight, layer->bias);
+}
+}  // namespace
+
 AttentionImpl::AttentionImpl(int64_t dim, int64_t heads_) : heads(heads_), head_dim(dim / heads_) {
   qkv = register_module("qkv", torch::nn::Linear(dim, 3 * dim));
   proj = register_module("proj", torch::nn::Linear(dim, dim));
@@ -158,13 +169,18 @@ AttentionImpl::AttentionImpl(int64_t dim, int64_t heads_) : heads(heads_), head_
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, torch::Tensor* maps) {
   const int64_t B = x.size(0), n = x.size(1), d = x.size(2);
   // qkv output feature s·d + h·d_h + j  ->  [3, B, h, n, d_h]: head h owns columns [h·d_h, (h+1)·d_h).
-  auto qkv_out = qkv(x).reshape({B, n, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
-  auto q = qkv_out[0], k = qkv_out[1], v = qkv_out[2];
+  // unbind, not three selects: backward is then one stack. Each select's backward writes a zero
+  // tensor of qkv's whole size and copies its slice in, and autograd adds the three: about eight
+  // kernels a block on a GPU where stack is one, over three times the bytes. Python's
+  // `q, k, v = t` unbinds too (torch_train_route.py's model); the values are the same bits.
+  const std::vector<torch::Tensor> qkv_out =
+      linear(qkv, x).reshape({B, n, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const torch::Tensor &q = qkv_out[0], &k = qkv_out[1], &v = qkv_out[2];
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
   auto A = torch::softmax(scores, -1);  // Eq. 3: A_h = softmax(s Q_h K_hᵀ)
   if (maps) *maps = A.detach();
   auto out = torch::matmul(A, v).transpose(1, 2).reshape({B, n, d});  // Concat_h(A_h V_h)
-  return proj(out);
+  return linear(proj, out);
 }
 
 MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
@@ -172,7 +188,7 @@ MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
   fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return fc2(torch::gelu(fc1(x))); }  // exact GELU
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return linear(fc2, torch::gelu(linear(fc1, x))); }  // exact GELU
 
 BlockImpl::BlockImpl(const ViTConfig& cfg, double drop_path_rate)
     : skip_(cfg.skip), norm_(cfg.norm), drop_path_(drop_path_rate) {

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 
@@ -51,6 +52,51 @@ TEST(ViT, ForwardShapesAndBlockInputs) {
   for (const auto& t : inputs) EXPECT_EQ(t.sizes(), (std::vector<int64_t>{3, 17, 12}));
   EXPECT_TRUE(torch::allclose(logits, model->forward(x)));
   EXPECT_NE(jacond::test::error_message([&] { model->forward(torch::randn({1, 3, 28, 28})); }).find("ViT expects images"), std::string::npos);
+}
+
+// The ATen operations of one forward + backward pass by name, counted through RecordFunction on
+// this thread (on the CPU, backward runs on the caller's thread), nested ones included.
+std::map<std::string, int> ops_of_a_training_pass(VisionTransformer& model, const torch::Tensor& images) {
+  static thread_local std::map<std::string, int>* counts = nullptr;
+  std::map<std::string, int> out;
+  counts = &out;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction& f) -> std::unique_ptr<at::ObserverContext> {
+            ++(*counts)[f.name()];
+            return nullptr;
+          })
+          .scopes({at::RecordScope::FUNCTION}));
+  torch::cross_entropy_loss(model->forward(images), torch::zeros({images.size(0)}, torch::kLong)).backward();
+  at::removeCallback(handle);
+  counts = nullptr;
+  return out;
+}
+
+// The attention splits qkv's output by one unbind, as the Python model does (`q, k, v = t`), so
+// backward joins the three gradients by one stack: three selects would each write a zero tensor
+// of qkv's whole size in backward (select_backward), and autograd would add the three, eight
+// kernels a block on a GPU where stack is one (models/vit/vit.cpp, AttentionImpl::forward).
+TEST(ViT, BackwardJoinsTheQkvGradientsByOneStackPerBlock) {
+  VisionTransformer model(small_config());
+  model->train();
+  const std::map<std::string, int> ops = ops_of_a_training_pass(model, torch::randn({2, 1, 28, 28}));
+  const auto count = [&](const std::string& name) { return ops.count(name) ? ops.at(name) : 0; };
+  EXPECT_EQ(count("aten::select_backward"), 1) << "the head's read-out of the cls token only (was 1 + 3 a block)";
+  EXPECT_EQ(count("aten::unbind"), 2) << "one a block, depth 2";
+  EXPECT_GE(count("aten::stack"), 2) << "UnbindBackward's stack, one a block";
+}
+
+// Each Linear on tokens [B, n, d] is one addmm with its bias folded in (at::linear, as Python's
+// F.linear), not LibTorch C++'s matmul then `+= bias`, which is one kernel more a layer on a GPU
+// (models/vit/vit.cpp, linear). Four a block, and the head's.
+TEST(ViT, ALayerOnTokensIsOneAddmmAsInPython) {
+  VisionTransformer model(small_config());
+  model->train();
+  const std::map<std::string, int> ops = ops_of_a_training_pass(model, torch::randn({2, 1, 28, 28}));
+  const auto count = [&](const std::string& name) { return ops.count(name) ? ops.at(name) : 0; };
+  EXPECT_EQ(count("aten::addmm"), 4 * 2 + 1);
+  EXPECT_EQ(count("aten::add_"), 0) << "no bias added after a matmul (and no gradient accumulated: a fresh model)";
 }
 
 TEST(ViT, TimmNamesRoundTripThroughSafetensors) {
