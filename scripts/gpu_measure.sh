@@ -11,7 +11,8 @@
 #      45.8 GB) on the GPU, timed (vit-s/: results.csv, run.json); then the same under `ours`
 #      (vit-s-ours/), the σ_min issue's open case;
 #   4. training images/s on CUDA, jacond against Python PyTorch on the same GPU, same model and
-#      batch (bench-train/: bench_train.csv, run.json);
+#      batch (bench-train/: bench_train.csv, run.json); and one tracking call on the GPU against
+#      the host's 16 threads at run_main's model (bench-train-tracking/run.json "tracking");
 #   5. on a GPU with >= 70 GB (an H100 or H200): ViT-B's K_sa under `ours` (n 197, d 768, 12 heads;
 #      nd 151 296) exactly in fp64 by the Schur route: its diagonal pieces' Schur complements
 #      assembled and factorised on the device (two pieces, 91.6 GB, on an H200; three, 61 GB, on an
@@ -151,8 +152,16 @@ item3_vit_s_exact() {
 }
 
 item4_bench_train() {
+  local rc=0
   jc bench train --device cuda --threads 16 --batch 128 --steps 50 --warmup 5 --track-every 0 \
-    --python "$(command -v python3)" --out "$out/bench-train"
+    --python "$(command -v python3)" --out "$out/bench-train" || rc=$?
+  # Tracking where a cuda run tracks (the GPU) against --track-device cpu (the host's 16 threads),
+  # at scripts/run_main.sh's model (skipless, ours, d 64, depth 4, n 50: N 3 200), one call each
+  # (design §10: is the GPU faster at a tracked block's size?).
+  jc bench train --device cuda --threads 16 --dim 64 --depth 4 --heads 4 --skip none --init ours --batch 128 \
+    --steps 10 --warmup 2 --track-every 100 --track-matrices K_sa,K_sab,K_ffn --tg none --skip-python \
+    --out "$out/bench-train-tracking" || rc=$?
+  return "$rc"
 }
 
 item5_vit_b_exact() {

@@ -9,7 +9,9 @@
 //   SOAP/AdamW   ratio of mean full-step times, and of optimizer.step() times alone; SOAP's
 //                timed window includes its eigenbasis refreshes (every precondition_frequency).
 //   tracking     one track_conditioning call (one probe image, the trainer's default route `auto`
-//                with its per-matrix Lanczos budget) divided by the training time it is spread
+//                with its per-matrix Lanczos budget, on --device as `jacond train` tracks there:
+//                select_track_devices; on cuda the chosen set on the host too, as the ratio
+//                that says which --track-device is faster) divided by the training time it is spread
 //                over, track_every · AdamW step time: once with every matrix and once with
 //                --track-matrices (default: the trainer's default set), so the saving of asking
 //                for fewer matrices is measured, not assumed.
@@ -41,6 +43,7 @@
 #include "analysis/core/threads.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/device_option.h"
 #include "experiments/bench/bench_train_dp.h"
 #include "experiments/bench/python_route.h"
 #include "models/data/token_graying.h"
@@ -104,7 +107,7 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   return t;
 }
 
-// One track_conditioning call as `jacond train` makes it (route, budget), with `matrices`.
+// One track_conditioning call as `jacond train` makes it (route, budget, devices), with `matrices`.
 struct TrackTiming {
   std::string matrices;
   bool ran = false;
@@ -112,16 +115,20 @@ struct TrackTiming {
   double seconds = NAN;
 };
 
-TrackTiming time_tracking(const models::TrainConfig& cfg, const std::string& matrices) {
+TrackTiming time_tracking(const models::TrainConfig& cfg, const torch::Device& device, const models::TrackDevices& on,
+                          const std::string& matrices) {
   TrackTiming t;
   t.matrices = matrices;
   if (cfg.track_every <= 0) return t;
   models::VisionTransformer model(cfg.model);
+  model->to(device);
   models::TrackOptions track;
   track.block.route = parse_kappa_route(cfg.track_method);
   track.block.lanczos.max_seconds = cfg.track_seconds;
+  track.block.device = on.dense;
+  track.block.operator_device = on.products;
   track.matrices = models::parse_matrix_list(matrices);
-  const auto probe = torch::randn({1, 1, 28, 28}, at::detail::createCPUGenerator(2));
+  const auto probe = torch::randn({1, 1, 28, 28}, at::detail::createCPUGenerator(2)).to(device);
   const auto t0 = Clock::now();
   t.reports = models::track_conditioning(model, probe, track).size();
   t.seconds = since(t0);
@@ -157,6 +164,12 @@ std::vector<std::string> token_graying_modes(const std::string& spec) {
   return out;
 }
 
+// Where tracking's two routes ran, for run.json: "dense: ...; products: ...".
+std::string tracking_where(const models::TrackDevices& on) {
+  return "dense: " + (on.dense ? on.dense->description() : std::string("host")) +
+         "; products: " + (on.products ? on.products->description() : std::string("host"));
+}
+
 // The flags of `jacond bench train`, parsed and checked.
 struct BenchTrainArgs {
   models::TrainConfig cfg;  // model, batch, threads, device, tracking and Token Graying settings
@@ -185,7 +198,7 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
       ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed steps first (SOAP's statistics-only step is one)")
       ("threads", po::value(&cfg.threads)->default_value(1), "torch + BLAS threads, both routes")
       ("device", po::value(&cfg.device)->default_value(cfg.device),
-       "cpu | cuda: where both routes train (tracking is timed on the host, as in jacond train)")
+       "cpu | cuda: where both routes train and tracking is timed (as jacond train tracks there)")
       ("track-every", po::value(&cfg.track_every)->default_value(cfg.track_every), "tracking period the overhead is spread over")
       ("track-matrices", po::value(&cfg.track_matrices)->default_value(cfg.track_matrices),
        "the set timed against all matrices (comma list; the trainer's default)")
@@ -253,13 +266,15 @@ struct BenchTrainResults {
   StepTiming adamw, soap;
   std::vector<std::pair<std::string, StepTiming>> grayed;  // AdamW with each Token Graying mode
   TrackTiming track_all, track_set;                        // every matrix; --track-matrices
+  std::string track_where;                                 // tracking_where of their devices
+  TrackTiming track_set_host;  // --device cuda: the chosen set on the host (--track-device cpu), for the ratio
   std::map<std::string, std::pair<double, double>> graying_per_image;  // mode → (1×28×28, 3×224×224) s
   double python_images_per_s = NAN, python_step_s = NAN, python_optimizer_s = NAN;
   std::string torch_version = "not run", python_device = "not run";
 };
 
 // jacond's routes on `device`: AdamW, SOAP, AdamW with each Token Graying mode; then the tracking
-// calls on the host.
+// calls where `jacond train` makes them on that device.
 void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, BenchTrainResults& r) {
   models::TrainConfig adamw = a.cfg, soap = a.cfg;
   adamw.optimizer = "adamw";
@@ -278,8 +293,11 @@ void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, Be
   }
   std::cout << std::defaultfloat;
   // Tracking: one call on one probe image, every matrix and then the chosen set.
-  r.track_all = time_tracking(a.cfg, "all");
-  r.track_set = time_tracking(a.cfg, a.cfg.track_matrices);
+  const models::TrackDevices on = select_track_devices(a.cfg.device, 0);
+  r.track_where = tracking_where(on);
+  r.track_all = time_tracking(a.cfg, device, on, "all");
+  r.track_set = time_tracking(a.cfg, device, on, a.cfg.track_matrices);
+  if (on.dense || on.products) r.track_set_host = time_tracking(a.cfg, device, {}, a.cfg.track_matrices);
   // The paper's sizes: ImageNet images, 3 × 224 × 224 (ViT-B/16: 196 × 768 patches), where the SVD's cost shows.
   for (const std::string& m : a.tg_list)
     r.graying_per_image[m] = {graying_seconds_per_image(m, a.cfg.batch, 1, 28, 28, a.cfg.model.patch, a.cfg.tg_eps, 9),
@@ -330,6 +348,7 @@ void print_ratios(const BenchTrainArgs& a, const BenchTrainResults& r) {
                           fixed3(1e3 * (r.python_step_s - r.python_optimizer_s)) + "\n")
             << "SOAP / AdamW full-step time:          " << r.soap.step_s / ta.step_s << "   (target <= 1.5)\n"
             << "SOAP / AdamW optimizer.step() time:   " << r.soap.optimizer_s / ta.optimizer_s << "\n";
+  if (r.track_all.ran) std::cout << "tracking on " << r.track_where << "\n";
   for (const TrackTiming* t : {&r.track_all, &r.track_set})
     if (t->ran)
       std::cout << "tracking (" << t->matrices << "): " << t->reports << " reports in " << t->seconds
@@ -352,6 +371,10 @@ void print_ratios(const BenchTrainArgs& a, const BenchTrainResults& r) {
   if (r.track_all.ran)
     std::cout << "tracking " << r.track_set.matrices << " / all matrices: " << r.track_set.seconds / r.track_all.seconds
               << "x the time\n";
+  if (r.track_set_host.ran)
+    std::cout << "tracking (" << r.track_set.matrices << ") on the host (--track-device cpu): " << r.track_set_host.seconds
+              << " s per call, " << r.track_set_host.seconds / r.track_set.seconds << "x the time on " << cfg.device
+              << "\n";
   std::cout << std::defaultfloat;
 }
 
@@ -386,9 +409,12 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
   }
   meta["tg_eps"] = cfg.tg_eps;
   meta["tracking"] = {{"track_every", cfg.track_every},
+                      {"where", r.track_where},
                       {"all", {{"seconds", r.track_all.seconds}, {"reports", r.track_all.reports}}},
                       {"chosen", {{"matrices", r.track_set.matrices}, {"seconds", r.track_set.seconds},
                                   {"reports", r.track_set.reports}}}};
+  if (r.track_set_host.ran)
+    meta["tracking"]["chosen_on_host"] = {{"seconds", r.track_set_host.seconds}, {"reports", r.track_set_host.reports}};
   meta["torch_version"] = r.torch_version;
   meta["device"] = {{"name", cfg.device}, {"pytorch_device", r.python_device}};
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");

@@ -13,6 +13,7 @@
 
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/device_option.h"
 #include "experiments/cli/local_launch.h"
 #include "models/dist/process_group.h"
 #include "models/train/trainer.h"
@@ -176,6 +177,12 @@ std::unique_ptr<models::dist::RankGroup> join_ranks(const models::dist::LaunchEn
                                                    models::dist::parse_dist_backend(cfg.resolved_dist_backend()));
 }
 
+// Where tracking's analysis runs: on the GPU the run trains on (a rank's own), else the host.
+models::TrackDevices track_devices(const models::TrainConfig& cfg, const models::dist::RankGroup* ranks) {
+  if (cfg.track_every <= 0 || cfg.arch != "vit") return {};  // nothing would use them
+  return select_track_devices(cfg.resolved_track_device(), ranks && ranks->device().is_cuda() ? ranks->device().index() : 0);
+}
+
 }  // namespace
 
 int run_train(int argc, char** argv) {
@@ -196,13 +203,13 @@ int run_train(int argc, char** argv) {
   std::unique_ptr<models::dist::RankGroup> ranks;
   if (a.resume.empty()) {
     ranks = join_ranks(a.launch, a.config);
-    r = models::train(a.config, nullptr, std::cout, ranks.get());
+    r = models::train(a.config, nullptr, std::cout, ranks.get(), track_devices(a.config, ranks.get()));
   } else {
     const models::Checkpoint checkpoint = models::read_checkpoint(models::resolve_resume_checkpoint(a.resume));
     const models::TrainConfig resumed = config_for_resume(a, checkpoint);
     run_dir = resumed.out_dir;
     ranks = join_ranks(a.launch, resumed);
-    r = models::train(resumed, &checkpoint, std::cout, ranks.get());
+    r = models::train(resumed, &checkpoint, std::cout, ranks.get(), track_devices(resumed, ranks.get()));
   }
   if (a.launch.rank != 0) return 0;
   // The command that (last) wrote the run, for the captions of `jacond plot RUN`.

@@ -7,6 +7,8 @@
 #include "analysis/spectral/dense_device_module.h"
 #include "models/device/torch_operator_device.h"
 
+#include <torch/cuda.h>
+
 #ifdef JACOND_HAVE_CUDA
 #include <unistd.h>
 
@@ -71,6 +73,25 @@ void select_devices(const std::string& device, BlockReportOptions& opt) {
   std::string why;
   opt.operator_device = models::cuda_operator_device(&why);
   if (!opt.operator_device) std::cerr << "jacond: --device cuda: matrix-free products on the host: " << why << "\n";
+}
+
+models::TrackDevices select_track_devices(const std::string& device, int index) {
+  models::TrackDevices on;
+  if (device != "cuda" || !torch::cuda::is_available()) return on;
+  std::string why;
+  on.products = models::cuda_operator_device(&why, index);
+  if (!on.products) std::cerr << "jacond train: conditioning tracking's matrix-free products on the host: " << why << "\n";
+#ifdef JACOND_HAVE_CUDA
+  try {
+    on.dense = load_cuda_dense_device(cuda_module_candidates(), "--device cuda");
+  } catch (const std::exception& e) {
+    std::cerr << "jacond train: conditioning tracking's dense routes on the host: " << e.what() << "\n";
+  }
+#else
+  std::cerr << "jacond train: conditioning tracking's dense routes on the host: this jacond was built without the "
+               "CUDA back end\n";
+#endif
+  return on;
 }
 
 namespace {

@@ -460,12 +460,17 @@ std::unique_ptr<TokenMap> TorchOperatorDevice::make_map(const BlockWeights& w, c
   return map;
 }
 
-std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why) {
+std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why, int index) {
   if (!torch::cuda::is_available()) {
     if (why) *why = "this LibTorch " + std::string(TORCH_VERSION) + " has no CUDA device";
     return nullptr;
   }
-  return std::make_shared<TorchOperatorDevice>(torch::Device(torch::kCUDA, 0));
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  if (index < 0 || index >= count) {
+    if (why) *why = "no CUDA device " + std::to_string(index) + " (this machine has " + std::to_string(count) + ")";
+    return nullptr;
+  }
+  return std::make_shared<TorchOperatorDevice>(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index)));
 }
 
 }  // namespace jacond::models

@@ -73,9 +73,10 @@ class TorchOperatorDevice final : public OperatorDevice {
   double assembly_batch_bytes_;
 };
 
-/// The device twin of `--device cuda` for the lanczos route: the CUDA device 0 when this
-/// LibTorch has CUDA and sees a GPU, else null (`why`: the reason, e.g. "this LibTorch 1.13.1 has
-/// no CUDA device"; the caller says what it does instead).
-std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why = nullptr);
+/// The device twin of `--device cuda` for the lanczos route: the CUDA device `index` (a
+/// data-parallel rank's own GPU; 0 otherwise) when this LibTorch has CUDA and sees that GPU, else
+/// null (`why`: the reason, e.g. "this LibTorch 1.13.1 has no CUDA device"; the caller says what it
+/// does instead).
+std::shared_ptr<const OperatorDevice> cuda_operator_device(std::string* why = nullptr, int index = 0);
 
 }  // namespace jacond::models

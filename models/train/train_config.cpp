@@ -51,7 +51,7 @@ bool changeable_on_resume(const std::string& key) {
       "steps",     "epochs",        "threads",     "device",      "dist_timeout",     "dist_backend",
       "data_dir",  "out_dir",       "log_every",   "print_every", "eval_every",       "checkpoint_every",
       "checkpoint_init", "keep",      "track_every",   "probe_size",  "track_method", "track_seconds",   "track_matrices",
-      "track_split"};
+      "track_split", "track_device"};
   return keys.count(key) > 0;
 }
 
@@ -156,6 +156,9 @@ void TrainConfig::finalize() {
   require(resolved_dist_backend() == (device == "cuda" ? "nccl" : "gloo"), "dist_backend",
           dist_backend + " cannot average " + device + " gradients (gloo: --device cpu, nccl: --device cuda)");
   require(track_split == "layers" || track_split == "rank0", "track_split", "must be layers or rank0, got '" + track_split + "'");
+  require(track_device == "same" || track_device == "cpu", "track_device", "must be same or cpu, got '" + track_device + "'");
+  require(!(track_method == "schur" && resolved_track_device() != "cpu"), "track_method",
+          "schur is the host's route; with --device " + device + " add --track-device cpu");
   // The name parsers' messages list the valid names; prefix the flag.
   auto named = [](const char* key, auto&& parse) {
     try {

@@ -87,7 +87,13 @@ struct TrainConfig {
   // layers l ≡ r mod W; rank 0 gathers and writes the rows in the one-process order); "rank0"
   // tracks on rank 0 alone while the others wait. Measured in README "Data-parallel training".
   std::string track_split = "layers";
+  // Where tracking's analysis runs: "same" (the run's --device: on cuda, the GPU's dense routes
+  // and matrix-free products, models/train/trainer.h TrackDevices) | "cpu" (the host, whatever
+  // --device). The probe's forward pass runs where the model is, either way.
+  std::string track_device = "same";
 
+  /// Where tracking's analysis runs: "cpu" or "cuda" (track_device resolved against device).
+  std::string resolved_track_device() const { return track_device == "cpu" ? "cpu" : device; }
   /// dist_backend with auto resolved against device: "gloo" or "nccl".
   std::string resolved_dist_backend() const;
   /// The ConvMixer of a convmixer run (from model and kernel, seeded by `seed`).
@@ -212,6 +218,9 @@ void for_each_train_field(Config& c, Visit&& visit) {
   visit(TrainField{"track_split", "track-split", "tracking",
                    "data parallel: layers (each rank tracks every W-th layer) | rank0 (rank 0 tracks alone)"},
         c.track_split);
+  visit(TrainField{"track_device", "track-device", "tracking",
+                   "where tracking's analysis runs: same (the run's --device) | cpu (the host)"},
+        c.track_device);
 }
 
 /// "--flag" of the table row whose config key is `key`; throws std::logic_error for a key that

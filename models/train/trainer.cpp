@@ -304,7 +304,8 @@ std::string prepare_run_dir(const TrainConfig& cfg, bool resuming) {
 // One training run: configuration, data, model, optimizer, logs and tracking; run() is the loop.
 class TrainingRun {
  public:
-  TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks);
+  TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks,
+              const TrackDevices& track_on);
   TrainResult run();
 
  private:
@@ -354,7 +355,8 @@ class TrainingRun {
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
 };
 
-TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks)
+TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks,
+                         const TrackDevices& track_on)
     : cfg_(cfg),
       log_(log),
       ranks_(ranks),
@@ -386,9 +388,16 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
   probe_ = model_input(normalize_images(test_split_.images.narrow(0, 0, cfg_.probe_size)), cfg_).to(device_);
   track_.block.route = parse_kappa_route(cfg_.track_method);
   track_.block.lanczos.max_seconds = cfg_.track_seconds;
+  track_.block.device = track_on.dense;
+  track_.block.operator_device = track_on.products;
   track_.warm = &warm_;
   track_.matrices = cfg_.tracked_matrices();
   if (split_tracking_) track_.layer_offset = ranks_->rank(), track_.layer_stride = ranks_->size();
+  if (cfg_.track_every > 0 && cfg_.arch == "vit" && (track_on.dense || track_on.products))
+    log_ << "conditioning tracking: dense routes on "
+         << (track_on.dense ? track_on.dense->description() : std::string("the host"))
+         << ", matrix-free products on "
+         << (track_on.products ? track_on.products->description() : std::string("the host")) << "\n";
   if (!main_) return;
   write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
   train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
@@ -628,11 +637,12 @@ TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& o
   return cfg;
 }
 
-TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks) {
+TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks,
+                  const TrackDevices& track_on) {
   TrainConfig finalized = cfg;
   finalized.finalize();  // idempotent: a finalized config is unchanged
   std::ostream silent(nullptr);  // the ranks other than 0 print nothing (errors still reach stderr)
-  TrainingRun run(finalized, resume, ranks && ranks->rank() > 0 ? silent : log, ranks);
+  TrainingRun run(finalized, resume, ranks && ranks->rank() > 0 ? silent : log, ranks, track_on);
   return run.run();
 }
 

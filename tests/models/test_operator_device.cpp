@@ -5,8 +5,12 @@
 // block_reports through either device (products and basis there) against the dense exact κ.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -21,6 +25,8 @@
 #include "analysis/spectral/dense_device_module.h"
 #include "analysis/spectral/schur_lu.h"
 #include "models/device/torch_operator_device.h"
+#include "models/train/trainer.h"
+#include "support/csv.h"
 #include "support/krylov_basis_contract.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
@@ -28,6 +34,7 @@
 namespace {
 
 using namespace jacond;
+namespace fs = std::filesystem;
 using jacond::models::TorchOperatorDevice;
 
 const char* const kMatrices[] = {"K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn"};
@@ -836,6 +843,68 @@ TEST(TorchOperatorDevice, DenseRowsAreAssembledOnTheDeviceWhereItCan_n8_d16_h2) 
   BlockReportOptions certified = on_device;
   certified.certify = CertifyMode::kInertia;
   expect_rows(SkipMode::kFull, certified, {});
+}
+
+// models::train with TrackDevices (what `jacond train --device cuda` passes: select_track_devices)
+// tracks on them: the dense rows through the dense device (assembled by the operator device's map)
+// and the lanczos rows with the operator device's products (method gkl-torch-cpu), each equal to,
+// or bracketing, the κ of the same run tracked on the host; the log names where. Training is the
+// same in every run (the CPU, one thread), so step k's rows are of the same weights. The two
+// assemblies of K differ in rounding, which moves σ_min by O(eps·‖K‖): the dense κ agree to
+// 45·eps·κ (bench dense's tolerance; `timm`'s K_sa here has κ up to 1e10), to 1e-10 at least,
+// which is what K_sab (κ ≈ 1.2, its skip) is held to.
+TEST(TorchOperatorDevice, TrainingTracksOnTheDevicesItIsGiven_d16_h2) {
+  const fs::path dir = fs::temp_directory_path() / ("jacond_track_devices_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  models::TrainConfig cfg;
+  cfg.model.dim = 16, cfg.model.depth = 2, cfg.model.heads = 2, cfg.model.patch = 7;
+  cfg.batch = 16, cfg.data_limit = 64, cfg.test_limit = 32, cfg.steps = 2, cfg.warmup_steps = 1;
+  cfg.optimizer = "adamw", cfg.threads = 1, cfg.track_every = 2, cfg.checkpoint_every = 100, cfg.print_every = 100;
+  cfg.track_matrices = "K_sa,K_sab";
+  cfg.track_seconds = 0.5;  // K_sa's bottom is out of Krylov's reach here: not-converged, soon
+  const auto run = [&](const std::string& name, const std::string& method, const models::TrackDevices& on) {
+    models::TrainConfig c = cfg;
+    c.track_method = method;
+    c.out_dir = (dir / name).string();
+    std::ostringstream log;
+    models::train(c, nullptr, log, nullptr, on);
+    return std::make_pair(test::cli::read_csv(dir / name / "conditioning.csv"), log.str());
+  };
+  const auto products = std::make_shared<TorchOperatorDevice>(torch::kCPU);
+  const auto [host, host_log] = run("host", "dense", {});
+  const auto [dense, dense_log] = run("dense", "dense", {std::make_shared<HostAssemblingDevice>(), products});
+  const auto [lanczos, lanczos_log] = run("lanczos", "lanczos", {nullptr, products});
+  EXPECT_EQ(host_log.find("conditioning tracking:"), std::string::npos) << host_log;
+  EXPECT_NE(dense_log.find("conditioning tracking: dense routes on test: assembles through its operator device, "
+                           "matrix-free products on " + products->description()),
+            std::string::npos) << dense_log;
+  EXPECT_NE(lanczos_log.find("conditioning tracking: dense routes on the host"), std::string::npos) << lanczos_log;
+  // Steps 0 and 2; two layers; K_sa and K_sab: 8 rows.
+  ASSERT_EQ(host.rows.size(), 8u);
+  ASSERT_EQ(dense.rows.size(), host.rows.size());
+  ASSERT_EQ(lanczos.rows.size(), host.rows.size());
+  int bracketed = 0;
+  for (size_t i = 0; i < host.rows.size(); ++i) {
+    const auto& h = host.rows[i];
+    const std::string knobs = "step " + h.at("step") + " layer " + h.at("layer") + " " + h.at("matrix");
+    ASSERT_EQ(h.at("status"), "exact") << knobs;
+    const double kappa = test::cli::to_double(h.at("kappa"));
+    const auto& d = dense.rows[i];
+    ASSERT_EQ(d.at("step") + d.at("layer") + d.at("matrix"), h.at("step") + h.at("layer") + h.at("matrix"));
+    EXPECT_NE(d.at("note").find("assembled by the map"), std::string::npos) << knobs << ": " << d.at("note");
+    EXPECT_EQ(d.at("status"), "exact") << knobs;
+    const double tol = std::max(1e-10, 45 * std::numeric_limits<double>::epsilon() * kappa);
+    EXPECT_NEAR(test::cli::to_double(d.at("kappa")) / kappa, 1.0, tol) << knobs << ", kappa " << kappa;
+    const auto& l = lanczos.rows[i];
+    ASSERT_EQ(l.at("step") + l.at("layer") + l.at("matrix"), h.at("step") + h.at("layer") + h.at("matrix"));
+    EXPECT_EQ(l.at("method"), "gkl-torch-cpu") << knobs;
+    if (l.at("status") != "bracket") continue;
+    ++bracketed;
+    EXPECT_LE(test::cli::to_double(l.at("kappa_lo")), kappa * (1 + 1e-10)) << knobs;
+    EXPECT_GE(test::cli::to_double(l.at("kappa_hi")), kappa * (1 - 1e-10)) << knobs;
+  }
+  EXPECT_GE(bracketed, 4) << "K_sab's four rows at least";
+  fs::remove_all(dir);
 }
 
 bool have_cuda() { return torch::cuda::is_available(); }

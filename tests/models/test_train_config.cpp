@@ -28,7 +28,7 @@ json every_field_changed() {
           {"batch", 64}, {"steps", 99}, {"epochs", 4}, {"threads", 3}, {"seed", 17}, {"device", "cuda"},
           {"out_dir", "runs/x"}, {"log_every", 2}, {"print_every", 5}, {"eval_every", 9}, {"checkpoint_every", 13}, {"checkpoint_init", true},
           {"keep", 4}, {"track_every", 21}, {"probe_size", 2}, {"track_method", "lanczos"}, {"track_seconds", 2.5}, {"dist_timeout", 45.0}, {"dist_backend", "nccl"}, {"track_split", "rank0"},
-          {"track_matrices", "mix_out,block_out"}, {"token_graying", "svd"}, {"tg_eps", 0.6}, {"arch", "convmixer"},
+          {"track_device", "cpu"}, {"track_matrices", "mix_out,block_out"}, {"token_graying", "svd"}, {"tg_eps", 0.6}, {"arch", "convmixer"},
           {"kernel", 3}};  // a ConvMixer run: its own tracking names
 }
 
@@ -117,6 +117,7 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
       {"checkpoint_every", -1, "--checkpoint-every"}, {"keep", -1, "--keep"}, {"track_every", -1, "--track-every"},
       {"probe_size", 0, "--probe-size"}, {"track_seconds", 0.0, "--track-seconds"},
       {"dist_timeout", 0.0, "--dist-timeout"}, {"track_split", "rank1", "--track-split"},
+      {"track_device", "gpu", "--track-device"},
       {"dist_backend", "mpi", "--dist-backend"}, {"dist_backend", "nccl", "--dist-backend"},  // nccl on the CPU
       {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},
       {"arch", "resnet", "--arch"}, {"token_graying", "fft", "--token-graying"}, {"tg_eps", 0.0, "--tg-eps"},
@@ -170,6 +171,19 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
   gloo_on_gpu.dist_backend = "auto";
   EXPECT_EQ(gloo_on_gpu.resolved_dist_backend(), "nccl");
   EXPECT_EQ(TrainConfig{}.resolved_dist_backend(), "gloo");
+  // The Schur route is the host's: tracking on the GPU cannot take it (as `block --kappa schur`).
+  TrainConfig schur_on_gpu;
+  schur_on_gpu.device = "cuda";
+  schur_on_gpu.track_method = "schur";
+  EXPECT_EQ(jacond::test::error_message([&] { schur_on_gpu.finalize(); }),
+            "--track-method schur is the host's route; with --device cuda add --track-device cpu");
+  schur_on_gpu.track_device = "cpu";
+  EXPECT_NO_THROW(schur_on_gpu.finalize());
+  EXPECT_EQ(schur_on_gpu.resolved_track_device(), "cpu");
+  EXPECT_EQ(TrainConfig{}.resolved_track_device(), "cpu");
+  TrainConfig same_on_gpu;
+  same_on_gpu.device = "cuda";
+  EXPECT_EQ(same_on_gpu.resolved_track_device(), "cuda");
   TrainConfig stop;
   stop.stop_at = -1;
   EXPECT_EQ(jacond::test::error_message([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);

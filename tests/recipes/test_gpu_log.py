@@ -31,3 +31,45 @@ def test_failed_tests_and_signal_deaths_are_kept(tmp_path):
     assert "Fatal Python error: Segmentation fault" in log.test_lines
     assert any("Segmentation fault      python3" in line for line in log.test_lines)
     assert not any("Passed" in line for line in log.test_lines)
+
+
+class Lines:
+    """The part of a report tracking_line writes to."""
+
+    def __init__(self):
+        self.lines = []
+
+    def text(self, s):
+        self.lines.append(s)
+
+
+class Run:
+    def __init__(self, work_dir):
+        self.work_dir = str(work_dir)
+
+
+def test_tracking_line_reads_both_timings_of_bench_train(tmp_path):
+    # Numbers of this test's own making: the line is their ratio, host over GPU.
+    folder = tmp_path / "bench-train-tracking"
+    folder.mkdir()
+    (folder / "run.json").write_text(
+        '{"tracking": {"track_every": 100, "where": "dense: GPU X; products: ATen on cuda:0",'
+        ' "chosen": {"matrices": "K_sa,K_sab,K_ffn", "seconds": 0.5, "reports": 20},'
+        ' "chosen_on_host": {"seconds": 2.0, "reports": 20}}}')
+    report = Lines()
+    gpu.tracking_line(Run(tmp_path), report)
+    assert len(report.lines) == 1
+    line = report.lines[0]
+    assert "K_sa,K_sab,K_ffn, 20 reports" in line and "dense: GPU X" in line
+    assert "0.5 s" in line and "2 s" in line and "**4×**" in line
+    host_only = tmp_path / "host-only"
+    (host_only / "bench-train-tracking").mkdir(parents=True)
+    (host_only / "bench-train-tracking" / "run.json").write_text(
+        '{"tracking": {"where": "dense: host; products: host", "chosen": {"matrices": "K_sa", "seconds": 1.5, "reports": 4}}}')
+    alone = Lines()
+    gpu.tracking_line(Run(host_only), alone)
+    assert alone.lines == ["- One tracking call (K_sa, 4 reports) on dense: host; products: host: 1.5 s; not timed on "
+                           "the host as well: this run tracked on the host already."]
+    missing = Lines()
+    gpu.tracking_line(Run(tmp_path / "nowhere"), missing)
+    assert missing.lines == ["- Tracking on the GPU against the host (`bench-train-tracking/`): not measured."]

@@ -13,6 +13,7 @@ gives (not reached, or stopped at its cap). The session then adds its reading of
 the generated sections."""
 
 import glob
+import json
 import os
 import re
 
@@ -243,6 +244,28 @@ def train_section(r, report, log):
         device = df[df["route"] == "pytorch"]["device"].iloc[0]
         report.text(f"- jacond / PyTorch (AdamW, same model and batch, on {device}): **{ratio:.3g}×** "
                     f"({'meets' if ratio >= TARGETS['train_ratio'] else 'misses'} the ≥ {TARGETS['train_ratio']:g}× target).")
+    tracking_line(r, report)
+
+
+def tracking_line(r, report):
+    """One tracking call on the GPU against the host (bench-train-tracking/run.json), where measured."""
+    path = os.path.join(r.work_dir, "bench-train-tracking", "run.json")
+    if not os.path.isfile(path):
+        report.text("- Tracking on the GPU against the host (`bench-train-tracking/`): not measured.")
+        return
+    with open(path) as f:
+        t = json.load(f).get("tracking", {})
+    chosen, host = t.get("chosen", {}), t.get("chosen_on_host", {})
+    if "seconds" not in chosen:
+        report.text("- Tracking on the GPU against the host: run.json times no tracking call (--track-every 0?).")
+        return
+    line = (f"- One tracking call ({chosen.get('matrices')}, {chosen.get('reports')} reports) on "
+            f"{t.get('where')}: {fmt(chosen['seconds'], '.3g')} s")
+    if "seconds" not in host:  # bench train times the host too only where the run tracks on a GPU
+        report.text(line + "; not timed on the host as well: this run tracked on the host already.")
+        return
+    report.text(line + f"; on the host (`--track-device cpu`): {fmt(host['seconds'], '.3g')} s, "
+                f"**{fmt(host['seconds'] / chosen['seconds'], '.3g')}×** the GPU's.")
 
 
 def more_section(r, report, log):
