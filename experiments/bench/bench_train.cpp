@@ -6,6 +6,9 @@
 //                backward, optimizer step) after `warmup` untimed steps, fp32, random images
 //                [batch, 1, 28, 28] (throughput does not depend on pixel values), on --device
 //                (cpu | cuda; both routes on the same one, each step ending with loss.item()).
+//   operations   one more AdamW step's ATen operations by name in both routes (model pass and
+//                optimizer.step(), RecordFunction / torch.profiler), and where they differ: on a
+//                GPU each is a kernel launch or a few, and a small model's step is launch-bound.
 //   SOAP/AdamW   ratio of mean full-step times, and of optimizer.step() times alone; SOAP's
 //                timed window includes its eigenbasis refreshes (every precondition_frequency).
 //   tracking     one track_conditioning call (one probe image, the trainer's default route `auto`
@@ -33,10 +36,14 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
+#include <ATen/record_function.h>
 #include <torch/cuda.h>
 
 #include "analysis/report/report_csv.h"
@@ -105,6 +112,80 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   t.optimizer_s /= static_cast<double>(optimizer_samples);
   t.graying_s /= static_cast<double>(step_samples);
   return t;
+}
+
+// ATen operations ("aten::" names) by name, nested ones included, counted through a global RecordFunction callback
+// (every thread: on a GPU, backward runs on the device's own thread) while one is alive. The
+// Python route counts its step the same way (torch_train_route.py, count_ops: torch.profiler
+// records RecordFunction's scopes), so the two tables compare name by name.
+class AtenOpCounter {
+ public:
+  using Counts = std::map<std::string, int64_t>;
+  AtenOpCounter() {
+    std::lock_guard<std::mutex> lock(mutex());
+    counts().clear();
+    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&enter).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~AtenOpCounter() { at::removeCallback(handle_); }
+  AtenOpCounter(const AtenOpCounter&) = delete;
+  AtenOpCounter& operator=(const AtenOpCounter&) = delete;
+  Counts take() {
+    std::lock_guard<std::mutex> lock(mutex());
+    Counts out;
+    out.swap(counts());
+    return out;
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static Counts& counts() {
+    static Counts c;
+    return c;
+  }
+  static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& f) {
+    const std::string name = f.name();  // only ATen's, as the Python route keeps (autograd's nodes also record here)
+    if (name.rfind("aten::", 0) != 0) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex());
+    ++counts()[name];
+    return nullptr;
+  }
+  at::CallbackHandle handle_;
+};
+
+// The ATen operations of one AdamW training step of `cfg` on `device`, after one untimed step
+// (the optimizer's state exists): "model" (forward, cross-entropy, backward) and "optimizer".
+std::map<std::string, AtenOpCounter::Counts> count_step_ops(const models::TrainConfig& cfg, const torch::Device& device) {
+  models::VisionTransformer model(cfg.model);
+  model->to(device);
+  model->train();
+  auto opt = models::make_optimizer(*model, cfg);
+  auto gen = at::detail::createCPUGenerator(1);
+  const auto x = torch::randn({cfg.batch, 1, 28, 28}, gen).to(device);
+  const auto y = torch::randint(0, 10, {cfg.batch}, gen).to(device);
+  const auto step = [&] {
+    opt->zero_grad();
+    torch::cross_entropy_loss(model->forward(x), y).backward();
+  };
+  step();
+  opt->step();
+  std::map<std::string, AtenOpCounter::Counts> out;
+  AtenOpCounter counter;
+  step();
+  if (device.is_cuda()) torch::cuda::synchronize();
+  out["model"] = counter.take();
+  opt->step();
+  if (device.is_cuda()) torch::cuda::synchronize();
+  out["optimizer"] = counter.take();
+  return out;
+}
+
+int64_t total(const AtenOpCounter::Counts& c) {
+  int64_t n = 0;
+  for (const auto& [name, k] : c) n += k;
+  return n;
 }
 
 // One track_conditioning call as `jacond train` makes it (route, budget, devices), with `matrices`.
@@ -271,6 +352,8 @@ struct BenchTrainResults {
   std::map<std::string, std::pair<double, double>> graying_per_image;  // mode → (1×28×28, 3×224×224) s
   double python_images_per_s = NAN, python_step_s = NAN, python_optimizer_s = NAN;
   std::string torch_version = "not run", python_device = "not run";
+  // One AdamW step's ATen operations: "model" and "optimizer" (count_step_ops; the Python route's count_ops).
+  std::map<std::string, AtenOpCounter::Counts> jacond_ops, python_ops;
 };
 
 // jacond's routes on `device`: AdamW, SOAP, AdamW with each Token Graying mode; then the tracking
@@ -282,6 +365,7 @@ void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, Be
   adamw.finalize();
   soap.finalize();
   r.adamw = time_training(adamw, device, a.warmup, a.steps);
+  r.jacond_ops = count_step_ops(adamw, device);
   std::cout << "jacond AdamW: " << std::fixed << std::setprecision(1) << r.adamw.images_per_s(a.cfg.batch) << " img/s\n";
   r.soap = time_training(soap, device, a.warmup, a.steps);
   std::cout << "jacond SOAP:  " << r.soap.images_per_s(a.cfg.batch) << " img/s\n";
@@ -321,8 +405,39 @@ void time_python_route(const BenchTrainArgs& a, BenchTrainResults& r) {
     r.python_optimizer_s = j["optimizer_step_s"].get<double>();
   r.torch_version = j["torch_version"].get<std::string>();
   r.python_device = j["device"].get<std::string>();
+  if (j.contains("aten_ops") && j["aten_ops"].is_object())
+    for (const char* part : {"model", "optimizer"})
+      r.python_ops[part] = j["aten_ops"].value(part, nlohmann::json::object()).get<AtenOpCounter::Counts>();
   std::cout << "PyTorch AdamW: " << std::fixed << std::setprecision(1) << r.python_images_per_s << " img/s (torch "
             << r.torch_version << ")\n" << std::defaultfloat;
+}
+
+// Both routes' ATen operations in one step, and the names whose counts differ most in the model
+// pass (on a GPU, launches; a gap in step time that these do not explain is host work).
+void print_op_counts(const BenchTrainResults& r) {
+  if (r.python_ops.empty()) return;
+  std::cout << "ATen operations in one AdamW step (nested included): model pass jacond "
+            << total(r.jacond_ops.at("model")) << ", PyTorch " << total(r.python_ops.at("model"))
+            << "; optimizer.step() jacond " << total(r.jacond_ops.at("optimizer")) << ", PyTorch "
+            << total(r.python_ops.at("optimizer")) << "\n";
+  std::vector<std::tuple<int64_t, std::string, int64_t, int64_t>> diff;  // (|difference|, name, jacond, PyTorch)
+  std::set<std::string> names;
+  for (const auto* c : {&r.jacond_ops.at("model"), &r.python_ops.at("model")})
+    for (const auto& [name, k] : *c) names.insert(name);
+  const auto of = [](const AtenOpCounter::Counts& c, const std::string& name) {
+    const auto it = c.find(name);
+    return it == c.end() ? int64_t{0} : it->second;
+  };
+  for (const std::string& name : names) {
+    const int64_t j = of(r.jacond_ops.at("model"), name), p = of(r.python_ops.at("model"), name);
+    if (j != p) diff.emplace_back(std::abs(j - p), name, j, p);
+  }
+  std::sort(diff.rbegin(), diff.rend());
+  std::cout << "  model pass, most different (jacond/PyTorch):";
+  if (diff.empty()) std::cout << " none";
+  for (size_t i = 0; i < std::min<size_t>(diff.size(), 6); ++i)
+    std::cout << (i ? ", " : " ") << std::get<1>(diff[i]) << " " << std::get<2>(diff[i]) << "/" << std::get<3>(diff[i]);
+  std::cout << "\n";
 }
 
 std::string fixed3(double v) {
@@ -348,6 +463,7 @@ void print_ratios(const BenchTrainArgs& a, const BenchTrainResults& r) {
                           fixed3(1e3 * (r.python_step_s - r.python_optimizer_s)) + "\n")
             << "SOAP / AdamW full-step time:          " << r.soap.step_s / ta.step_s << "   (target <= 1.5)\n"
             << "SOAP / AdamW optimizer.step() time:   " << r.soap.optimizer_s / ta.optimizer_s << "\n";
+  print_op_counts(r);
   if (r.track_all.ran) std::cout << "tracking on " << r.track_where << "\n";
   for (const TrackTiming* t : {&r.track_all, &r.track_set})
     if (t->ran)
@@ -415,6 +531,7 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
                                   {"reports", r.track_set.reports}}}};
   if (r.track_set_host.ran)
     meta["tracking"]["chosen_on_host"] = {{"seconds", r.track_set_host.seconds}, {"reports", r.track_set_host.reports}};
+  meta["aten_ops"] = {{"jacond", r.jacond_ops}, {"pytorch", r.python_ops}};
   meta["torch_version"] = r.torch_version;
   meta["device"] = {{"name", cfg.device}, {"pytorch_device", r.python_device}};
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");

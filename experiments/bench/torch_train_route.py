@@ -24,8 +24,9 @@ torch.multiprocessing.spawn starts N processes, each joins a Gloo process group 
 wraps the model in DistributedDataParallel and trains on its batch/N images with --threads
 threads; rank 0 times the steps (each ends with loss.item() after the gradient all-reduce).
 
-Prints ONE JSON line: {"images_per_s", "step_s", "optimizer_step_s", "steps", "batch", "threads", "nproc",
-"torch_version", "device"} (device: the GPU's name, or "cpu").
+Prints ONE JSON line: {"images_per_s", "step_s", "optimizer_step_s", "aten_ops", "steps", "batch", "threads",
+"nproc", "torch_version", "device"} (device: the GPU's name, or "cpu"; aten_ops: count_ops's
+{"model": {name: count}, "optimizer": {...}} of one more step, null with --nproc).
 """
 
 import argparse
@@ -90,6 +91,30 @@ def main():
     print(json.dumps(train(0, a)))
 
 
+def count_ops(model, opt, x, y, dev):
+    """The ATen operations of one more (untimed) step by name, nested ones included, as torch.profiler
+    records them on every thread (on a GPU, backward runs on the device's thread): {"model": the
+    forward + cross-entropy + backward, "optimizer": opt.step()}. `jacond bench train` counts its own
+    step the same way (RecordFunction) and prints where the two differ: on a GPU each is a kernel
+    launch or a few, which is what bounds a small model's step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def names(prof):
+        counts = {}
+        for e in prof.events():
+            if e.name.startswith("aten::"):
+                counts[e.name] = counts.get(e.name, 0) + 1
+        return counts
+
+    opt.zero_grad(set_to_none=True)  # as jacond's step: backward writes fresh gradients (torch 1.x zeroes by default)
+    xd = x.to(dev)
+    with profile(activities=[ProfilerActivity.CPU]) as p_model:
+        F.cross_entropy(model(xd), y).backward()
+    with profile(activities=[ProfilerActivity.CPU]) as p_opt:
+        opt.step()
+    return {"model": names(p_model), "optimizer": names(p_opt)}
+
+
 def train(rank, a, port=None, result=None):
     """Times a.steps steps after a.warmup; with a.nproc > 1 this is one DDP rank."""
     torch.set_num_threads(a.threads)
@@ -133,7 +158,9 @@ def train(rank, a, port=None, result=None):
         if time_optimizer:
             optimizer_s.append(t2 - t1)
     dt = sum(step_s) / len(step_s)
+    ops = count_ops(model, opt, x, y, dev) if a.nproc == 1 else None
     out = {"images_per_s": a.batch / dt, "step_s": dt, "optimizer_step_s": sum(optimizer_s) / len(optimizer_s) if optimizer_s else None,
+           "aten_ops": ops,
            "steps": a.steps, "batch": a.batch,
            "threads": torch.get_num_threads(), "nproc": a.nproc, "torch_version": torch.__version__,
            "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"}

@@ -615,6 +615,22 @@ TEST_F(TrainCli, BenchTrainTimesBothRoutesAndSplitsTheirSteps) {
     EXPECT_GT(optimizer, 0) << route;
     EXPECT_LT(optimizer, step) << route;
   }
+  // Both routes' ATen operations of one step, by name: the C++ model issues what the Python one
+  // does (before at::linear and unbind it had 4 bias adds and 3 select_backward more a block).
+  EXPECT_NE(r.out.find("ATen operations in one AdamW step (nested included): model pass jacond "), std::string::npos)
+      << r.out;
+  const json ops = json::parse(slurp(path("bench") + "/run.json")).at("aten_ops");
+  const json &ours = ops.at("jacond").at("model"), &theirs = ops.at("pytorch").at("model");
+  ASSERT_FALSE(ours.empty());
+  ASSERT_FALSE(theirs.empty());
+  EXPECT_FALSE(ops.at("jacond").at("optimizer").empty());
+  std::set<std::string> names;
+  for (const json* t : {&ours, &theirs})
+    for (auto it = t->begin(); it != t->end(); ++it) names.insert(it.key());
+  for (const std::string& name : names) {
+    const int64_t j = ours.value(name, int64_t{0}), p = theirs.value(name, int64_t{0});
+    EXPECT_LE(std::abs(j - p), std::max<int64_t>(3, p / 20)) << name << ": jacond " << j << ", PyTorch " << p;
+  }
 }
 
 // Training on CUDA where this LibTorch has none (Debian's is CPU-only): exit 1 naming the flag,

@@ -73,3 +73,18 @@ def test_tracking_line_reads_both_timings_of_bench_train(tmp_path):
     missing = Lines()
     gpu.tracking_line(Run(tmp_path / "nowhere"), missing)
     assert missing.lines == ["- Tracking on the GPU against the host (`bench-train-tracking/`): not measured."]
+
+
+def test_op_count_line_sums_both_routes_counts(tmp_path):
+    folder = tmp_path / "bench-train"
+    folder.mkdir()
+    (folder / "run.json").write_text(
+        '{"aten_ops": {"jacond": {"model": {"aten::addmm": 5, "aten::mm": 10}, "optimizer": {"aten::_foreach_mul_": 4}},'
+        ' "pytorch": {"model": {"aten::addmm": 5, "aten::mm": 10, "aten::slice": 1}, "optimizer": {"aten::_foreach_mul_": 3}}}}')
+    report = Lines()
+    gpu.op_count_line(Run(tmp_path), report)
+    assert report.lines == ["- ATen operations in one AdamW step (nested included): model pass jacond 15, PyTorch 16; "
+                            "optimizer.step() jacond 4, PyTorch 3."]
+    old = Lines()
+    gpu.op_count_line(Run(tmp_path / "nowhere"), old)
+    assert old.lines == ["- ATen operations per step: not counted in this run."]

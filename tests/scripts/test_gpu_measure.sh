@@ -202,6 +202,7 @@ train=$render/bench-train/bench_train.csv
 ours=$(numcell "$train" images_per_s route jacond optimizer adamw) || exit 1
 theirs=$(numcell "$train" images_per_s route pytorch) || exit 1
 has "**$(num %.3g "$ours" "$theirs")×**"
+has "- ATen operations in one AdamW step (nested included): model pass jacond "
 # Item 4's tracking call (the stand-in runs it on the CPU, so there is no GPU time to compare).
 has "- One tracking call (K_sa,K_sab,K_ffn, "
 has "; not timed on the host as well: this run tracked on the host already."

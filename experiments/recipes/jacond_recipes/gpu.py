@@ -244,7 +244,24 @@ def train_section(r, report, log):
         device = df[df["route"] == "pytorch"]["device"].iloc[0]
         report.text(f"- jacond / PyTorch (AdamW, same model and batch, on {device}): **{ratio:.3g}×** "
                     f"({'meets' if ratio >= TARGETS['train_ratio'] else 'misses'} the ≥ {TARGETS['train_ratio']:g}× target).")
+    op_count_line(r, report)
     tracking_line(r, report)
+
+
+def op_count_line(r, report):
+    """Both routes' ATen operations in one AdamW step (bench-train/run.json "aten_ops"), where counted."""
+    path = os.path.join(r.work_dir, "bench-train", "run.json")
+    ops = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            ops = json.load(f).get("aten_ops", {})
+    if not ops.get("jacond") or not ops.get("pytorch"):
+        report.text("- ATen operations per step: not counted in this run.")
+        return
+    n = {route: {part: sum(ops[route].get(part, {}).values()) for part in ("model", "optimizer")} for route in ops}
+    report.text(f"- ATen operations in one AdamW step (nested included): model pass jacond {n['jacond']['model']}, "
+                f"PyTorch {n['pytorch']['model']}; optimizer.step() jacond {n['jacond']['optimizer']}, "
+                f"PyTorch {n['pytorch']['optimizer']}.")
 
 
 def tracking_line(r, report):
