@@ -34,7 +34,7 @@ def test_failed_tests_and_signal_deaths_are_kept(tmp_path):
 
 
 class Lines:
-    """The part of a report tracking_line writes to."""
+    """The part of a report tracking_line and op_count_line write to."""
 
     def __init__(self):
         self.lines = []
@@ -48,43 +48,39 @@ class Run:
         self.work_dir = str(work_dir)
 
 
+def lines_of(line_fn, work, folder=None, run_json=None):
+    """The lines line_fn writes for a work folder whose FOLDER/run.json holds RUN_JSON (none: absent)."""
+    if folder is not None:
+        (work / folder).mkdir(parents=True)
+        (work / folder / "run.json").write_text(run_json)
+    report = Lines()
+    line_fn(Run(work), report)
+    return report.lines
+
+
 def test_tracking_line_reads_both_timings_of_bench_train(tmp_path):
     # Numbers of this test's own making: the line is their ratio, host over GPU.
-    folder = tmp_path / "bench-train-tracking"
-    folder.mkdir()
-    (folder / "run.json").write_text(
-        '{"tracking": {"track_every": 100, "where": "dense: GPU X; products: ATen on cuda:0",'
-        ' "chosen": {"matrices": "K_sa,K_sab,K_ffn", "seconds": 0.5, "reports": 20},'
-        ' "chosen_on_host": {"seconds": 2.0, "reports": 20}}}')
-    report = Lines()
-    gpu.tracking_line(Run(tmp_path), report)
-    assert len(report.lines) == 1
-    line = report.lines[0]
-    assert "K_sa,K_sab,K_ffn, 20 reports" in line and "dense: GPU X" in line
-    assert "0.5 s" in line and "2 s" in line and "**4×**" in line
-    host_only = tmp_path / "host-only"
-    (host_only / "bench-train-tracking").mkdir(parents=True)
-    (host_only / "bench-train-tracking" / "run.json").write_text(
-        '{"tracking": {"where": "dense: host; products: host", "chosen": {"matrices": "K_sa", "seconds": 1.5, "reports": 4}}}')
-    alone = Lines()
-    gpu.tracking_line(Run(host_only), alone)
-    assert alone.lines == ["- One tracking call (K_sa, 4 reports) on dense: host; products: host: 1.5 s; not timed on "
-                           "the host as well: this run tracked on the host already."]
-    missing = Lines()
-    gpu.tracking_line(Run(tmp_path / "nowhere"), missing)
-    assert missing.lines == ["- Tracking on the GPU against the host (`bench-train-tracking/`): not measured."]
+    both = lines_of(gpu.tracking_line, tmp_path / "both", "bench-train-tracking",
+                    '{"tracking": {"track_every": 100, "where": "dense: GPU X; products: ATen on cuda:0",'
+                    ' "chosen": {"matrices": "K_sa,K_sab,K_ffn", "seconds": 0.5, "reports": 20},'
+                    ' "chosen_on_host": {"seconds": 2.0, "reports": 20}}}')
+    assert len(both) == 1
+    assert "K_sa,K_sab,K_ffn, 20 reports" in both[0] and "dense: GPU X" in both[0]
+    assert "0.5 s" in both[0] and "2 s" in both[0] and "**4×**" in both[0]
+    alone = lines_of(gpu.tracking_line, tmp_path / "host-only", "bench-train-tracking",
+                     '{"tracking": {"where": "dense: host; products: host",'
+                     ' "chosen": {"matrices": "K_sa", "seconds": 1.5, "reports": 4}}}')
+    assert alone == ["- One tracking call (K_sa, 4 reports) on dense: host; products: host: 1.5 s; not timed on "
+                     "the host as well: this run tracked on the host already."]
+    assert lines_of(gpu.tracking_line, tmp_path / "nowhere") == [
+        "- Tracking on the GPU against the host (`bench-train-tracking/`): not measured."]
 
 
 def test_op_count_line_sums_both_routes_counts(tmp_path):
-    folder = tmp_path / "bench-train"
-    folder.mkdir()
-    (folder / "run.json").write_text(
-        '{"aten_ops": {"jacond": {"model": {"aten::addmm": 5, "aten::mm": 10}, "optimizer": {"aten::_foreach_mul_": 4}},'
-        ' "pytorch": {"model": {"aten::addmm": 5, "aten::mm": 10, "aten::slice": 1}, "optimizer": {"aten::_foreach_mul_": 3}}}}')
-    report = Lines()
-    gpu.op_count_line(Run(tmp_path), report)
-    assert report.lines == ["- ATen operations in one AdamW step (nested included): model pass jacond 15, PyTorch 16; "
-                            "optimizer.step() jacond 4, PyTorch 3."]
-    old = Lines()
-    gpu.op_count_line(Run(tmp_path / "nowhere"), old)
-    assert old.lines == ["- ATen operations per step: not counted in this run."]
+    counted = lines_of(gpu.op_count_line, tmp_path / "counted", "bench-train",
+                       '{"aten_ops": {"jacond": {"model": {"aten::addmm": 5, "aten::mm": 10},'
+                       ' "optimizer": {"aten::_foreach_mul_": 4}}, "pytorch": {"model": {"aten::addmm": 5,'
+                       ' "aten::mm": 10, "aten::slice": 1}, "optimizer": {"aten::_foreach_mul_": 3}}}}')
+    assert counted == ["- ATen operations in one AdamW step (nested included): model pass jacond 15, PyTorch 16; "
+                       "optimizer.step() jacond 4, PyTorch 3."]
+    assert lines_of(gpu.op_count_line, tmp_path / "nowhere") == ["- ATen operations per step: not counted in this run."]
