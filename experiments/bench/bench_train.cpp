@@ -377,7 +377,8 @@ void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, Be
   }
   std::cout << std::defaultfloat;
   // Tracking: one call on one probe image, every matrix and then the chosen set.
-  const models::TrackDevices on = select_track_devices(a.cfg.device, 0);
+  const models::TrackDevices on =
+      a.cfg.track_every > 0 ? select_track_devices(a.cfg.device, 0) : models::TrackDevices{};
   r.track_where = tracking_where(on);
   r.track_all = time_tracking(a.cfg, device, on, "all");
   r.track_set = time_tracking(a.cfg, device, on, a.cfg.track_matrices);

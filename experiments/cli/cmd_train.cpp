@@ -177,9 +177,11 @@ std::unique_ptr<models::dist::RankGroup> join_ranks(const models::dist::LaunchEn
                                                    models::dist::parse_dist_backend(cfg.resolved_dist_backend()));
 }
 
-// Where tracking's analysis runs: on the GPU the run trains on (a rank's own), else the host.
-models::TrackDevices track_devices(const models::TrainConfig& cfg, const models::dist::RankGroup* ranks) {
-  if (cfg.track_every <= 0 || cfg.arch != "vit") return {};  // nothing would use them
+// Where tracking's analysis runs: on the GPU the run trains on (a rank's own), else the host; the
+// host too where no tracked matrix has a device route (the default set: the trainer says so).
+models::TrackDevices track_devices(models::TrainConfig cfg, const models::dist::RankGroup* ranks) {
+  cfg.finalize();  // the post-norm default set, the typed names checked (usage errors were caught before)
+  if (cfg.device_tracked_matrices().empty()) return {};
   return select_track_devices(cfg.resolved_track_device(), ranks && ranks->device().is_cuda() ? ranks->device().index() : 0);
 }
 

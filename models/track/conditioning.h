@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <string>
 #include <vector>
@@ -46,6 +47,21 @@ struct TrackOptions {
   /// Only the layers l with l % layer_stride == layer_offset (data-parallel tracking split by
   /// layer across the ranks: offset = rank, stride = number of ranks).
   int64_t layer_offset = 0, layer_stride = 1;
+};
+
+/// Where tracking's analysis runs: BlockReportOptions' `device` (the dense routes) and
+/// `operator_device` (the lanczos route's products), analysis/report/block_report.h; null: the
+/// host. The caller chooses them: `jacond train --device cuda` passes the GPU's
+/// (experiments/cli/device_option.h: select_track_devices), since the CUDA dense back end is a
+/// module the executable finds beside itself, which models/ does not know. Only some rows use
+/// them (TrainConfig::device_tracked_matrices); those say so in their `method` (gkl-cuda,
+/// dense-lu-lanczos-cuda, ...). A row may also take another route than on the host, with another
+/// status: auto's fit check reads the device's free memory, in which LibTorch's cache of training
+/// tensors counts as used.
+struct TrackDevices {
+  std::shared_ptr<const DenseDevice> dense;
+  std::shared_ptr<const OperatorDevice> products;
+  bool any() const { return dense || products; }
 };
 
 /// Refuses (std::invalid_argument naming it) a matrix name a model of this norm placement does not

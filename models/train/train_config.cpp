@@ -55,6 +55,17 @@ bool changeable_on_resume(const std::string& key) {
   return keys.count(key) > 0;
 }
 
+std::vector<std::string> TrainConfig::device_tracked_matrices() const {
+  if (arch != "vit" || track_every <= 0) return {};
+  std::vector<std::string> names = tracked_matrices();
+  if (names.empty()) names = {"K_sa", "B_sa", "E_sa", "K_sab", "K_mlp", "K_ffn"};  // all
+  const std::set<std::string> dense = {"K_sa", "B_sa", "E_sa", "K_sab"}, tokenwise = {"K_mlp", "K_ffn"};
+  std::vector<std::string> out;
+  for (const std::string& m : names)
+    if (dense.count(m) || (track_method == "lanczos" && tokenwise.count(m))) out.push_back(m);
+  return out;
+}
+
 std::vector<std::string> TrainConfig::tracked_matrices() const {
   if (arch == "convmixer") return jacond::parse_matrix_names(track_matrices, convmixer_matrix_names());
   std::vector<std::string> names = parse_matrix_list(track_matrices);
@@ -157,8 +168,6 @@ void TrainConfig::finalize() {
           dist_backend + " cannot average " + device + " gradients (gloo: --device cpu, nccl: --device cuda)");
   require(track_split == "layers" || track_split == "rank0", "track_split", "must be layers or rank0, got '" + track_split + "'");
   require(track_device == "same" || track_device == "cpu", "track_device", "must be same or cpu, got '" + track_device + "'");
-  require(!(track_method == "schur" && resolved_track_device() != "cpu"), "track_method",
-          "schur is the host's route; with --device " + device + " add --track-device cpu");
   // The name parsers' messages list the valid names; prefix the flag.
   auto named = [](const char* key, auto&& parse) {
     try {
@@ -186,6 +195,8 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
     for_each_train_field(c, [&](const TrainField& f, auto& value) {
       if (f.saved && j.contains(f.key)) value = j.at(f.key).get<std::decay_t<decltype(value)>>();
     });
+    // A run saved before track_device existed tracked on the host: it resumes as it ran.
+    if (!j.contains("track_device")) c.track_device = "cpu";
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("train config: ") + e.what());
   }

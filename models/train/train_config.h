@@ -88,10 +88,17 @@ struct TrainConfig {
   // tracks on rank 0 alone while the others wait. Measured in README "Data-parallel training".
   std::string track_split = "layers";
   // Where tracking's analysis runs: "same" (the run's --device: on cuda, the GPU's dense routes
-  // and matrix-free products, models/train/trainer.h TrackDevices) | "cpu" (the host, whatever
-  // --device). The probe's forward pass runs where the model is, either way.
+  // and matrix-free products for the rows that have them, device_tracked_matrices; models/track/
+  // conditioning.h TrackDevices) | "cpu" (the host, whatever --device). The probe's forward pass
+  // runs where the model is, either way. A config saved without it (before 2026-11-28) reads "cpu".
   std::string track_device = "same";
 
+  /// The tracked matrices a device can take (block_report.h): K_sa, B_sa, E_sa and K_sab (the
+  /// dense routes' full-space rows; under lanczos their products), and K_mlp, K_ffn under
+  /// --track-method lanczos only (otherwise token by token on the host). The rest (softmax,
+  /// attention, token matrices, the skipless rows' LayerNorm complement) stay on the host. Empty
+  /// for a ConvMixer or with tracking off.
+  std::vector<std::string> device_tracked_matrices() const;
   /// Where tracking's analysis runs: "cpu" or "cuda" (track_device resolved against device).
   std::string resolved_track_device() const { return track_device == "cpu" ? "cpu" : device; }
   /// dist_backend with auto resolved against device: "gloo" or "nccl".

@@ -320,6 +320,8 @@ class TrainingRun {
   void log_step(int64_t step, int64_t epoch, const StepResult& r, double lr, double dt);
   void evaluate_now(int64_t step, int64_t epoch);
   void track_now(int64_t step);
+  std::vector<LayerReport> vit_reports(VisionTransformer& model);
+  void log_tracking_devices(const TrackDevices& on) const;
   void save(int64_t step, double loss);
 
   const TrainConfig cfg_;
@@ -393,11 +395,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
   track_.warm = &warm_;
   track_.matrices = cfg_.tracked_matrices();
   if (split_tracking_) track_.layer_offset = ranks_->rank(), track_.layer_stride = ranks_->size();
-  if (cfg_.track_every > 0 && cfg_.arch == "vit" && (track_on.dense || track_on.products))
-    log_ << "conditioning tracking: dense routes on "
-         << (track_on.dense ? track_on.dense->description() : std::string("the host"))
-         << ", matrix-free products on "
-         << (track_on.products ? track_on.products->description() : std::string("the host")) << "\n";
+  log_tracking_devices(track_on);
   if (!main_) return;
   write_text_atomic(run_ + "/config.json", cfg_.to_json().dump(2) + "\n");
   train_log_ = std::make_unique<AppendLog>(run_ + "/train_log.jsonl", "");
@@ -535,13 +533,44 @@ void TrainingRun::evaluate_now(int64_t step, int64_t epoch) {
                              " (diverged; lower --lr)");
 }
 
+void TrainingRun::log_tracking_devices(const TrackDevices& on) const {
+  if (cfg_.track_every <= 0 || cfg_.arch != "vit") return;
+  const std::vector<std::string> there = cfg_.device_tracked_matrices();
+  if (on.any() && !there.empty()) {
+    const auto where = [](const auto& device) { return device ? device->description() : std::string("the host"); };
+    std::string names;
+    for (const std::string& m : there) names += (names.empty() ? "" : ",") + m;
+    log_ << "conditioning tracking of " << names << ": dense routes on " << where(on.dense)
+         << ", matrix-free products on " << where(on.products) << " (the other rows on the host)\n";
+  } else if (cfg_.resolved_track_device() != "cpu" && there.empty()) {
+    log_ << "conditioning tracking on the host: no tracked matrix (" << cfg_.track_matrices
+         << ") has a GPU route (K_sa, B_sa, E_sa, K_sab; K_mlp, K_ffn with --track-method lanczos)\n";
+  }
+}
+
+// A ViT's reports on the tracking devices; should they fail (a device error, a route asked for
+// that the device's memory cannot hold), one line says so and this and every later call run on the
+// host, as with --track-device cpu: training does not stop for its diagnostics' device.
+std::vector<LayerReport> TrainingRun::vit_reports(VisionTransformer& model) {
+  const bool on_device = track_.block.device || track_.block.operator_device;
+  if (!on_device) return track_conditioning(model, probe_, track_);
+  try {
+    return track_conditioning(model, probe_, track_);
+  } catch (const std::exception& e) {
+    log_ << "conditioning tracking on the device failed (" << e.what() << "); tracking on the host from now on\n";
+    track_.block.device = nullptr;
+    track_.block.operator_device = nullptr;
+    return track_conditioning(model, probe_, track_);
+  }
+}
+
 void TrainingRun::track_now(int64_t step) {
   if (!main_ && !split_tracking_) return;  // the other ranks go on and wait in the next step's all-reduce
   const auto t0 = std::chrono::steady_clock::now();
   const auto reports = [&] {
     if (auto vit = std::dynamic_pointer_cast<VisionTransformerImpl>(model_)) {
       VisionTransformer holder(vit);
-      return track_conditioning(holder, probe_, track_);
+      return vit_reports(holder);
     }
     ConvMixer holder(std::dynamic_pointer_cast<ConvMixerImpl>(model_));
     return convmixer_conditioning(holder, probe_, track_.matrices);

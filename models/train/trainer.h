@@ -39,12 +39,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "analysis/operators/operator_device.h"
-#include "analysis/spectral/dense_device.h"
 #include "models/dist/process_group.h"
 #include "models/io/checkpoint.h"
 #include "models/train/train_config.h"
 #include "models/classifier/convmixer.h"
+#include "models/track/conditioning.h"
 #include "models/vit/vit.h"
 
 namespace jacond::models {
@@ -93,23 +92,13 @@ struct TrainResult {
 /// saved). Finalized; a bad value throws std::invalid_argument naming its flag.
 TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& overrides, int64_t stop_at);
 
-/// Where conditioning tracking's analysis runs: BlockReportOptions' `device` (the dense routes) and
-/// `operator_device` (the lanczos route's products), analysis/report/block_report.h; null: the
-/// host. The caller chooses them: `jacond train --device cuda` passes the GPU's
-/// (experiments/cli/device_option.h: select_track_devices), since the CUDA dense back end is a
-/// module the executable finds beside itself, which models/ does not know. Whatever the devices,
-/// the probe's forward pass runs where the model trains and the reports differ only by round-off
-/// and their `method` (gkl-cuda, dense-lu-lanczos-cuda, ...).
-struct TrackDevices {
-  std::shared_ptr<const DenseDevice> dense;
-  std::shared_ptr<const OperatorDevice> products;
-};
-
 /// Trains with `cfg` (finalized here; for a resumed run, resumed_config of the checkpoint) from
 /// scratch (resume null) or from the checkpoint `resume` (read_checkpoint of
 /// resolve_resume_checkpoint). Progress lines go to `log` (rank 0's; the other ranks are silent).
 /// `ranks`: the data-parallel group this process is a rank of (null: one process). `track_on`:
-/// where tracking's analysis runs (default: the host).
+/// where tracking's analysis runs (models/track/conditioning.h; default: the host). Should tracking
+/// on them fail (a device error, or too little device memory for a route asked for), the run logs
+/// one line and tracks on the host from then on.
 TrainResult train(const TrainConfig& cfg, const Checkpoint* resume, std::ostream& log, dist::RankGroup* ranks = nullptr,
                   const TrackDevices& track_on = {});
 

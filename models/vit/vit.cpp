@@ -151,12 +151,13 @@ ViTConfig ViTConfig::fields_from_json(const nlohmann::json& j) {
 // Modules
 
 namespace {
-// x Wᵀ + b by at::linear, which folds the bias into one addmm for a token tensor [B, n, d_in], as
-// Python's F.linear does. LibTorch's C++ Linear::forward (torch::nn::functional::linear) takes
-// that path for 2-D inputs only: on [B, n, d_in] it runs a matmul and then `+= bias`, one more
-// kernel for each of a block's four layers (on a GPU, where a small ViT's step is bound by
-// launches, one launch more each; counted in ViT.ALayerOnTokensIsOneAddmmAsInPython).
-torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+// x Wᵀ + b of a Linear layer by at::linear, which folds the bias into one addmm for a contiguous
+// token tensor [B, n, d_in] as for a matrix, as Python's F.linear does. LibTorch's C++
+// Linear::forward (torch::nn::functional::linear) takes that path for 2-D inputs only: on
+// [B, n, d_in] it runs a matmul and then `+= bias`, an operation more for each of a block's four
+// layers (on a GPU, where CUDA's addmm fuses the bias into the GEMM, a launch more each; counted
+// in ViT.ALayerOnTokensIsOneAddmmAsInPython).
+torch::Tensor apply_linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return torch::linear(x, layer->weight, layer->bias);
 }
 }  // namespace
@@ -174,13 +175,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, torch::Tensor* maps
   // kernels a block on a GPU where stack is one, over three times the bytes. Python's
   // `q, k, v = t` unbinds too (torch_train_route.py's model); the values are the same bits.
   const std::vector<torch::Tensor> qkv_out =
-      linear(qkv, x).reshape({B, n, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+      apply_linear(qkv, x).reshape({B, n, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   const torch::Tensor &q = qkv_out[0], &k = qkv_out[1], &v = qkv_out[2];
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
   auto A = torch::softmax(scores, -1);  // Eq. 3: A_h = softmax(s Q_h K_hᵀ)
   if (maps) *maps = A.detach();
   auto out = torch::matmul(A, v).transpose(1, 2).reshape({B, n, d});  // Concat_h(A_h V_h)
-  return linear(proj, out);
+  return apply_linear(proj, out);
 }
 
 MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
@@ -188,7 +189,7 @@ MlpImpl::MlpImpl(int64_t dim, int64_t hidden) {
   fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return linear(fc2, torch::gelu(linear(fc1, x))); }  // exact GELU
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return apply_linear(fc2, torch::gelu(apply_linear(fc1, x))); }  // exact GELU
 
 BlockImpl::BlockImpl(const ViTConfig& cfg, double drop_path_rate)
     : skip_(cfg.skip), norm_(cfg.norm), drop_path_(drop_path_rate) {
@@ -271,7 +272,7 @@ torch::Tensor VisionTransformerImpl::embed(const torch::Tensor& images) {
 torch::Tensor VisionTransformerImpl::forward(const torch::Tensor& images) {
   auto x = embed(images);
   for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x);
-  return head(norm(x).select(1, 0));
+  return apply_linear(head, norm(x).select(1, 0));
 }
 
 torch::Tensor VisionTransformerImpl::forward_with_block_inputs(const torch::Tensor& images,
@@ -282,7 +283,7 @@ torch::Tensor VisionTransformerImpl::forward_with_block_inputs(const torch::Tens
     block_inputs.push_back(x.detach());
     x = m->as<BlockImpl>()->forward(x);
   }
-  return head(norm(x).select(1, 0));
+  return apply_linear(head, norm(x).select(1, 0));
 }
 
 void VisionTransformerImpl::reset_parameters() {

@@ -845,40 +845,61 @@ TEST(TorchOperatorDevice, DenseRowsAreAssembledOnTheDeviceWhereItCan_n8_d16_h2) 
   expect_rows(SkipMode::kFull, certified, {});
 }
 
+// A training run tracked in a temporary folder, removed when it goes out of scope (passed or not).
+class TrackedRuns {
+ public:
+  explicit TrackedRuns(const std::string& tag)
+      : dir_(fs::temp_directory_path() / ("jacond_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(dir_);
+    cfg_.model.dim = 16, cfg_.model.depth = 2, cfg_.model.heads = 2, cfg_.model.patch = 7;
+    cfg_.batch = 16, cfg_.data_limit = 64, cfg_.test_limit = 32, cfg_.steps = 2, cfg_.warmup_steps = 1;
+    cfg_.optimizer = "adamw", cfg_.threads = 1, cfg_.track_every = 2, cfg_.checkpoint_every = 100;
+    cfg_.print_every = 100, cfg_.track_matrices = "K_sa,K_sab";
+    cfg_.track_seconds = 0.5;  // K_sa's bottom is out of Krylov's reach here: not-converged, soon
+  }
+  ~TrackedRuns() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  TrackedRuns(const TrackedRuns&) = delete;
+  TrackedRuns& operator=(const TrackedRuns&) = delete;
+  // models::train of the tiny run with `method` and `on`: its conditioning.csv and its log.
+  std::pair<test::Csv, std::string> run(const std::string& name, const std::string& method, const models::TrackDevices& on) {
+    models::TrainConfig c = cfg_;
+    c.track_method = method;
+    c.out_dir = (dir_ / name).string();
+    std::ostringstream log;
+    models::train(c, nullptr, log, nullptr, on);
+    return {test::read_csv(dir_ / name / "conditioning.csv"), log.str()};
+  }
+
+ private:
+  fs::path dir_;
+  models::TrainConfig cfg_;
+};
+
+// The dense κ of two assemblies of K, which differ in rounding (O(eps·‖K‖) in σ_min): 45·eps·κ
+// (bench dense's tolerance; `timm`'s K_sa here has κ up to 1e10), 1e-10 at least, which is what
+// K_sab (κ ≈ 1.2, its skip) is held to.
+double kappa_tolerance(double kappa) { return std::max(1e-10, 45 * std::numeric_limits<double>::epsilon() * kappa); }
+
 // models::train with TrackDevices (what `jacond train --device cuda` passes: select_track_devices)
 // tracks on them: the dense rows through the dense device (assembled by the operator device's map)
 // and the lanczos rows with the operator device's products (method gkl-torch-cpu), each equal to,
 // or bracketing, the κ of the same run tracked on the host; the log names where. Training is the
-// same in every run (the CPU, one thread), so step k's rows are of the same weights. The two
-// assemblies of K differ in rounding, which moves σ_min by O(eps·‖K‖): the dense κ agree to
-// 45·eps·κ (bench dense's tolerance; `timm`'s K_sa here has κ up to 1e10), to 1e-10 at least,
-// which is what K_sab (κ ≈ 1.2, its skip) is held to.
+// same in every run (the CPU, one thread), so step k's rows are of the same weights.
 TEST(TorchOperatorDevice, TrainingTracksOnTheDevicesItIsGiven_d16_h2) {
-  const fs::path dir = fs::temp_directory_path() / ("jacond_track_devices_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  models::TrainConfig cfg;
-  cfg.model.dim = 16, cfg.model.depth = 2, cfg.model.heads = 2, cfg.model.patch = 7;
-  cfg.batch = 16, cfg.data_limit = 64, cfg.test_limit = 32, cfg.steps = 2, cfg.warmup_steps = 1;
-  cfg.optimizer = "adamw", cfg.threads = 1, cfg.track_every = 2, cfg.checkpoint_every = 100, cfg.print_every = 100;
-  cfg.track_matrices = "K_sa,K_sab";
-  cfg.track_seconds = 0.5;  // K_sa's bottom is out of Krylov's reach here: not-converged, soon
-  const auto run = [&](const std::string& name, const std::string& method, const models::TrackDevices& on) {
-    models::TrainConfig c = cfg;
-    c.track_method = method;
-    c.out_dir = (dir / name).string();
-    std::ostringstream log;
-    models::train(c, nullptr, log, nullptr, on);
-    return std::make_pair(test::cli::read_csv(dir / name / "conditioning.csv"), log.str());
-  };
+  TrackedRuns runs("track_devices");
   const auto products = std::make_shared<TorchOperatorDevice>(torch::kCPU);
-  const auto [host, host_log] = run("host", "dense", {});
-  const auto [dense, dense_log] = run("dense", "dense", {std::make_shared<HostAssemblingDevice>(), products});
-  const auto [lanczos, lanczos_log] = run("lanczos", "lanczos", {nullptr, products});
-  EXPECT_EQ(host_log.find("conditioning tracking:"), std::string::npos) << host_log;
-  EXPECT_NE(dense_log.find("conditioning tracking: dense routes on test: assembles through its operator device, "
-                           "matrix-free products on " + products->description()),
+  const auto [host, host_log] = runs.run("host", "dense", {});
+  const auto [dense, dense_log] = runs.run("dense", "dense", {std::make_shared<HostAssemblingDevice>(), products});
+  const auto [lanczos, lanczos_log] = runs.run("lanczos", "lanczos", {nullptr, products});
+  EXPECT_EQ(host_log.find("conditioning tracking"), std::string::npos) << host_log;
+  EXPECT_NE(dense_log.find("conditioning tracking of K_sa,K_sab: dense routes on test: assembles through its operator "
+                           "device, matrix-free products on " + products->description() + " (the other rows on the host)"),
             std::string::npos) << dense_log;
-  EXPECT_NE(lanczos_log.find("conditioning tracking: dense routes on the host"), std::string::npos) << lanczos_log;
+  EXPECT_NE(lanczos_log.find("conditioning tracking of K_sa,K_sab: dense routes on the host, matrix-free products on "),
+            std::string::npos) << lanczos_log;
   // Steps 0 and 2; two layers; K_sa and K_sab: 8 rows.
   ASSERT_EQ(host.rows.size(), 8u);
   ASSERT_EQ(dense.rows.size(), host.rows.size());
@@ -888,23 +909,59 @@ TEST(TorchOperatorDevice, TrainingTracksOnTheDevicesItIsGiven_d16_h2) {
     const auto& h = host.rows[i];
     const std::string knobs = "step " + h.at("step") + " layer " + h.at("layer") + " " + h.at("matrix");
     ASSERT_EQ(h.at("status"), "exact") << knobs;
-    const double kappa = test::cli::to_double(h.at("kappa"));
+    const double kappa = test::to_double(h.at("kappa")), tol = kappa_tolerance(kappa);
     const auto& d = dense.rows[i];
     ASSERT_EQ(d.at("step") + d.at("layer") + d.at("matrix"), h.at("step") + h.at("layer") + h.at("matrix"));
     EXPECT_NE(d.at("note").find("assembled by the map"), std::string::npos) << knobs << ": " << d.at("note");
     EXPECT_EQ(d.at("status"), "exact") << knobs;
-    const double tol = std::max(1e-10, 45 * std::numeric_limits<double>::epsilon() * kappa);
-    EXPECT_NEAR(test::cli::to_double(d.at("kappa")) / kappa, 1.0, tol) << knobs << ", kappa " << kappa;
+    EXPECT_NEAR(test::to_double(d.at("kappa")) / kappa, 1.0, tol) << knobs << ", kappa " << kappa;
     const auto& l = lanczos.rows[i];
     ASSERT_EQ(l.at("step") + l.at("layer") + l.at("matrix"), h.at("step") + h.at("layer") + h.at("matrix"));
     EXPECT_EQ(l.at("method"), "gkl-torch-cpu") << knobs;
+    EXPECT_LE(test::to_double(l.at("kappa_lo")), kappa * (1 + tol)) << knobs;  // a lower bound, converged or not
     if (l.at("status") != "bracket") continue;
     ++bracketed;
-    EXPECT_LE(test::cli::to_double(l.at("kappa_lo")), kappa * (1 + 1e-10)) << knobs;
-    EXPECT_GE(test::cli::to_double(l.at("kappa_hi")), kappa * (1 - 1e-10)) << knobs;
+    EXPECT_GE(test::to_double(l.at("kappa_hi")), kappa * (1 - tol)) << knobs;
   }
   EXPECT_GE(bracketed, 4) << "K_sab's four rows at least";
-  fs::remove_all(dir);
+}
+
+// A dense device whose every call fails as a GPU out of memory would (DeviceError).
+class FailingDevice final : public DenseDevice {
+ public:
+  std::string name() const override { return "cuda"; }
+  std::string description() const override { return "test: fails"; }
+  ConditionReport condition_fast(Mat, const std::string&) const override { throw fail(); }
+  std::optional<ConditionReport> condition_fast_assembled(const TokenMap&, const std::string&,
+                                                          const std::function<void()>&) const override {
+    throw fail();
+  }
+  Vec singular_values(Mat) const override { throw fail(); }
+  ConditionReport condition_mixed(MatF, const LinearMap&, const std::string&) const override { throw fail(); }
+  bool fits(DenseRoute, Index, Index, const DenseBudget&) const override { return true; }
+
+ private:
+  static DeviceError fail() { return DeviceError("test device: out of memory"); }
+};
+
+// Tracking on a device that fails does not stop training: the log says so once and every row,
+// of that call and the next, is the host's.
+TEST(TorchOperatorDevice, TrainingTracksOnTheHostWhenItsDeviceFails_d16_h2) {
+  TrackedRuns runs("track_fails");
+  const auto [host, host_log] = runs.run("host", "dense", {});
+  const auto [failed, failed_log] =
+      runs.run("failed", "dense", {std::make_shared<FailingDevice>(), std::make_shared<TorchOperatorDevice>(torch::kCPU)});
+  const std::string said = "conditioning tracking on the device failed (test device: out of memory); tracking on the "
+                           "host from now on";
+  const size_t at = failed_log.find(said);
+  ASSERT_NE(at, std::string::npos) << failed_log;
+  EXPECT_EQ(failed_log.find(said, at + 1), std::string::npos) << "said once: " << failed_log;
+  ASSERT_EQ(failed.rows.size(), host.rows.size());
+  ASSERT_EQ(failed.rows.size(), 8u);
+  for (size_t i = 0; i < host.rows.size(); ++i) {
+    EXPECT_EQ(failed.rows[i].at("method"), host.rows[i].at("method"));
+    EXPECT_EQ(failed.rows[i].at("kappa"), host.rows[i].at("kappa")) << "the host's own route: the same bits";
+  }
 }
 
 bool have_cuda() { return torch::cuda::is_available(); }

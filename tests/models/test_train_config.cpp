@@ -171,19 +171,25 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
   gloo_on_gpu.dist_backend = "auto";
   EXPECT_EQ(gloo_on_gpu.resolved_dist_backend(), "nccl");
   EXPECT_EQ(TrainConfig{}.resolved_dist_backend(), "gloo");
-  // The Schur route is the host's: tracking on the GPU cannot take it (as `block --kappa schur`).
-  TrainConfig schur_on_gpu;
-  schur_on_gpu.device = "cuda";
-  schur_on_gpu.track_method = "schur";
-  EXPECT_EQ(jacond::test::error_message([&] { schur_on_gpu.finalize(); }),
-            "--track-method schur is the host's route; with --device cuda add --track-device cpu");
-  schur_on_gpu.track_device = "cpu";
-  EXPECT_NO_THROW(schur_on_gpu.finalize());
-  EXPECT_EQ(schur_on_gpu.resolved_track_device(), "cpu");
-  EXPECT_EQ(TrainConfig{}.resolved_track_device(), "cpu");
+  // Where tracking runs: the run's device unless --track-device cpu; a config saved before the
+  // field existed (no "track_device") tracked on the host and resumes so.
   TrainConfig same_on_gpu;
   same_on_gpu.device = "cuda";
   EXPECT_EQ(same_on_gpu.resolved_track_device(), "cuda");
+  same_on_gpu.track_device = "cpu";
+  EXPECT_EQ(same_on_gpu.resolved_track_device(), "cpu");
+  EXPECT_EQ(TrainConfig{}.resolved_track_device(), "cpu");
+  EXPECT_EQ(TrainConfig::from_json(json{{"device", "cuda"}}).resolved_track_device(), "cpu");
+  EXPECT_EQ(TrainConfig::from_json(json{{"device", "cuda"}, {"track_device", "same"}}).resolved_track_device(), "cuda");
+  // The rows a device can take: K_sa, B_sa, E_sa, K_sab; K_mlp and K_ffn under lanczos only.
+  TrainConfig rows;
+  EXPECT_TRUE(rows.device_tracked_matrices().empty()) << "the default set (K_ffn, softmax, attention) stays on the host";
+  rows.track_matrices = "K_sa,K_ffn,softmax";
+  EXPECT_EQ(rows.device_tracked_matrices(), std::vector<std::string>{"K_sa"});
+  rows.track_method = "lanczos";
+  EXPECT_EQ(rows.device_tracked_matrices(), (std::vector<std::string>{"K_sa", "K_ffn"}));
+  rows.track_every = 0;
+  EXPECT_TRUE(rows.device_tracked_matrices().empty());
   TrainConfig stop;
   stop.stop_at = -1;
   EXPECT_EQ(jacond::test::error_message([&] { stop.finalize(); }).rfind("--stop-at ", 0), 0u);

@@ -30,6 +30,10 @@
 namespace jacond::test::cli {
 
 namespace fs = std::filesystem;
+using test::Csv;
+using test::read_csv;
+using test::split_csv;
+using test::to_double;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers: running the binary, reading CSV.

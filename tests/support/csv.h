@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace jacond::test::cli {
+namespace jacond::test {
 
 namespace fs = std::filesystem;
 
@@ -89,4 +89,4 @@ inline double to_double(const std::string& s) {
   return std::stod(s);
 }
 
-}  // namespace jacond::test::cli
+}  // namespace jacond::test
