@@ -33,13 +33,12 @@ std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device
 /// with one line on stderr saying so; on "cpu" the host's kernels.
 void select_devices(const std::string& device, BlockReportOptions& opt);
 
-/// Where `jacond train --device cuda` tracks conditioning (models::TrackDevices, models/track/
-/// conditioning.h): the GPU's dense
-/// routes (the CUDA module, as select_dense_device) and matrix-free products on cuda:`index` (the
-/// rank's own GPU). The host for "cpu", and where this LibTorch sees no GPU (train then refuses
-/// --device cuda itself, with its own message). A piece that cannot be had (no CUDA back end in
-/// this jacond, a module that does not load) stays on the host with one line on stderr: training
-/// does not depend on it.
+/// Where `jacond train --device cuda` tracks conditioning (models::TrackDevices,
+/// models/track/conditioning.h): the GPU's dense routes (the CUDA module, as select_dense_device)
+/// and matrix-free products on cuda:`index` (the rank's own GPU). The host for "cpu", and where
+/// this LibTorch sees no GPU (train then refuses --device cuda itself, with its own message). A
+/// piece that cannot be had (no CUDA back end in this jacond, a module that does not load) stays
+/// on the host with one line on stderr: training does not depend on it.
 models::TrackDevices select_track_devices(const std::string& device, int index);
 
 /// run.json fields of a device: {"name": ..., "description": ...}.
