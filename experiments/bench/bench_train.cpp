@@ -36,14 +36,12 @@
 #include <iostream>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
 #include <vector>
 
-#include <ATen/record_function.h>
 #include <torch/cuda.h>
 
 #include "analysis/report/report_csv.h"
@@ -51,6 +49,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
+#include "experiments/bench/aten_op_counter.h"
 #include "experiments/bench/bench_train_dp.h"
 #include "experiments/bench/python_route.h"
 #include "models/data/token_graying.h"
@@ -77,15 +76,29 @@ struct StepTiming {
 // synchronize, which would also stall the step. So there the optimizer's time comes from the odd
 // timed steps, synchronised around step(), and the step time from the even ones, run as `jacond
 // train` runs them. On the CPU every timed step gives both.
-StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& device, int64_t warmup, int64_t steps) {
-  const models::TokenGraying graying = models::parse_token_graying(cfg.token_graying);
+// The benchmark's model of `cfg` on `device` in training mode, its optimizer, and one random batch:
+// images [batch, 1, 28, 28] on the host (a step moves them, as a data loader hands them over) and
+// their labels on `device`.
+struct BenchSetup {
+  models::VisionTransformer model;
+  std::unique_ptr<models::TrainOptimizer> opt;
+  torch::Tensor images, y;
+};
+
+BenchSetup bench_setup(const models::TrainConfig& cfg, const torch::Device& device) {
   models::VisionTransformer model(cfg.model);
   model->to(device);
   model->train();
   auto opt = models::make_optimizer(*model, cfg);
   auto gen = at::detail::createCPUGenerator(1);
-  const auto images = torch::randn({cfg.batch, 1, 28, 28}, gen);
-  const auto y = torch::randint(0, 10, {cfg.batch}, gen).to(device);
+  torch::Tensor images = torch::randn({cfg.batch, 1, 28, 28}, gen);
+  torch::Tensor y = torch::randint(0, 10, {cfg.batch}, gen).to(device);
+  return {model, std::move(opt), images, y};
+}
+
+StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& device, int64_t warmup, int64_t steps) {
+  const models::TokenGraying graying = models::parse_token_graying(cfg.token_graying);
+  auto [model, opt, images, y] = bench_setup(cfg, device);
   const bool on_gpu = device.is_cuda();
   StepTiming t;
   int64_t step_samples = 0, optimizer_samples = 0;
@@ -114,57 +127,11 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   return t;
 }
 
-// ATen operations ("aten::" names) by name, nested ones included, counted through a global RecordFunction callback
-// (every thread: on a GPU, backward runs on the device's own thread) while one is alive. The
-// Python route counts its step the same way (torch_train_route.py, count_ops: torch.profiler
-// records RecordFunction's scopes), so the two tables compare name by name.
-class AtenOpCounter {
- public:
-  using Counts = std::map<std::string, int64_t>;
-  AtenOpCounter() {
-    std::lock_guard<std::mutex> lock(mutex());
-    counts().clear();
-    handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&enter).scopes({at::RecordScope::FUNCTION}));
-  }
-  ~AtenOpCounter() { at::removeCallback(handle_); }
-  AtenOpCounter(const AtenOpCounter&) = delete;
-  AtenOpCounter& operator=(const AtenOpCounter&) = delete;
-  Counts take() {
-    std::lock_guard<std::mutex> lock(mutex());
-    Counts out;
-    out.swap(counts());
-    return out;
-  }
-
- private:
-  static std::mutex& mutex() {
-    static std::mutex m;
-    return m;
-  }
-  static Counts& counts() {
-    static Counts c;
-    return c;
-  }
-  static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& f) {
-    const std::string name = f.name();  // only ATen's, as the Python route keeps (autograd's nodes also record here)
-    if (name.rfind("aten::", 0) != 0) return nullptr;
-    std::lock_guard<std::mutex> lock(mutex());
-    ++counts()[name];
-    return nullptr;
-  }
-  at::CallbackHandle handle_;
-};
-
 // The ATen operations of one AdamW training step of `cfg` on `device`, after one untimed step
 // (the optimizer's state exists): "model" (forward, cross-entropy, backward) and "optimizer".
 std::map<std::string, AtenOpCounter::Counts> count_step_ops(const models::TrainConfig& cfg, const torch::Device& device) {
-  models::VisionTransformer model(cfg.model);
-  model->to(device);
-  model->train();
-  auto opt = models::make_optimizer(*model, cfg);
-  auto gen = at::detail::createCPUGenerator(1);
-  const auto x = torch::randn({cfg.batch, 1, 28, 28}, gen).to(device);
-  const auto y = torch::randint(0, 10, {cfg.batch}, gen).to(device);
+  auto [model, opt, images, y] = bench_setup(cfg, device);
+  const torch::Tensor x = images.to(device);
   const auto step = [&] {
     opt->zero_grad();
     torch::cross_entropy_loss(model->forward(x), y).backward();
@@ -180,12 +147,6 @@ std::map<std::string, AtenOpCounter::Counts> count_step_ops(const models::TrainC
   if (device.is_cuda()) torch::cuda::synchronize();
   out["optimizer"] = counter.take();
   return out;
-}
-
-int64_t total(const AtenOpCounter::Counts& c) {
-  int64_t n = 0;
-  for (const auto& [name, k] : c) n += k;
-  return n;
 }
 
 // One track_conditioning call as `jacond train` makes it (route, budget, devices), with `matrices`.
@@ -382,7 +343,7 @@ void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, Be
   r.track_where = tracking_where(on);
   r.track_all = time_tracking(a.cfg, device, on, "all");
   r.track_set = time_tracking(a.cfg, device, on, a.cfg.track_matrices);
-  if (on.dense || on.products) r.track_set_host = time_tracking(a.cfg, device, {}, a.cfg.track_matrices);
+  if (on.any()) r.track_set_host = time_tracking(a.cfg, device, {}, a.cfg.track_matrices);
   // The paper's sizes: ImageNet images, 3 × 224 × 224 (ViT-B/16: 196 × 768 patches), where the SVD's cost shows.
   for (const std::string& m : a.tg_list)
     r.graying_per_image[m] = {graying_seconds_per_image(m, a.cfg.batch, 1, 28, 28, a.cfg.model.patch, a.cfg.tg_eps, 9),

@@ -15,6 +15,7 @@
 #include "analysis/jacobians/block.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
+#include "experiments/bench/aten_op_counter.h"
 #include "models/track/bridge.h"
 #include "models/track/conditioning.h"
 #include "models/io/safetensors.h"
@@ -54,25 +55,14 @@ TEST(ViT, ForwardShapesAndBlockInputs) {
   EXPECT_NE(jacond::test::error_message([&] { model->forward(torch::randn({1, 3, 28, 28})); }).find("ViT expects images"), std::string::npos);
 }
 
-// The ATen operations of one forward (+ backward) pass by name, counted through RecordFunction on
-// this thread (on the CPU, backward runs on the caller's thread), nested ones included.
-std::map<std::string, int> ops_of_a_training_pass(VisionTransformer& model, const torch::Tensor& images,
+// The ATen operations of one forward (+ backward) pass by name, nested ones included
+// (experiments/bench/aten_op_counter.h, the counter `bench train` compares the routes with).
+cli::AtenOpCounter::Counts ops_of_a_training_pass(VisionTransformer& model, const torch::Tensor& images,
                                                   bool backward = true) {
-  static thread_local std::map<std::string, int>* counts = nullptr;
-  std::map<std::string, int> out;
-  counts = &out;
-  const at::CallbackHandle handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(
-          [](const at::RecordFunction& f) -> std::unique_ptr<at::ObserverContext> {
-            ++(*counts)[f.name()];
-            return nullptr;
-          })
-          .scopes({at::RecordScope::FUNCTION}));
+  cli::AtenOpCounter counter;
   const torch::Tensor loss = torch::cross_entropy_loss(model->forward(images), torch::zeros({images.size(0)}, torch::kLong));
   if (backward) loss.backward();
-  at::removeCallback(handle);
-  counts = nullptr;
-  return out;
+  return counter.take();
 }
 
 // The attention splits qkv's output by one unbind, as the Python model does (`q, k, v = t`), so
@@ -82,7 +72,7 @@ std::map<std::string, int> ops_of_a_training_pass(VisionTransformer& model, cons
 TEST(ViT, BackwardJoinsTheQkvGradientsByOneStackPerBlock) {
   VisionTransformer model(small_config());
   model->train();
-  const std::map<std::string, int> ops = ops_of_a_training_pass(model, torch::randn({2, 1, 28, 28}));
+  const cli::AtenOpCounter::Counts ops = ops_of_a_training_pass(model, torch::randn({2, 1, 28, 28}));
   const auto count = [&](const std::string& name) { return ops.count(name) ? ops.at(name) : 0; };
   EXPECT_EQ(count("aten::select_backward"), 1) << "the head's read-out of the cls token only (was 1 + 3 a block)";
   EXPECT_EQ(count("aten::unbind"), 2) << "one a block, depth 2";
@@ -95,7 +85,7 @@ TEST(ViT, BackwardJoinsTheQkvGradientsByOneStackPerBlock) {
 TEST(ViT, ALayerOnTokensIsOneAddmmAsInPython) {
   VisionTransformer model(small_config());
   model->train();
-  const std::map<std::string, int> ops = ops_of_a_training_pass(model, torch::randn({2, 1, 28, 28}), false);
+  const cli::AtenOpCounter::Counts ops = ops_of_a_training_pass(model, torch::randn({2, 1, 28, 28}), false);
   const auto count = [&](const std::string& name) { return ops.count(name) ? ops.at(name) : 0; };
   EXPECT_EQ(count("aten::addmm"), 4 * 2 + 1);
   EXPECT_EQ(count("aten::add_"), 0) << "no bias added after a matmul";
