@@ -6,7 +6,8 @@
 #      AdamW: AdamWCuda.*, issue 14's NCCL group on one rank: NcclRankGroup.*; the Python module's
 #      device="cuda" test where the module was built);
 #   2. bench dense at nd 6400: the GPU's exact and mixed routes against the CPU's exact route on 16
-#      and 2 threads (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
+#      and 2 threads, the exact route's σ_min sweep by getrs, trsv and trtri (JACOND_CUDA_LU_SOLVES,
+#      design §10) (bench-dense-t16/, bench-dense-t2/: bench_dense.csv, run.json);
 #   3. ViT-S: exact kappa of the bare attention Jacobian K_sa (n 197, d 384, 6 heads; nd 75 648,
 #      45.8 GB) on the GPU, timed (vit-s/: results.csv, run.json); then the same under `ours`
 #      (vit-s-ours/), the σ_min issue's open case;

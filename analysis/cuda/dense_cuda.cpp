@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -134,9 +135,11 @@ FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, 
 // check's product (on the host in condition_fast, the two host passes over the n² matrix; the map's
 // product in condition_fast_assembled). The first
 // H200 run (reports/gpu) left ≈ 0.18 s of a 0.58 s route at nd 6 400 outside the four device phases.
+// invert: kTrtri's triangular inverses (LuSolves), after the LU; solves: the sweep's kind.
 struct PhaseSeconds {
-  double setup = 0, copy = 0, assembly = 0, gram = 0, factor = 0, inverse_gram = 0, host_checks = 0;
+  double setup = 0, copy = 0, assembly = 0, gram = 0, factor = 0, invert = 0, inverse_gram = 0, host_checks = 0;
   Index gram_calls = 0, inverse_calls = 0;
+  LuSolves solves = LuSolves::kGetrs;
 };
 
 // Adds the seconds since construction to `total` on scope exit.
@@ -156,8 +159,10 @@ std::string describe(const PhaseSeconds& s) {
   os.precision(3);
   os << "GPU seconds: setup " << s.setup << (s.assembly > 0 ? ", assembly " : ", copy ")
      << (s.assembly > 0 ? s.assembly : s.copy) << ", sigma_max sweep " << s.gram << " (" << s.gram_calls
-     << " products), LU " << s.factor << ", sigma_min sweep " << s.inverse_gram << " (" << s.inverse_calls
-     << " solves), checks " << s.host_checks;
+     << " products), LU " << s.factor;
+  if (s.solves == LuSolves::kTrtri) os << ", triangular inverses " << s.invert;
+  os << ", sigma_min sweep " << s.inverse_gram << " (" << s.inverse_calls << " solves, " << to_string(s.solves)
+     << "), checks " << s.host_checks;
   return os.str();
 }
 
@@ -171,20 +176,22 @@ std::string describe_mixed(const PhaseSeconds& s) {
 }
 
 // lu_lanczos_extremes' backend on the device: A (n × n, column-major) copied once; gram() by two
-// dgemv, factor() by Xgetrf in place, inverse_gram() by Xgetrs with Aᵀ then A.
+// dgemv, factor() by Xgetrf in place, inverse_gram() by `solves` (LuSolves in dense_cuda.h).
 class CudaLuBackend {
  public:
-  explicit CudaLuBackend(const Mat& A)
+  CudaLuBackend(const Mat& A, LuSolves solves)
       : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_) {
     seconds_.setup = seconds_since(constructed_);
+    seconds_.solves = solves;
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
   }
   // A already on the device (TokenMap::assemble into `a`, `assembly_seconds`): adopted, no copy.
-  CudaLuBackend(DeviceBuffer<double>&& a, int64_t n, double assembly_seconds)
+  CudaLuBackend(DeviceBuffer<double>&& a, int64_t n, double assembly_seconds, LuSolves solves)
       : n_(n), a_(std::move(a)), x_(n_), t_(n_), ipiv_(n_) {
     seconds_.setup = seconds_since(constructed_);
     seconds_.assembly = assembly_seconds;
+    seconds_.solves = solves;
   }
   Index order() const { return n_; }
   const PhaseSeconds& seconds() const { return seconds_; }
@@ -200,26 +207,75 @@ class CudaLuBackend {
   }
 
   FactorOutcome factor(double /*sigma_max*/) {
-    PhaseTimer timer(seconds_.factor);
-    return getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_);
+    FactorOutcome outcome;
+    {
+      PhaseTimer timer(seconds_.factor);
+      outcome = getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_);
+    }
+    if (outcome == FactorOutcome::kFactored && seconds_.solves == LuSolves::kTrtri) invert_factors();
+    return outcome;
   }
 
+  // y = A⁻¹A⁻ᵀ x. getrs: Aᵀ z = x, then A y = z. trsv, trtri: U⁻¹ L⁻¹ L⁻ᵀ U⁻ᵀ x (the permutation
+  // cancels, LuSolves), by solves with the factors or products with their inverses.
   void inverse_gram(const double* x, double* y) {
     if (!Eigen::Map<const Vec>(x, n_).allFinite()) throw NonFiniteSolve();
     PhaseTimer timer(seconds_.inverse_gram);
     ++seconds_.inverse_calls;
     upload(x);
-    JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_T, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
-                                 CUDA_R_64F, x_.get(), n_, info_.get()));
-    read_info(info_, "cusolverDnXgetrs (transposed)");
-    JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_N, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
-                                 CUDA_R_64F, x_.get(), n_, info_.get()));
-    read_info(info_, "cusolverDnXgetrs");
+    if (seconds_.solves == LuSolves::kGetrs) {
+      JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_T, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
+                                   CUDA_R_64F, x_.get(), n_, info_.get()));
+      read_info(info_, "cusolverDnXgetrs (transposed)");
+      JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_N, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
+                                   CUDA_R_64F, x_.get(), n_, info_.get()));
+      read_info(info_, "cusolverDnXgetrs");
+    } else {
+      apply_triangle(CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, CUBLAS_DIAG_NON_UNIT);  // U⁻ᵀ
+      apply_triangle(CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, CUBLAS_DIAG_UNIT);      // L⁻ᵀ
+      apply_triangle(CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT);      // L⁻¹
+      apply_triangle(CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT);  // U⁻¹
+    }
     download(y);
     if (!Eigen::Map<const Vec>(y, n_).allFinite()) throw NonFiniteSolve();
   }
 
  private:
+  // x_ ← T⁻¹ x_ or T⁻ᵀ x_ for the triangle T of the factors: a solve with T (trsv), or a product
+  // with T's inverse where invert_factors() put it (trtri). Queued on the handle's stream; the
+  // download's copy waits for them.
+  void apply_triangle(cublasFillMode_t uplo, cublasOperation_t op, cublasDiagType_t diag) {
+    if (seconds_.solves == LuSolves::kTrsv)
+      JACOND_CUDA(cublasDtrsv_64(h_.blas, uplo, op, diag, n_, a_.get(), n_, x_.get(), 1));
+    else
+      JACOND_CUDA(cublasDtrmv_64(h_.blas, uplo, op, diag, n_, a_.get(), n_, x_.get(), 1));
+  }
+
+  // U⁻¹ over U (upper, with the diagonal) and L⁻¹ over L's strict lower part (unit diagonal, not
+  // stored), in place: cusolverDnXtrtri twice, with the larger workspace the two ask for. After a
+  // factorisation with no zero pivot, so info > 0 (a zero diagonal entry) cannot happen; it is
+  // still checked, as a failure.
+  void invert_factors() {
+    PhaseTimer timer(seconds_.invert);
+    const std::pair<cublasFillMode_t, cublasDiagType_t> triangles[] = {{CUBLAS_FILL_MODE_UPPER, CUBLAS_DIAG_NON_UNIT},
+                                                                       {CUBLAS_FILL_MODE_LOWER, CUBLAS_DIAG_UNIT}};
+    size_t device_bytes = 0, host_bytes = 0;
+    for (const auto& [uplo, diag] : triangles) {
+      size_t d = 0, h = 0;
+      JACOND_CUDA(cusolverDnXtrtri_bufferSize(h_.solver, uplo, diag, n_, CUDA_R_64F, a_.get(), n_, &d, &h));
+      device_bytes = std::max(device_bytes, d), host_bytes = std::max(host_bytes, h);
+    }
+    require_free_memory(device_bytes, "cusolverDnXtrtri's workspace");
+    DeviceBuffer<char> work(device_bytes);
+    std::vector<char> host_work(host_bytes);
+    for (const auto& [uplo, diag] : triangles) {
+      JACOND_CUDA(cusolverDnXtrtri(h_.solver, uplo, diag, n_, CUDA_R_64F, a_.get(), n_, work.get(), device_bytes,
+                                   host_work.data(), host_bytes, info_.get()));
+      if (read_info(info_, "cusolverDnXtrtri") > 0)
+        fail("cusolverDnXtrtri", __FILE__, __LINE__, "a zero diagonal entry after a factorisation without one");
+    }
+  }
+
   void upload(const double* x) { JACOND_CUDA(cudaMemcpy(x_.get(), x, sizeof(double) * n_, cudaMemcpyHostToDevice)); }
   void download(double* y) { JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * n_, cudaMemcpyDeviceToHost)); }
 
@@ -442,6 +498,23 @@ size_t free_device_bytes() {
 
 }  // namespace
 
+LuSolves lu_solves_from_env() {
+  const char* value = std::getenv("JACOND_CUDA_LU_SOLVES");
+  if (!value || std::string(value).empty()) return LuSolves::kGetrs;
+  for (LuSolves s : {LuSolves::kGetrs, LuSolves::kTrsv, LuSolves::kTrtri})
+    if (std::string(value) == to_string(s)) return s;
+  throw std::invalid_argument(std::string("JACOND_CUDA_LU_SOLVES must be getrs, trsv or trtri, got '") + value + "'");
+}
+
+const char* to_string(LuSolves solves) {
+  switch (solves) {
+    case LuSolves::kTrsv: return "trsv";
+    case LuSolves::kTrtri: return "trtri";
+    case LuSolves::kGetrs: break;
+  }
+  return "getrs";
+}
+
 bool device_available() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
@@ -503,6 +576,7 @@ ConditionReport extremes_report(const LuLanczosExtremes& e, PhaseSeconds phases,
 }  // namespace
 
 ConditionReport condition_fast(Mat A, const std::string& matrix) {
+  const LuSolves solves = lu_solves_from_env();
   const auto t_scan = std::chrono::steady_clock::now();
   if (!A.allFinite()) throw std::invalid_argument("condition_fast (cuda): " + matrix + " contains NaN or inf");
   const double scan_seconds = seconds_since(t_scan);
@@ -518,7 +592,7 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   LuLanczosExtremes e;
   PhaseSeconds phases;
   {
-    CudaLuBackend backend(A);
+    CudaLuBackend backend(A, solves);
     e = lu_lanczos_extremes(backend);
     phases = backend.seconds();
   }
@@ -531,6 +605,7 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
 
 std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
                                                         const std::function<void()>& checkpoint) {
+  const LuSolves solves = lu_solves_from_env();
   const Index n = map.n() * map.d_out();
   if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
   // The matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards;
@@ -570,7 +645,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
     double assembly_seconds = 0;
     std::optional<DeviceBuffer<double>> a = assembled(&assembly_seconds);
     if (!a) return std::nullopt;
-    CudaLuBackend backend(std::move(*a), n, assembly_seconds);
+    CudaLuBackend backend(std::move(*a), n, assembly_seconds, solves);
     e = lu_lanczos_extremes(backend);
     phases = backend.seconds();
   }

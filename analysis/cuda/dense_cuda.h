@@ -47,12 +47,40 @@ bool device_available();
 /// Name and free / total memory of device 0, for run.json and error messages.
 std::string device_description();
 
+/// How the exact route's σ_min sweep applies (AᵀA)⁻¹ = A⁻¹A⁻ᵀ to a vector, given P A = L U from
+/// cusolverDnXgetrf. The row permutation cancels in the product,
+///     A⁻¹A⁻ᵀ = U⁻¹ L⁻¹ P · Pᵀ L⁻ᵀ U⁻ᵀ = U⁻¹ L⁻¹ L⁻ᵀ U⁻ᵀ,
+/// so a sweep may be four triangular applications with no row swaps. Three ways, one answer:
+///  - kGetrs: two cusolverDnXgetrs with one right-hand side (Aᵀ, then A), each ending in a devInfo
+///    read. The route the first H200 run measured (reports/gpu, 2026-11-27): 4.3 ms a sweep at
+///    nd 6 400, where reading the factors twice at the device's bandwidth takes about 0.14 ms.
+///  - kTrsv: four cublasDtrsv_64 on the factors. Each triangular solve is backward stable,
+///    (T + ΔT) ŷ = x with |ΔT| ≤ n·u·|T|, as getrs's are.
+///  - kTrtri: U⁻¹ and L⁻¹ formed once, in place over the factors (cusolverDnXtrtri, 2/3·n³ flops, as
+///    many as the LU), then four cublasDtrmv_64: products, with no chain of dependent steps. Not
+///    backward stable, but the computed inverse X of a triangular T satisfies |X T − I| ≤ c·n·u·|X||T|
+///    (Du Croz and Higham, 1992), so ‖X − T⁻¹‖ ≲ c·n·u·κ(T)·‖T⁻¹‖, the same first-order bound as the
+///    operator a solve applies, ‖(T + ΔT)⁻¹ − T⁻¹‖ ≲ n·u·κ(T)·‖T⁻¹‖.
+/// Whichever is used, the route's one check (lu_lanczos.h: ‖A v_min‖ by an independent product)
+/// still proves the reported σ_min is not below the truth, and a failed check takes the SVD.
+/// Which is fastest is a device measurement (`jacond bench dense --device cuda` times all three);
+/// until one is made, kGetrs, the measured one, is the default.
+enum class LuSolves { kGetrs, kTrsv, kTrtri };
+
+/// The sweep's solves from JACOND_CUDA_LU_SOLVES: unset or "getrs" → kGetrs, "trsv", "trtri";
+/// anything else is std::invalid_argument naming the variable and its value (no device touched).
+LuSolves lu_solves_from_env();
+
+/// "getrs", "trsv", "trtri": the name the variable takes and the report's note says.
+const char* to_string(LuSolves solves);
+
 /// κ of a dense square A on the GPU, status exact or singular, method "dense-lu-lanczos-cuda". An
 /// exactly singular pivot or a Lanczos that does not converge falls back to the full spectrum, as
 /// on the CPU, but on the GPU (singular_values below, method "dense-svd-cuda", noted); a
 /// non-square A (the block Jacobians are square) or one of fewer than kFastMinSize columns (the
-/// CPU's own rule: its SVD) takes the CPU route, noted. Throws
-/// std::invalid_argument on NaN/inf, CudaError on a device failure.
+/// CPU's own rule: its SVD) takes the CPU route, noted. The σ_min sweep's solves: lu_solves_from_env(),
+/// named in the note. Throws std::invalid_argument on NaN/inf or a bad JACOND_CUDA_LU_SOLVES,
+/// CudaError on a device failure.
 ConditionReport condition_fast(Mat A, const std::string& matrix);
 
 /// condition_fast of `map`'s matrix assembled on the GPU by the map itself (TokenMap::assemble: the

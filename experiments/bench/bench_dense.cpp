@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,8 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 
 #include "analysis/core/threads.h"
 #include "analysis/jacobians/jacobians.h"
@@ -99,10 +102,37 @@ ConditionReport exact_assembled(const BlockWeights& w, const Mat& X, const Dense
 
 }  // namespace
 
+namespace {
+
+// An environment variable set for one scope and restored after (unset where it was unset).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
 RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
-                             const DenseDevice& device, const OperatorDevice* operators) {
+                             const DenseDevice& device, const OperatorDevice* operators, const std::string& lu_solves) {
+  std::optional<ScopedEnv> sweep;
+  if (!lu_solves.empty()) sweep.emplace("JACOND_CUDA_LU_SOLVES", lu_solves);
   RouteResult best;
-  best.route = route_name(route, device);
+  best.route = route_name(route, device) + (lu_solves.empty() ? "" : "-" + lu_solves);
   std::vector<double> totals;
   for (int r = 0; r < repeat; ++r) {
     const auto t0 = Clock::now();
@@ -334,18 +364,26 @@ SizeResult measure_size(const Options& o, const Shape& s, std::string& error) {
   } else {
     std::printf(" skipped");
   }
-  std::vector<std::pair<JacondRoute, const DenseDevice*>> versus{{JacondRoute::kMixed, cpu_dense_device().get()}};
+  // The routes timed against the CPU's exact one: (route, device, JACOND_CUDA_LU_SOLVES or "").
+  std::vector<std::tuple<JacondRoute, const DenseDevice*, std::string>> versus{
+      {JacondRoute::kMixed, cpu_dense_device().get(), ""}};
   if (o.dense_device) {
-    versus.emplace_back(JacondRoute::kExact, o.dense_device.get());
-    if (o.operator_device && s.N() >= kFastMinSize)  // smaller: condition_fast's CPU route, nothing to assemble
-      versus.emplace_back(JacondRoute::kExactAssembled, o.dense_device.get());
-    versus.emplace_back(JacondRoute::kMixed, o.dense_device.get());
+    versus.emplace_back(JacondRoute::kExact, o.dense_device.get(), "");
+    // The route `jacond block --device cuda` takes: assembled on the device where LibTorch has CUDA
+    // (smaller than kFastMinSize: condition_fast's CPU route, nothing to assemble); its σ_min sweep
+    // the default way and each other way (dense_cuda.h, LuSolves), for the device to choose.
+    const bool assembled = o.operator_device && s.N() >= kFastMinSize;
+    if (assembled) versus.emplace_back(JacondRoute::kExactAssembled, o.dense_device.get(), "");
+    if (o.device == "cuda" && s.N() >= kFastMinSize)
+      for (const std::string& sweep : kCudaSweepVariants)
+        versus.emplace_back(assembled ? JacondRoute::kExactAssembled : JacondRoute::kExact, o.dense_device.get(), sweep);
+    versus.emplace_back(JacondRoute::kMixed, o.dense_device.get(), "");
   }
-  for (const auto& [route, device] : versus) {
-    std::printf(", %s ...", route_name(route, *device).c_str());
+  for (const auto& [route, device, sweep] : versus) {
+    std::printf(", %s%s ...", route_name(route, *device).c_str(), sweep.empty() ? "" : ("-" + sweep).c_str());
     std::fflush(stdout);
     VersusExact v;
-    v.route = run_jacond_route(w, X, route, o.repeat, *device, o.operator_device.get());
+    v.route = run_jacond_route(w, X, route, o.repeat, *device, o.operator_device.get(), sweep);
     v.agreement = compare(v.route, res.exact);
     std::printf(" %.3fs", v.route.total_s);
     res.versus_exact.push_back(v);

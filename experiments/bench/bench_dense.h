@@ -114,7 +114,8 @@ struct SizeResult {
   double logit_scale = 0;
   std::string dir;
   RouteResult exact, full;
-  /// jacond-mixed-kappa; with --device cuda also jacond-exact-kappa-cuda and jacond-mixed-kappa-cuda.
+  /// jacond-mixed-kappa; with --device cuda also jacond-exact-kappa-cuda (and -assembled, where
+  /// LibTorch has CUDA), each again with every kCudaSweepVariants sweep, and jacond-mixed-kappa-cuda.
   std::vector<VersusExact> versus_exact;
   std::optional<TorchResult> torch;
   Agreement exact_vs_torch, full_vs_torch, exact_vs_full;
@@ -142,11 +143,19 @@ enum class JacondRoute { kExact, kFull, kMixed, kExactAssembled };
 /// "-<device>" appended elsewhere; kExactAssembled: "jacond-exact-kappa-<device>-assembled".
 std::string route_name(JacondRoute route, const DenseDevice& device);
 
+/// The CUDA exact route's σ_min sweeps that --device cuda times besides the default (getrs), each
+/// a row "<route>-<sweep>": JACOND_CUDA_LU_SOLVES's other values (analysis/cuda/dense_cuda.h,
+/// LuSolves), which the device's measurement chooses between.
+inline const std::vector<std::string> kCudaSweepVariants = {"trsv", "trtri"};
+
 /// jacond in-process: forward + dense K + the route's κ on `device`, the best of `repeat`.
 /// kExactAssembled needs `operators`, the device's operator twin (std::invalid_argument without it,
-/// std::runtime_error where the device declines the assembly).
+/// std::runtime_error where the device declines the assembly). `lu_solves` (a CUDA exact route):
+/// JACOND_CUDA_LU_SOLVES for the duration of the call, appended to the route's name; "" leaves the
+/// environment as it is.
 RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
-                             const DenseDevice& device = *cpu_dense_device(), const OperatorDevice* operators = nullptr);
+                             const DenseDevice& device = *cpu_dense_device(), const OperatorDevice* operators = nullptr,
+                             const std::string& lu_solves = "");
 
 /// The Python route (torch_dense_route.py) in a subprocess on DIR/{weights,tokens}.safetensors.
 TorchResult run_torch_route(const std::string& python, const std::string& script, const std::string& dir,

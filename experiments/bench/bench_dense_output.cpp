@@ -145,16 +145,16 @@ void print_tables(const std::vector<SizeResult>& results) {
   for (const auto& r : results) any = any || !r.versus_exact.empty();
   if (!any) return;
   std::printf("\nagainst the CPU exact route (same assembly on the host; mixed = fp32 LU refined to fp64, analysis/spectral/mixed_lu.h):\n");
-  std::printf("%6s %-26s | %12s %12s %9s | %12s %12s | %14s %14s %9s %6s\n", "N", "route", "cpu total", "route total",
+  std::printf("%6s %-39s | %12s %12s %9s | %12s %12s | %14s %14s %9s %6s\n", "N", "route", "cpu total", "route total",
               "cpu/route", "cpu kappa_s", "rt kappa_s", "kappa cpu", "kappa route", "rel diff", "agree");
   for (const auto& r : results)
     for (const auto& v : r.versus_exact) {
       const RouteResult& g = v.route;
-      std::printf("%6lld %-26s | %11.3fs %11.3fs %9s | %11.3fs %11.3fs | %14s %14s %9s %6s\n",
+      std::printf("%6lld %-39s | %11.3fs %11.3fs %9s | %11.3fs %11.3fs | %14s %14s %9s %6s\n",
                   static_cast<long long>(r.shape.N()), g.route.c_str(), r.exact.total_s, g.total_s,
                   ratio_str(r.exact.total_s, g.total_s).c_str(), r.exact.kappa_s, g.kappa_s, kappa_str(r.exact).c_str(),
                   kappa_str(g).c_str(), sci(v.agreement.rel_diff).c_str(), v.agreement.verdict.c_str());
-      if (!g.note.empty()) std::printf("%6s %-26s   %s\n", "", "", g.note.c_str());
+      if (!g.note.empty()) std::printf("%6s %-39s   %s\n", "", "", g.note.c_str());
     }
 }
 
@@ -207,6 +207,19 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
         "attention_forward (host) + K_sa assembled on the device from its operator twin's products "
         "(models/device) + condition_fast_assembled on " + device->description() +
         " (where this LibTorch has CUDA; its kappa seconds include the device assembly, its note splits them)";
+    // The sweep variants, by the names their rows have (the assembled route's where it ran).
+    for (const auto& s : results)
+      for (const auto& v : s.versus_exact)
+        for (const std::string& sweep : kCudaSweepVariants) {
+          const std::string& name = v.route.route;
+          const std::string tail = "-" + sweep;
+          if (name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+            run["routes"][name] =
+                "the route " + name.substr(0, name.size() - tail.size()) + " with JACOND_CUDA_LU_SOLVES=" + sweep + ": its sigma_min sweep by " +
+                (sweep == "trsv" ? "four cublasDtrsv_64 on the LU factors"
+                                 : "four cublasDtrmv_64 with the factors' inverses (cusolverDnXtrtri, in place)") +
+                " where the default takes two cusolverDnXgetrs (analysis/cuda/dense_cuda.h, LuSolves)";
+        }
     run["routes"][route_name(JacondRoute::kMixed, *device)] =
         "attention_forward + attention_jacobian (host), rounded to fp32 + condition_mixed on " + device->description();
     run["device"] = device_json(*device);

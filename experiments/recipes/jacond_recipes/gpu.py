@@ -147,20 +147,32 @@ def dense_section(r, report, log):
     report.table(blank(df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
                      "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"})))
     # The GPU's exact routes: K copied from the host, and K assembled on the device (from issue 11's
-    # second GPU session on; `jacond block --device cuda` takes it where LibTorch has CUDA).
-    gpu = df[df["route"].isin(["jacond-exact-kappa-cuda", "jacond-exact-kappa-cuda-assembled"])]
+    # second GPU session on; `jacond block --device cuda` takes it where LibTorch has CUDA); each
+    # with its σ_min sweep by getrs (the default) and, from the third session on, by trsv and trtri
+    # (rows "<route>-trsv", "<route>-trtri": JACOND_CUDA_LU_SOLVES, analysis/cuda/dense_cuda.h).
+    gpu = df[df["route"].astype(str).str.startswith("jacond-exact-kappa-cuda")]
     if gpu.empty:
         report.text("- No `jacond-exact-kappa-cuda` row in these files: the GPU route did not run.")
     for _, row in gpu.iterrows():
         ratio, agree = row["cpu_exact_over_this"], row["agree_with_cpu_exact"]
-        how = "assembled on the GPU" if row["route"].endswith("-assembled") else "K copied from the host"
-        head = (f"- GPU exact route ({how}) against the CPU's exact route on {int(row['threads'])} threads: "
-                f"**{fmt(ratio)}×**")
+        route, sweep = sweep_of(row["route"])
+        how = "assembled on the GPU" if route.endswith("-assembled") else "K copied from the host"
+        head = (f"- GPU exact route ({how}, σ_min sweep by {sweep}) against the CPU's exact route on "
+                f"{int(row['threads'])} threads: **{fmt(ratio)}×**")
         if agree == "PASS" and np.isfinite(ratio):
             verdict = "meets" if ratio >= TARGETS["dense_speedup"] else "misses"
             report.text(f"{head} ({verdict} the ≥ {TARGETS['dense_speedup']:g}× target), κ agrees with the CPU's.")
         else:
             report.text(f"{head}: no verdict, κ against the CPU's: {agree if isinstance(agree, str) else 'not compared'}.")
+
+
+def sweep_of(route):
+    """(the route without its sweep suffix, the sweep): "…-trsv" and "…-trtri" name theirs; a route
+    without one swept by getrs, the default."""
+    for sweep in ("trsv", "trtri"):
+        if route.endswith("-" + sweep):
+            return route[: -len(sweep) - 1], sweep
+    return route, "getrs"
 
 
 def block_rows(r, folder, matrix):

@@ -5,8 +5,11 @@
 // GPU); the input checks run everywhere.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <lapacke.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <utility>
 #include <limits>
@@ -77,6 +80,80 @@ TEST(DenseCuda, AgreesWithTheCpuRouteOnABareAttentionJacobian) {
   expect_same_report(condition_fast(K, "K_sa"), cuda::condition_fast(K, "K_sa"));
 }
 
+// JACOND_CUDA_LU_SOLVES set to `value` for one scope, then restored (unset where it was unset).
+class ScopedLuSolves {
+ public:
+  explicit ScopedLuSolves(const std::string& value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    ::setenv(kName, value.c_str(), 1);
+  }
+  ~ScopedLuSolves() {
+    if (old_)
+      ::setenv(kName, old_->c_str(), 1);
+    else
+      ::unsetenv(kName);
+  }
+  ScopedLuSolves(const ScopedLuSolves&) = delete;
+  ScopedLuSolves& operator=(const ScopedLuSolves&) = delete;
+
+ private:
+  static constexpr const char* kName = "JACOND_CUDA_LU_SOLVES";
+  std::optional<std::string> old_;
+};
+
+constexpr cuda::LuSolves kEverySweep[] = {cuda::LuSolves::kGetrs, cuda::LuSolves::kTrsv, cuda::LuSolves::kTrtri};
+
+// The variable's values, its default, and a bad value: an error naming both, before any device
+// call (so this runs without a GPU).
+TEST(DenseCuda, TheSweepsSolvesComeFromTheEnvironment) {
+  {
+    ScopedLuSolves unset("");
+    EXPECT_EQ(cuda::lu_solves_from_env(), cuda::LuSolves::kGetrs);
+  }
+  for (cuda::LuSolves s : kEverySweep) {
+    ScopedLuSolves env(cuda::to_string(s));
+    EXPECT_EQ(cuda::lu_solves_from_env(), s) << cuda::to_string(s);
+  }
+  ScopedLuSolves bad("getrf");
+  for (const auto& call : std::vector<std::function<void()>>{
+           [] { cuda::lu_solves_from_env(); }, [] { cuda::condition_fast(Mat::Identity(300, 300), "A"); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "expected std::invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("JACOND_CUDA_LU_SOLVES"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'getrf'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The algebra trsv and trtri rely on (dense_cuda.h, LuSolves), on the host: with P A = L U from
+// dgetrf, (AᵀA)⁻¹ x = U⁻¹ L⁻¹ L⁻ᵀ U⁻ᵀ x, the row permutation cancelling; by triangular solves
+// (trsv's four calls, their triangles, transposes and unit diagonals) and by products with the
+// factors' inverses (trtri's), against Eigen's full-pivoting solves with Aᵀ and A. A gaussian A
+// pivots (checked), so a sweep that needed P would fail here.
+TEST(DenseCuda, TheRowPermutationCancelsInTheInverseGram) {
+  std::mt19937_64 rng(11);
+  const Index n = 200;
+  const Mat A = test::gaussian(n, n, 1.0, rng);
+  const Vec x = test::gaussian(n, 1, 1.0, rng).col(0);
+  Mat LU = A;
+  std::vector<lapack_int> ipiv(n);
+  ASSERT_EQ(LAPACKE_dgetrf(LAPACK_COL_MAJOR, n, n, LU.data(), n, ipiv.data()), 0);
+  int swaps = 0;
+  for (Index i = 0; i < n; ++i) swaps += ipiv[i] != i + 1;
+  ASSERT_GT(swaps, n / 2);
+  const Vec expected = A.fullPivLu().solve(A.transpose().fullPivLu().solve(x));
+  const Mat& F = LU;  // the factors, read only
+  const auto U = F.triangularView<Eigen::Upper>();
+  const auto L = F.triangularView<Eigen::UnitLower>();
+  const Vec by_solves = U.solve(L.solve(L.transpose().solve(U.transpose().solve(x))));
+  const Mat U_inv = U.solve(Mat::Identity(n, n)), L_inv = L.solve(Mat::Identity(n, n));
+  const Vec by_inverses = U_inv * (L_inv * (L_inv.transpose() * (U_inv.transpose() * x)));
+  EXPECT_LT((by_solves - expected).norm(), 1e-10 * expected.norm());
+  EXPECT_LT((by_inverses - expected).norm(), 1e-10 * expected.norm());
+}
+
 // A TokenMap of a host matrix K (nd × nd over n tokens of width d): assemble() copies K into the
 // device buffer, as the LibTorch maps write it there (models/device, tested against the closed
 // forms in test_operator_device); apply() is the host product. `can`: whether it assembles.
@@ -132,6 +209,32 @@ TEST(DenseCuda, AssembledOnTheDeviceAgreesWithTheCopiedRoute) {
   EXPECT_EQ(s->method, "dense-svd-cuda");
   EXPECT_EQ(s->rank, 79);
   EXPECT_NE(s->note.find("exactly singular pivot on the GPU"), std::string::npos) << s->note;
+}
+
+// Each of the σ_min sweep's three ways (LuSolves) gives the CPU route's report, with the matrix
+// copied from the host and assembled on the device, and its note names the way it went.
+TEST(DenseCuda, EverySweepOfTheFactorsAgreesWithTheCpuRoute) {
+  REQUIRE_DEVICE();
+  const Index n = 300;
+  Vec s(n);
+  for (Index i = 0; i < n; ++i) s(i) = std::pow(1e10, -static_cast<double>(i) / (n - 1));
+  const std::vector<std::pair<Mat, Index>> matrices = {{bare_attention_jacobian(), 40},
+                                                       {test::with_singular_values(s, n, n, 7), 30}};
+  for (const auto& [K, tokens] : matrices) {
+    const ConditionReport cpu = condition_fast(K, "K");
+    for (cuda::LuSolves sweep : kEverySweep) {
+      SCOPED_TRACE(std::string("JACOND_CUDA_LU_SOLVES=") + cuda::to_string(sweep) + ", order " + std::to_string(K.rows()));
+      ScopedLuSolves env(cuda::to_string(sweep));
+      const ConditionReport copied = cuda::condition_fast(K, "K");
+      const std::optional<ConditionReport> assembled = cuda::condition_fast_assembled(HostMatrixMap(K, tokens), "K");
+      ASSERT_TRUE(assembled);
+      for (const ConditionReport* r : {&copied, &*assembled}) {
+        expect_same_report(cpu, *r);
+        EXPECT_NE(r->note.find(std::string(" solves, ") + cuda::to_string(sweep) + ")"), std::string::npos) << r->note;
+        EXPECT_EQ(r->note.find(", triangular inverses ") != std::string::npos, sweep == cuda::LuSolves::kTrtri) << r->note;
+      }
+    }
+  }
 }
 
 // An exactly zero column: getrf on the device reports a zero pivot (devInfo > 0), and the route
