@@ -64,6 +64,27 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// Makes `ordinal` the calling thread's current device for one scope, then restores the one before
+// (CudaDenseDevice's calls; the free functions run on the current device).
+class OnDevice {
+ public:
+  explicit OnDevice(int ordinal) : previous_(current_device()) {
+    if (ordinal != previous_) {
+      JACOND_CUDA(cudaSetDevice(ordinal));
+      switched_ = true;
+    }
+  }
+  ~OnDevice() {
+    if (switched_) cudaSetDevice(previous_);  // a destructor does not throw; the set cannot fail on a device that was current
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int previous_;
+  bool switched_ = false;
+};
+
 struct Handles {
   cublasHandle_t blas = nullptr;
   cusolverDnHandle_t solver = nullptr;
@@ -402,8 +423,9 @@ class CudaSchurStore {
 // M² entries a solve reads there.
 class CudaLdltFactors final : public LdltFactors {
  public:
+  // On the current device (CudaDenseDevice::ldlt made it its own), where solve() runs again.
   explicit CudaLdltFactors(Mat lower)
-      : m_(lower.rows()), a_(static_cast<size_t>(m_) * m_), x_(m_), ipiv64_(m_) {
+      : ordinal_(current_device()), m_(lower.rows()), a_(static_cast<size_t>(m_) * m_), x_(m_), ipiv64_(m_) {
     JACOND_CUDA(cudaMemcpy(a_.get(), lower.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
     factor();
     JACOND_CUDA(cudaMemcpy(lower.data(), a_.get(), sizeof(double) * a_.count(), cudaMemcpyDeviceToHost));
@@ -422,6 +444,7 @@ class CudaLdltFactors final : public LdltFactors {
   }
 
   void solve(const double* x, double* y) const override {
+    OnDevice on(ordinal_);
     JACOND_CUDA(cudaMemcpy(x_.get(), x, sizeof(double) * m_, cudaMemcpyHostToDevice));
     JACOND_CUDA(cusolverDnXsytrs(h_.solver, CUBLAS_FILL_MODE_LOWER, m_, 1, CUDA_R_64F, a_.get(), m_, ipiv64_.get(),
                                  CUDA_R_64F, x_.get(), m_, solve_work_->get(), solve_device_bytes_,
@@ -447,6 +470,7 @@ class CudaLdltFactors final : public LdltFactors {
     JACOND_CUDA(cudaMemcpy(ipiv.data(), ipiv32.get(), sizeof(int) * m_, cudaMemcpyDeviceToHost));
   }
 
+  const int ordinal_;
   const int64_t m_;
   mutable Handles h_;
   DeviceBuffer<double> a_, x_;
@@ -520,13 +544,21 @@ bool device_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-std::string device_description() {
+int current_device() {
+  int ordinal = 0;
+  JACOND_CUDA(cudaGetDevice(&ordinal));
+  return ordinal;
+}
+
+std::string device_description(int ordinal) {
+  OnDevice on(ordinal);
   cudaDeviceProp prop{};
-  JACOND_CUDA(cudaGetDeviceProperties(&prop, 0));
+  JACOND_CUDA(cudaGetDeviceProperties(&prop, ordinal));
   size_t free_bytes = 0, total = 0;
   JACOND_CUDA(cudaMemGetInfo(&free_bytes, &total));
   std::ostringstream os;
-  os << prop.name << " (" << static_cast<double>(free_bytes) / 1e9 << " GB free of " << static_cast<double>(total) / 1e9 << ")";
+  os << "cuda:" << ordinal << " " << prop.name << " (" << static_cast<double>(free_bytes) / 1e9 << " GB free of "
+     << static_cast<double>(total) / 1e9 << ")";
   return os.str();
 }
 
@@ -600,7 +632,7 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   // The check's A v on the host (A is still there; a BLAS dgemv, ≈ 1 s at ViT-S).
   return extremes_report(
       e, phases, n, matrix, [&](const Vec& v) { return (A * v).norm(); },
-      [&] { return CudaDenseDevice().condition_svd(std::move(A), matrix); }, t0);
+      [&] { return CudaDenseDevice(current_device()).condition_svd(std::move(A), matrix); }, t0);
 }
 
 std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
@@ -656,7 +688,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
     std::optional<DeviceBuffer<double>> a = assembled(nullptr);
     if (!a) throw std::runtime_error("condition_fast_assembled: " + matrix + " could not be assembled again for the SVD");
     ConditionReport r = report_from_singular_values(matrix, n, n, singular_values_on_device(*a, n, n),
-                                                   CudaDenseDevice().svd_method());
+                                                   CudaDenseDevice(current_device()).svd_method());
     r.seconds = seconds_since(t);
     return r;
   };
@@ -734,13 +766,53 @@ namespace {
 bool ldlt_fits_device(int64_t M) { return M <= kMaxSytrfOrder && sytrf_device_bytes(M) <= free_device_bytes(); }
 }  // namespace
 
+namespace {
+// `ordinal` once require_device accepts it; −1: the current device.
+int usable_ordinal(int ordinal) {
+  require_device(ordinal);
+  return ordinal < 0 ? current_device() : ordinal;
+}
+}  // namespace
+
+CudaDenseDevice::CudaDenseDevice(int ordinal) : ordinal_(usable_ordinal(ordinal)) {}
+
+ConditionReport CudaDenseDevice::condition_fast(Mat A, const std::string& matrix) const {
+  OnDevice on(ordinal_);
+  return cuda::condition_fast(std::move(A), matrix);
+}
+
+std::optional<ConditionReport> CudaDenseDevice::condition_fast_assembled(const TokenMap& map, const std::string& matrix,
+                                                                         const std::function<void()>& checkpoint) const {
+  OnDevice on(ordinal_);
+  return cuda::condition_fast_assembled(map, matrix, checkpoint);
+}
+
+std::optional<ConditionReport> CudaDenseDevice::condition_schur(const TokenMap& map, const SchurPlan& plan,
+                                                                const std::string& matrix,
+                                                                const std::function<void()>& checkpoint) const {
+  OnDevice on(ordinal_);
+  return cuda::condition_schur(map, plan, matrix, checkpoint);
+}
+
+Vec CudaDenseDevice::singular_values(Mat A) const {
+  OnDevice on(ordinal_);
+  return cuda::singular_values(std::move(A));
+}
+
+ConditionReport CudaDenseDevice::condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const {
+  OnDevice on(ordinal_);
+  return cuda::condition_mixed(std::move(A32), A, matrix);
+}
+
 std::unique_ptr<LdltFactors> CudaDenseDevice::ldlt(Mat lower) const {
   if (lower.rows() != lower.cols()) throw std::invalid_argument("ldlt (cuda): H must be square");
+  OnDevice on(ordinal_);
   if (!ldlt_fits_device(lower.rows())) return ldlt_rook(std::move(lower));  // the host's (where = "cpu")
   return std::make_unique<CudaLdltFactors>(std::move(lower));
 }
 
 bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const {
+  OnDevice on(ordinal_);
   // The host assembles A: its 8·rows·cols bytes within the budget's memory (no time on the GPU).
   // A non-square A takes the CPU route (condition_fast above): the CPU's rule.
   if (!jacond::fits(DenseCost{8.0 * static_cast<double>(rows) * static_cast<double>(cols), 0}, budget)) return false;
@@ -763,16 +835,18 @@ bool CudaDenseDevice::fits(DenseRoute route, Index rows, Index cols, const Dense
   return need <= free_device_bytes();
 }
 
-void require_device() {
+void require_device(int ordinal) {
   int count = 0;
   const cudaError_t s = cudaGetDeviceCount(&count);
   if (s != cudaSuccess) fail("cudaGetDeviceCount", __FILE__, __LINE__, cudaGetErrorString(s));
   if (count == 0) fail("cudaGetDeviceCount", __FILE__, __LINE__, "no CUDA device");
+  if (ordinal >= count)
+    fail("cudaGetDeviceCount", __FILE__, __LINE__,
+         "cuda:" + std::to_string(ordinal) + " asked for, " + std::to_string(count) + " present");
 }
 
-std::shared_ptr<const DenseDevice> cuda_dense_device() {
-  require_device();
-  return std::make_shared<CudaDenseDevice>();
+std::shared_ptr<const DenseDevice> cuda_dense_device(int ordinal) {
+  return std::make_shared<CudaDenseDevice>(ordinal);
 }
 
 }  // namespace jacond::cuda

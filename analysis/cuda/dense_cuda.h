@@ -44,8 +44,11 @@ class CudaError : public DeviceError {
 /// True when a CUDA device can be used (driver present, at least one device).
 bool device_available();
 
-/// Name and free / total memory of device 0, for run.json and error messages.
-std::string device_description();
+/// The calling thread's current CUDA device (cudaGetDevice): where the free functions below run.
+int current_device();
+
+/// "cuda:K <name> (<free> GB free of <total>)" for device `ordinal`, for run.json and error messages.
+std::string device_description(int ordinal);
 
 /// How the exact route's σ_min sweep applies (AᵀA)⁻¹ = A⁻¹A⁻ᵀ to a vector, given P A = L U from
 /// cusolverDnXgetrf. The row permutation cancels in the product,
@@ -136,33 +139,38 @@ inline constexpr int64_t kMaxSytrfOrder = 46340;
 /// by cusolverDnDsytrf (Bunch–Kaufman) on the device, converted on the host for the count and the
 /// radius, solves by cusolverDnXsytrs on the device (method "+inertia-cuda"); where H is past
 /// kMaxSytrfOrder or the free device memory, the host's rook factorisation (method "+inertia").
+///
+/// One GPU, `ordinal`, fixed at construction: every call makes it the calling thread's current
+/// device for its duration and restores the one before (the free functions above run on whatever
+/// is current). So a data-parallel rank tracking on its own GPU (cuda:LOCAL_RANK) runs there from
+/// any thread, not only from the one whose current device the NCCL group's setup made it, and the
+/// description names the GPU it is. The LDLᵀ factors it returns solve on the same GPU.
 class CudaDenseDevice final : public DenseDevice {
  public:
+  /// After require_device(ordinal); −1: the calling thread's current device, fixed now.
+  explicit CudaDenseDevice(int ordinal);
+  int ordinal() const { return ordinal_; }
   std::string name() const override { return "cuda"; }
-  std::string description() const override { return device_description(); }
-  ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
-    return cuda::condition_fast(std::move(A), matrix);
-  }
+  std::string description() const override { return device_description(ordinal_); }
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override;
   std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
-                                                          const std::function<void()>& checkpoint = {}) const override {
-    return cuda::condition_fast_assembled(map, matrix, checkpoint);
-  }
+                                                          const std::function<void()>& checkpoint = {}) const override;
   std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
-                                                 const std::function<void()>& checkpoint = {}) const override {
-    return cuda::condition_schur(map, plan, matrix, checkpoint);
-  }
-  Vec singular_values(Mat A) const override { return cuda::singular_values(std::move(A)); }
-  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {
-    return cuda::condition_mixed(std::move(A32), A, matrix);
-  }
+                                                 const std::function<void()>& checkpoint = {}) const override;
+  Vec singular_values(Mat A) const override;
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override;
   bool fits(DenseRoute route, Index rows, Index cols, const DenseBudget& budget) const override;
   std::unique_ptr<LdltFactors> ldlt(Mat lower) const override;
+
+ private:
+  int ordinal_;
 };
 
-/// Throws CudaError naming the reason when no CUDA device can be used.
-void require_device();
+/// Throws CudaError naming the reason when device `ordinal` cannot be used (−1: the current
+/// device; no device at all, or an ordinal past the devices present: "cuda:K asked for, N present").
+void require_device(int ordinal = -1);
 
-/// The GPU as a DenseDevice (after require_device()).
-std::shared_ptr<const DenseDevice> cuda_dense_device();
+/// The GPU `ordinal` as a DenseDevice (−1: the calling thread's current device).
+std::shared_ptr<const DenseDevice> cuda_dense_device(int ordinal = -1);
 
 }  // namespace jacond::cuda

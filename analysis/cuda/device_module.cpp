@@ -7,11 +7,12 @@
 
 #include "analysis/cuda/dense_cuda.h"
 
-extern "C" __attribute__((visibility("default"))) jacond::DenseDevice* jacond_cuda_dense_device_create(char* error,
-                                                                                                       size_t error_size) {
+// The device on GPU `ordinal` (−1: the calling thread's current one), or nullptr with the reason
+// in `error` (analysis/spectral/dense_device_module.h, kCudaModuleEntry).
+extern "C" __attribute__((visibility("default"))) jacond::DenseDevice* jacond_cuda_dense_device_on(int ordinal, char* error,
+                                                                                                   size_t error_size) {
   try {
-    jacond::cuda::require_device();
-    return new jacond::cuda::CudaDenseDevice();
+    return new jacond::cuda::CudaDenseDevice(ordinal);
   } catch (const std::exception& e) {
     std::snprintf(error, error_size, "%s", e.what());
     return nullptr;

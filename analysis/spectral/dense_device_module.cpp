@@ -8,8 +8,8 @@
 namespace jacond {
 
 std::shared_ptr<const DenseDevice> load_cuda_dense_device(const std::vector<std::string>& candidates,
-                                                          const std::string& what) {
-  using Create = DenseDevice* (*)(char*, size_t);
+                                                          const std::string& what, int ordinal) {
+  using Create = DenseDevice* (*)(int, char*, size_t);
   std::string tried;
   for (const std::string& path : candidates) {
     void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -17,10 +17,10 @@ std::shared_ptr<const DenseDevice> load_cuda_dense_device(const std::vector<std:
       tried += (tried.empty() ? "" : "; ") + std::string(::dlerror());
       continue;
     }
-    auto create = reinterpret_cast<Create>(::dlsym(module, "jacond_cuda_dense_device_create"));
-    if (!create) throw std::runtime_error(what + ": " + path + " has no jacond_cuda_dense_device_create");
+    auto create = reinterpret_cast<Create>(::dlsym(module, kCudaModuleEntry));
+    if (!create) throw std::runtime_error(what + ": " + path + " has no " + kCudaModuleEntry);
     char error[1024] = "";
-    DenseDevice* device = create(error, sizeof error);
+    DenseDevice* device = create(ordinal, error, sizeof error);
     if (!device) throw std::runtime_error(what + ": no usable GPU (" + error + ")");
     return std::shared_ptr<const DenseDevice>(device);
   }

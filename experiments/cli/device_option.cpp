@@ -83,7 +83,7 @@ models::TrackDevices select_track_devices(const std::string& device, int index) 
   if (!on.products) std::cerr << "jacond train: conditioning tracking's matrix-free products on the host: " << why << "\n";
 #ifdef JACOND_HAVE_CUDA
   try {
-    on.dense = load_cuda_dense_device(cuda_module_candidates(), "--device cuda");
+    on.dense = load_cuda_dense_device(cuda_module_candidates(), "--device cuda", index);
   } catch (const std::exception& e) {
     std::cerr << "jacond train: conditioning tracking's dense routes on the host: " << e.what() << "\n";
   }

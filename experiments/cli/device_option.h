@@ -35,7 +35,8 @@ void select_devices(const std::string& device, BlockReportOptions& opt);
 
 /// Where `jacond train --device cuda` tracks conditioning (models::TrackDevices,
 /// models/track/conditioning.h): the GPU's dense routes (the CUDA module, as select_dense_device)
-/// and matrix-free products on cuda:`index` (the rank's own GPU). The host for "cpu", and where
+/// and matrix-free products, both on cuda:`index` (the rank's own GPU, from any thread). The host
+/// for "cpu", and where
 /// this LibTorch sees no GPU (train then refuses --device cuda itself, with its own message). A
 /// piece that cannot be had (no CUDA back end in this jacond, a module that does not load) stays
 /// on the host with one line on stderr: training does not depend on it.

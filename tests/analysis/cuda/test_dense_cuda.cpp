@@ -469,6 +469,31 @@ TEST(DenseCuda, InertiaFitsByTheDeviceUpToTheSytrfLimit) {
   EXPECT_FALSE(gpu->fits(DenseRoute::kInertia, 30000, 30000, roomy));
 }
 
+// A CudaDenseDevice is pinned to its GPU: its description names it, an ordinal past the devices
+// present is a CudaError naming both, and its calls leave the thread's current device as they found
+// it. (With one GPU the pin and the current device coincide; a machine with two would run the
+// route on the last one from device 0.)
+TEST(DenseCuda, ADeviceIsPinnedToItsGpu) {
+  REQUIRE_DEVICE();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  const auto last = cuda::cuda_dense_device(count - 1);
+  EXPECT_EQ(last->description().rfind("cuda:" + std::to_string(count - 1) + " ", 0), 0u) << last->description();
+  EXPECT_NE(last->description().find(" GB free of "), std::string::npos) << last->description();
+  try {
+    cuda::cuda_dense_device(count);
+    ADD_FAILURE() << "expected CudaError";
+  } catch (const cuda::CudaError& e) {
+    const std::string past = "cuda:" + std::to_string(count) + " asked for, " + std::to_string(count) + " present";
+    EXPECT_NE(std::string(e.what()).find(past), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const Mat K = bare_attention_jacobian();
+  expect_same_report(condition_fast(K, "K_sa"), last->condition_fast(K, "K_sa"));
+  EXPECT_EQ(cuda::current_device(), 0);
+  EXPECT_EQ(cuda::cuda_dense_device()->description().rfind("cuda:0 ", 0), 0u);  // −1: the current one
+}
+
 // Without a device, cuda_dense_device says so in a CudaError (the CLI's "no usable GPU").
 TEST(DenseCuda, NoDeviceIsACudaErrorNamingTheCall) {
   if (cuda::device_available()) GTEST_SKIP() << "a CUDA device is present";
