@@ -196,6 +196,8 @@ std::string describe_mixed(const PhaseSeconds& s) {
   return os.str();
 }
 
+size_t free_device_bytes();  // below
+
 // lu_lanczos_extremes' backend on the device: A (n × n, column-major) copied once; gram() by two
 // dgemv, factor() by Xgetrf in place, inverse_gram() by `solves` (LuSolves in dense_cuda.h).
 class CudaLuBackend {
@@ -273,9 +275,10 @@ class CudaLuBackend {
   }
 
   // U⁻¹ over U (upper, with the diagonal) and L⁻¹ over L's strict lower part (unit diagonal, not
-  // stored), in place: cusolverDnXtrtri twice, with the larger workspace the two ask for. After a
-  // factorisation with no zero pivot, so info > 0 (a zero diagonal entry) cannot happen; it is
-  // still checked, as a failure.
+  // stored), in place: cusolverDnXtrtri twice, with the larger workspace the two ask for. Where
+  // that workspace does not fit the free device memory, the sweep solves with the factors instead
+  // (trsv: the same memory as getrs; the note then says trsv). After a factorisation with no zero
+  // pivot, so info > 0 (a zero diagonal entry) cannot happen; it is still checked, as a failure.
   void invert_factors() {
     PhaseTimer timer(seconds_.invert);
     const std::pair<cublasFillMode_t, cublasDiagType_t> triangles[] = {{CUBLAS_FILL_MODE_UPPER, CUBLAS_DIAG_NON_UNIT},
@@ -286,7 +289,10 @@ class CudaLuBackend {
       JACOND_CUDA(cusolverDnXtrtri_bufferSize(h_.solver, uplo, diag, n_, CUDA_R_64F, a_.get(), n_, &d, &h));
       device_bytes = std::max(device_bytes, d), host_bytes = std::max(host_bytes, h);
     }
-    require_free_memory(device_bytes, "cusolverDnXtrtri's workspace");
+    if (device_bytes > free_device_bytes()) {
+      seconds_.solves = LuSolves::kTrsv;
+      return;
+    }
     DeviceBuffer<char> work(device_bytes);
     std::vector<char> host_work(host_bytes);
     for (const auto& [uplo, diag] : triangles) {

@@ -63,7 +63,8 @@ std::string device_description(int ordinal);
 ///    many as the LU), then four cublasDtrmv_64: products, with no chain of dependent steps. Not
 ///    backward stable, but the computed inverse X of a triangular T satisfies |X T − I| ≤ c·n·u·|X||T|
 ///    (Du Croz and Higham, 1992), so ‖X − T⁻¹‖ ≲ c·n·u·κ(T)·‖T⁻¹‖, the same first-order bound as the
-///    operator a solve applies, ‖(T + ΔT)⁻¹ − T⁻¹‖ ≲ n·u·κ(T)·‖T⁻¹‖.
+///    operator a solve applies, ‖(T + ΔT)⁻¹ − T⁻¹‖ ≲ n·u·κ(T)·‖T⁻¹‖. Where trtri's workspace does
+///    not fit the free device memory, the sweep is kTrsv's (the note says which ran).
 /// Whichever is used, the route's one check (lu_lanczos.h: ‖A v_min‖ by an independent product)
 /// still proves the reported σ_min is not below the truth, and a failed check takes the SVD.
 /// Which is fastest is a device measurement (`jacond bench dense --device cuda` times all three);
