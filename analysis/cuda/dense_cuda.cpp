@@ -75,7 +75,7 @@ class OnDevice {
     }
   }
   ~OnDevice() {
-    if (switched_) cudaSetDevice(previous_);  // a destructor does not throw; the set cannot fail on a device that was current
+    if (switched_) cudaSetDevice(previous_);  // a destructor does not throw; a failure here (a sticky error) is ignored
   }
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;
@@ -449,6 +449,14 @@ class CudaLdltFactors final : public LdltFactors {
     solve_host_work_.resize(solve_host_bytes_);
   }
 
+  ~CudaLdltFactors() override {  // the members go on ordinal_ (restore_ puts the thread's device back)
+    int current = 0;
+    if (cudaGetDevice(&current) == cudaSuccess && current != ordinal_ && cudaSetDevice(ordinal_) == cudaSuccess)
+      restore_.previous = current;
+  }
+  CudaLdltFactors(const CudaLdltFactors&) = delete;
+  CudaLdltFactors& operator=(const CudaLdltFactors&) = delete;
+
   void solve(const double* x, double* y) const override {
     OnDevice on(ordinal_);
     JACOND_CUDA(cudaMemcpy(x_.get(), x, sizeof(double) * m_, cudaMemcpyHostToDevice));
@@ -476,6 +484,15 @@ class CudaLdltFactors final : public LdltFactors {
     JACOND_CUDA(cudaMemcpy(ipiv.data(), ipiv32.get(), sizeof(int) * m_, cudaMemcpyDeviceToHost));
   }
 
+  // Destroyed last: puts back the thread's device that ~CudaLdltFactors replaced with ordinal_ so
+  // that the handles and buffers below are destroyed on the GPU they were made on (cuBLAS asks a
+  // handle's device not to change between create and destroy).
+  struct RestoreDevice {
+    int previous = -1;
+    ~RestoreDevice() {
+      if (previous >= 0) cudaSetDevice(previous);
+    }
+  } restore_;
   const int ordinal_;
   const int64_t m_;
   mutable Handles h_;
@@ -846,8 +863,8 @@ void require_device(int ordinal) {
   const cudaError_t s = cudaGetDeviceCount(&count);
   if (s != cudaSuccess) fail("cudaGetDeviceCount", __FILE__, __LINE__, cudaGetErrorString(s));
   if (count == 0) fail("cudaGetDeviceCount", __FILE__, __LINE__, "no CUDA device");
-  if (ordinal >= count)
-    fail("cudaGetDeviceCount", __FILE__, __LINE__,
+  if (ordinal < -1 || ordinal >= count)
+    fail("require_device", __FILE__, __LINE__,
          "cuda:" + std::to_string(ordinal) + " asked for, " + std::to_string(count) + " present");
 }
 

@@ -55,14 +55,14 @@ std::string device_description(int ordinal);
 ///     A⁻¹A⁻ᵀ = U⁻¹ L⁻¹ P · Pᵀ L⁻ᵀ U⁻ᵀ = U⁻¹ L⁻¹ L⁻ᵀ U⁻ᵀ,
 /// so a sweep may be four triangular applications with no row swaps. Three ways, one answer:
 ///  - kGetrs: two cusolverDnXgetrs with one right-hand side (Aᵀ, then A), each ending in a devInfo
-///    read. The route the first H200 run measured (reports/gpu, 2026-11-27): 4.3 ms a sweep at
+///    read. The route the first H200 run measured (reports/gpu, 2026-11-27): 4.3 ms a sweep step at
 ///    nd 6 400, where reading the factors twice at the device's bandwidth takes about 0.14 ms.
 ///  - kTrsv: four cublasDtrsv_64 on the factors. Each triangular solve is backward stable,
 ///    (T + ΔT) ŷ = x with |ΔT| ≤ n·u·|T|, as getrs's are.
 ///  - kTrtri: U⁻¹ and L⁻¹ formed once, in place over the factors (cusolverDnXtrtri, 2/3·n³ flops, as
 ///    many as the LU), then four cublasDtrmv_64: products, with no chain of dependent steps. Not
 ///    backward stable, but the computed inverse X of a triangular T satisfies |X T − I| ≤ c·n·u·|X||T|
-///    (Du Croz and Higham, 1992), so ‖X − T⁻¹‖ ≲ c·n·u·κ(T)·‖T⁻¹‖, the same first-order bound as the
+///    or |T X − I| ≤ c·n·u·|T||X|, by the method (Du Croz and Higham, 1992), either way ‖X − T⁻¹‖ ≲ c·n·u·κ(T)·‖T⁻¹‖, the same first-order bound as the
 ///    operator a solve applies, ‖(T + ΔT)⁻¹ − T⁻¹‖ ≲ n·u·κ(T)·‖T⁻¹‖. Where trtri's workspace does
 ///    not fit the free device memory, the sweep is kTrsv's (the note says which ran).
 /// Whichever is used, the route's one check (lu_lanczos.h: ‖A v_min‖ by an independent product)
@@ -168,7 +168,8 @@ class CudaDenseDevice final : public DenseDevice {
 };
 
 /// Throws CudaError naming the reason when device `ordinal` cannot be used (−1: the current
-/// device; no device at all, or an ordinal past the devices present: "cuda:K asked for, N present").
+/// device; no device at all, or an ordinal below −1 or past the devices present: "cuda:K asked
+/// for, N present").
 void require_device(int ordinal = -1);
 
 /// The GPU `ordinal` as a DenseDevice (−1: the calling thread's current device).

@@ -129,8 +129,10 @@ class ScopedEnv {
 
 RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
                              const DenseDevice& device, const OperatorDevice* operators, const std::string& lu_solves) {
+  // A CUDA route's row without a suffix is the default sweep, whatever the caller's environment says.
   std::optional<ScopedEnv> sweep;
-  if (!lu_solves.empty()) sweep.emplace("JACOND_CUDA_LU_SOLVES", lu_solves);
+  if (!lu_solves.empty() || device.name() == "cuda")
+    sweep.emplace("JACOND_CUDA_LU_SOLVES", lu_solves.empty() ? std::string("getrs") : lu_solves);
   RouteResult best;
   best.route = route_name(route, device) + (lu_solves.empty() ? "" : "-" + lu_solves);
   std::vector<double> totals;

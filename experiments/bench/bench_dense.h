@@ -151,8 +151,8 @@ inline const std::vector<std::string> kCudaSweepVariants = {"trsv", "trtri"};
 /// jacond in-process: forward + dense K + the route's κ on `device`, the best of `repeat`.
 /// kExactAssembled needs `operators`, the device's operator twin (std::invalid_argument without it,
 /// std::runtime_error where the device declines the assembly). `lu_solves` (a CUDA exact route):
-/// JACOND_CUDA_LU_SOLVES for the duration of the call, appended to the route's name; "" leaves the
-/// environment as it is.
+/// JACOND_CUDA_LU_SOLVES for the duration of the call, appended to the route's name; "" on a CUDA
+/// device: getrs, the default (so a variable the user set does not mislabel the row).
 RouteResult run_jacond_route(const BlockWeights& w, const Mat& X, JacondRoute route, int repeat,
                              const DenseDevice& device = *cpu_dense_device(), const OperatorDevice* operators = nullptr,
                              const std::string& lu_solves = "");

@@ -1,7 +1,7 @@
 // A stand-in for the CUDA back end module libjacond_cuda.so (analysis/spectral/dense_device_module.h),
 // so that the loader is tested on machines without a GPU (CI): its entry point, kCudaModuleEntry,
 // returns the host's routes under a description that records the GPU ordinal it was asked for, and
-// refuses ordinal 7 with the message the real module gives for a GPU the machine lacks.
+// refuses ordinal 7 as the real module refuses a GPU the machine lacks (its message shortened).
 #include <cstdio>
 #include <string>
 
@@ -37,7 +37,7 @@ class StandInDevice final : public jacond::DenseDevice {
 extern "C" __attribute__((visibility("default"))) jacond::DenseDevice* jacond_cuda_dense_device_on(int ordinal, char* error,
                                                                                                    size_t error_size) {
   if (ordinal == 7) {
-    std::snprintf(error, error_size, "cudaGetDeviceCount failed: cuda:7 asked for, 1 present");
+    std::snprintf(error, error_size, "require_device failed: cuda:7 asked for, 1 present");
     return nullptr;
   }
   return new StandInDevice(ordinal);

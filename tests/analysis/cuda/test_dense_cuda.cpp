@@ -80,12 +80,16 @@ TEST(DenseCuda, AgreesWithTheCpuRouteOnABareAttentionJacobian) {
   expect_same_report(condition_fast(K, "K_sa"), cuda::condition_fast(K, "K_sa"));
 }
 
-// JACOND_CUDA_LU_SOLVES set to `value` for one scope, then restored (unset where it was unset).
+// JACOND_CUDA_LU_SOLVES set to `value` (nullopt: unset) for one scope, then restored (unset where
+// it was unset).
 class ScopedLuSolves {
  public:
-  explicit ScopedLuSolves(const std::string& value) {
+  explicit ScopedLuSolves(const std::optional<std::string>& value) {
     if (const char* old = std::getenv(kName)) old_ = old;
-    ::setenv(kName, value.c_str(), 1);
+    if (value)
+      ::setenv(kName, value->c_str(), 1);
+    else
+      ::unsetenv(kName);
   }
   ~ScopedLuSolves() {
     if (old_)
@@ -106,8 +110,8 @@ constexpr cuda::LuSolves kEverySweep[] = {cuda::LuSolves::kGetrs, cuda::LuSolves
 // The variable's values, its default, and a bad value: an error naming both, before any device
 // call (so this runs without a GPU).
 TEST(DenseCuda, TheSweepsSolvesComeFromTheEnvironment) {
-  {
-    ScopedLuSolves unset("");
+  for (const std::optional<std::string>& none : {std::optional<std::string>(), std::optional<std::string>("")}) {
+    ScopedLuSolves env(none);
     EXPECT_EQ(cuda::lu_solves_from_env(), cuda::LuSolves::kGetrs);
   }
   for (cuda::LuSolves s : kEverySweep) {
@@ -471,8 +475,8 @@ TEST(DenseCuda, InertiaFitsByTheDeviceUpToTheSytrfLimit) {
 
 // A CudaDenseDevice is pinned to its GPU: its description names it, an ordinal past the devices
 // present is a CudaError naming both, and its calls leave the thread's current device as they found
-// it. (With one GPU the pin and the current device coincide; a machine with two would run the
-// route on the last one from device 0.)
+// it. (With one GPU, as on this project's device machine, the pin and the current device coincide
+// and the restore part cannot fail; a machine with two runs the route on the last one from device 0.)
 TEST(DenseCuda, ADeviceIsPinnedToItsGpu) {
   REQUIRE_DEVICE();
   int count = 0;
