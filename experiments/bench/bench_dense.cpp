@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
@@ -16,6 +15,7 @@
 #include <string>
 #include <tuple>
 
+#include "analysis/core/scoped_env.h"
 #include "analysis/core/threads.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
@@ -99,31 +99,6 @@ ConditionReport exact_assembled(const BlockWeights& w, const Mat& X, const Dense
   if (!r) throw std::runtime_error(device.name() + " declined to assemble K_sa (" + std::to_string(X.size()) + "^2)");
   return std::move(*r);
 }
-
-}  // namespace
-
-namespace {
-
-// An environment variable set for one scope and restored after (unset where it was unset).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 

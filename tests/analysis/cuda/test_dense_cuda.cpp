@@ -8,7 +8,6 @@
 #include <lapacke.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <utility>
@@ -19,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/core/scoped_env.h"
 #include "analysis/cuda/dense_cuda.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operator_device.h"
@@ -80,29 +80,10 @@ TEST(DenseCuda, AgreesWithTheCpuRouteOnABareAttentionJacobian) {
   expect_same_report(condition_fast(K, "K_sa"), cuda::condition_fast(K, "K_sa"));
 }
 
-// JACOND_CUDA_LU_SOLVES set to `value` (nullopt: unset) for one scope, then restored (unset where
-// it was unset).
-class ScopedLuSolves {
+// JACOND_CUDA_LU_SOLVES set to `value` (nullopt: unset) for one scope, then put back.
+class ScopedLuSolves : public ScopedEnv {
  public:
-  explicit ScopedLuSolves(const std::optional<std::string>& value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    if (value)
-      ::setenv(kName, value->c_str(), 1);
-    else
-      ::unsetenv(kName);
-  }
-  ~ScopedLuSolves() {
-    if (old_)
-      ::setenv(kName, old_->c_str(), 1);
-    else
-      ::unsetenv(kName);
-  }
-  ScopedLuSolves(const ScopedLuSolves&) = delete;
-  ScopedLuSolves& operator=(const ScopedLuSolves&) = delete;
-
- private:
-  static constexpr const char* kName = "JACOND_CUDA_LU_SOLVES";
-  std::optional<std::string> old_;
+  explicit ScopedLuSolves(const std::optional<std::string>& value) : ScopedEnv("JACOND_CUDA_LU_SOLVES", value) {}
 };
 
 constexpr cuda::LuSolves kEverySweep[] = {cuda::LuSolves::kGetrs, cuda::LuSolves::kTrsv, cuda::LuSolves::kTrtri};
