@@ -66,7 +66,7 @@ built=0
 # per built executable, so ctest then runs only theirs). Default: everything.
 targets=${JACOND_GPU_TARGETS:-}
 [ "$targets" = gpu ] && targets="jacond jacond_cuda_module jacond_python test_dense_cuda test_operator_device test_dist
-  test_adamw test_cli test_train_cli"
+  test_adamw test_soap test_cli test_train_cli"
 target_args=()
 for t in $targets; do  # a target this configuration lacks (no pybind11: no jacond_python) is skipped
   if ninja -C "$build" -t query "$t" >/dev/null 2>&1; then target_args+=("$t"); else echo "gpu_build: no target $t here, skipped"; fi

@@ -3,7 +3,8 @@
 # measurements of issue 11, into ${OUT:-results/gpu} (the device tool returns $OUT; at most 8
 # files come back, so everything printed goes to one log, gpu_measure.log):
 #   1. the GPU tests (test_dense_cuda, the CLI's --device cuda test, the trainer's multi-tensor
-#      AdamW: AdamWCuda.*, issue 14's NCCL group on one rank: NcclRankGroup.*; the Python module's
+#      AdamW: AdamWCuda.*, grouped SOAP: SoapCuda.*, issue 14's NCCL group on one rank:
+#      NcclRankGroup.*; the Python module's
 #      device="cuda" test where the module was built);
 #   2. bench dense at nd 6400: the GPU's exact and mixed routes against the CPU's exact route on 16
 #      and 2 threads, the exact route's σ_min sweep by getrs, trsv and trtri (JACOND_CUDA_LU_SOLVES,
@@ -113,7 +114,9 @@ PY
 # Each item returns the exit code of its last failing command (0 when all succeeded).
 item1_tests() {
   local rc=0
-  (cd "$build" && ctest -j4 -R "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup" --output-on-failure) || rc=$?
+  local gpu_tests="DenseCuda|DeviceCuda|AdamWCuda|SoapCuda|NcclRankGroup"
+  echo "\$ ctest -R \"$gpu_tests\""  # for jacond recipe gpu: which tests this log's summary counts
+  (cd "$build" && ctest -j4 -R "$gpu_tests" --output-on-failure) || rc=$?
   # Failures again, one at a time: does a failure need its neighbours? (The first H200 run's four
   # segmentation faults were the four tests started together.) A death prints native frames now.
   # Controls: a test of each CLI test executable that touches no GPU (does the executable die at

@@ -313,7 +313,8 @@ struct BenchTrainResults {
   std::map<std::string, std::pair<double, double>> graying_per_image;  // mode → (1×28×28, 3×224×224) s
   double python_images_per_s = NAN, python_step_s = NAN, python_optimizer_s = NAN;
   std::string torch_version = "not run", python_device = "not run";
-  // One AdamW step's ATen operations: "model" and "optimizer" (count_step_ops; the Python route's count_ops).
+  // One AdamW step's ATen operations: "model" and "optimizer" (count_step_ops; the Python route's count_ops);
+  // jacond's also "soap_optimizer", SOAP's step (its second: no eigenbasis refresh).
   std::map<std::string, AtenOpCounter::Counts> jacond_ops, python_ops;
 };
 
@@ -329,6 +330,7 @@ void time_jacond_routes(const BenchTrainArgs& a, const torch::Device& device, Be
   r.jacond_ops = count_step_ops(adamw, device);
   std::cout << "jacond AdamW: " << std::fixed << std::setprecision(1) << r.adamw.images_per_s(a.cfg.batch) << " img/s\n";
   r.soap = time_training(soap, device, a.warmup, a.steps);
+  r.jacond_ops["soap_optimizer"] = count_step_ops(soap, device).at("optimizer");  // a step without a refresh
   std::cout << "jacond SOAP:  " << r.soap.images_per_s(a.cfg.batch) << " img/s\n";
   for (const std::string& m : a.tg_list) {
     models::TrainConfig tg = adamw;
@@ -381,7 +383,8 @@ void print_op_counts(const BenchTrainResults& r) {
   std::cout << "ATen operations in one AdamW step (nested included): model pass jacond "
             << total(r.jacond_ops.at("model")) << ", PyTorch " << total(r.python_ops.at("model"))
             << "; optimizer.step() jacond " << total(r.jacond_ops.at("optimizer")) << ", PyTorch "
-            << total(r.python_ops.at("optimizer")) << "\n";
+            << total(r.python_ops.at("optimizer")) << "; SOAP's optimizer.step() jacond "
+            << total(r.jacond_ops.at("soap_optimizer")) << "\n";
   std::vector<std::tuple<int64_t, std::string, int64_t, int64_t>> diff;  // (|difference|, name, jacond, PyTorch)
   std::set<std::string> names;
   for (const auto* c : {&r.jacond_ops.at("model"), &r.python_ops.at("model")})

@@ -624,6 +624,8 @@ TEST_F(TrainCli, BenchTrainTimesBothRoutesAndSplitsTheirSteps) {
   ASSERT_FALSE(ours.empty());
   ASSERT_FALSE(theirs.empty());
   EXPECT_FALSE(ops.at("jacond").at("optimizer").empty());
+  EXPECT_FALSE(ops.at("jacond").at("soap_optimizer").empty());
+  EXPECT_NE(r.out.find("; SOAP's optimizer.step() jacond "), std::string::npos) << r.out;
   std::set<std::string> names;
   for (const json* t : {&ours, &theirs})
     for (auto it = t->begin(); it != t->end(); ++it) names.insert(it.key());

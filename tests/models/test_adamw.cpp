@@ -2,7 +2,6 @@
 // CPU (the `_foreach_` operations run the same per-tensor kernels there), sharing the base class's
 // state and checkpoints; on a GPU (AdamWCuda.*, skipped without one) within fp32 rounding of
 // torch::optim::AdamW on the same device and of the CPU's steps.
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "models/optim/adamw.h"
+#include "support/aten_op_count.h"
 
 namespace {
 
@@ -163,28 +163,11 @@ TEST(AdamW, CheckpointsAreInterchangeableWithLibTorchs) {
   }
 }
 
-// Top-level ATen operations (those not called from inside another), counted through
-// RecordFunction on this thread: on a GPU each is a kernel launch or a few (a `_foreach_` one
-// launches one per chunk of tensors), so their number is what makes a small model's step
-// launch-bound.
-thread_local int op_depth = 0;
-thread_local int64_t top_level_ops = 0;
-std::unique_ptr<at::ObserverContext> enter_op(const at::RecordFunction&) {
-  if (op_depth++ == 0) ++top_level_ops;
-  return nullptr;
-}
-void leave_op(const at::RecordFunction&, at::ObserverContext*) { --op_depth; }
-
 int64_t ops_of_one_step(torch::optim::Optimizer& opt, std::vector<torch::Tensor>& ps) {
   set_grads(ps, 1);
   opt.step();  // the first step creates the state (zeros_like per parameter)
   set_grads(ps, 3);
-  top_level_ops = 0;
-  const at::CallbackHandle handle =
-      at::addThreadLocalCallback(at::RecordFunctionCallback(enter_op, leave_op).scopes({at::RecordScope::FUNCTION}));
-  opt.step();
-  at::removeCallback(handle);
-  return top_level_ops;
+  return jacond::test::count_top_level_ops([&] { opt.step(); }).all;  // on a GPU, a launch or a few each
 }
 
 TEST(AdamW, TheGpusOrderIssuesTheSameOperationsForAnyNumberOfParameters) {

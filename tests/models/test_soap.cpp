@@ -1,15 +1,20 @@
 // SOAP (models/optim/soap.h): reduces to LibTorch's AdamW when its eigenbasis is frozen at the identity
 // (an independent oracle), converges on an ill-conditioned quadratic, keeps orthonormal
 // eigenbases that become eigenvectors of a stationary L, skips its statistics-only first step,
-// respects max_precond_dim, and round-trips its state.
+// respects max_precond_dim, and round-trips its state. Its matrices step in groups of one shape:
+// bitwise as each alone, in as many operations for one block as for ten, and on a GPU
+// (SoapCuda.*, skipped without one) as on the CPU.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "models/optim/soap.h"
+#include "support/aten_op_count.h"
 
 namespace jacond {
 namespace {
@@ -34,6 +39,132 @@ void set_grads(std::vector<torch::Tensor>& ps, int64_t step) {
   for (size_t i = 0; i < ps.size(); ++i) {
     auto g = random_like_seeded(ps[i], 1000 * step + static_cast<int64_t>(i)) * (1.0 + 0.1 * step);
     ps[i].mutable_grad() = g;
+  }
+}
+
+// The matrices of `depth` ViT blocks of width d (qkv [3d, d], proj [d, d], fc1 [4d, d], fc2 [d, 4d])
+// in a model's order (block by block), and qkv's bias.
+std::vector<torch::Tensor> vit_like_params(int depth, int64_t d, int64_t seed) {
+  auto g = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);  // set_grads' dtype
+  std::vector<torch::Tensor> ps;
+  for (int l = 0; l < depth; ++l)
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{3 * d, d}, {3 * d}, {d, d}, {4 * d, d}, {d, 4 * d}}) {
+      ps.push_back((0.1 * torch::randn(shape, g, opts)).requires_grad_());
+    }
+  return ps;
+}
+
+// On a GPU a small model's SOAP step is bound by launches (the first H200 run: SOAP's step 1.65×
+// AdamW's at d 192, depth 6; reports/gpu). The matrices of one shape step together, so the
+// operations that launch kernels are as many for two blocks' matrices as for ten blocks': a plain
+// step, and a step that refreshes the eigenbases. (Two, not one: a group of one takes its
+// gradient as a view, where a group of more stacks them.) (The 1-D parameters step through adamw_step,
+// multi-tensor on a GPU and one tensor at a time on the CPU: AdamW's own test counts those.)
+TEST(Soap, OneShapesMatricesStepTogetherWhateverTheirNumber) {
+  std::vector<jacond::test::AtenOpCount> plain, refresh;
+  for (int depth : {2, 10}) {
+    std::vector<torch::Tensor> ps;
+    for (auto& p : vit_like_params(depth, 8, 17))
+      if (p.dim() == 2) ps.push_back(p);
+    SoapOptions o;
+    o.precondition_frequency = 2;
+    o.batched_on_cpu = true;  // the device's order
+    Soap soap(ps, o);
+    set_grads(ps, 1);
+    soap.step();  // statistics only
+    set_grads(ps, 2);
+    plain.push_back(jacond::test::count_top_level_ops([&] { soap.step(); }));  // t = 1
+    set_grads(ps, 3);
+    refresh.push_back(jacond::test::count_top_level_ops([&] { soap.step(); }));  // t = 2: refreshes
+    std::cout << depth << " blocks: " << plain.back().computing << " computing operations a step ("
+              << plain.back().all << " with views), " << refresh.back().computing << " ("
+              << refresh.back().all << ") with the refresh\n";
+  }
+  EXPECT_EQ(plain[1].computing, plain[0].computing);
+  EXPECT_EQ(refresh[1].computing, refresh[0].computing);
+  EXPECT_GT(refresh[0].computing, plain[0].computing);  // the refresh is counted
+}
+
+// Grouping changes how many operations a step issues, not what they compute: matrices stepped in
+// groups (three blocks' four shapes, and qkv's biases), in the device's batched order and in the
+// CPU's member by member, end bitwise where each stepped alone (in the CPU's order) does,
+// eigenbases included, over refreshes (every 3rd step). One fc1 misses its gradient at step 5: it
+// leaves its group (the others step on without it) and stays one step behind, exactly as alone.
+TEST(Soap, AGroupStepsAsItsMembersWouldAlone) {
+  for (bool batched : {true, false}) {
+    SCOPED_TRACE(batched ? "batched" : "member by member");
+    auto grouped = vit_like_params(3, 6, 23);
+    std::vector<torch::Tensor> alone;
+    for (auto& p : grouped) alone.push_back(p.detach().clone().requires_grad_());
+    SoapOptions o;
+    o.precondition_frequency = 3;
+    std::vector<std::unique_ptr<Soap>> each;  // the CPU's own order
+    for (auto& p : alone) each.push_back(std::make_unique<Soap>(std::vector<torch::Tensor>{p}, o));
+    o.batched_on_cpu = batched;
+    Soap together(grouped, o);
+    const size_t skipper = 8;  // block 1's fc1
+    ASSERT_EQ(grouped[skipper].sizes(), (std::vector<int64_t>{24, 6}));
+    for (int64_t t = 1; t <= 12; ++t) {
+      set_grads(grouped, t);
+      set_grads(alone, t);
+      if (t == 5) {
+        grouped[skipper].mutable_grad().reset();
+        alone[skipper].mutable_grad().reset();
+      }
+      together.step();
+      for (auto& s : each) s->step();
+      if (t == 4) {
+        EXPECT_EQ(together.matrix_groups(), 4u);  // qkv, proj, fc1, fc2
+      }
+    }
+    EXPECT_EQ(together.matrix_groups(), 5u);  // fc1 split in two
+    EXPECT_EQ(together.steps(skipper), 11);
+    EXPECT_EQ(together.steps(skipper + 5), 12);
+    for (size_t i = 0; i < grouped.size(); ++i) {
+      EXPECT_TRUE(torch::equal(grouped[i].detach(), alone[i].detach())) << "param " << i;
+      EXPECT_EQ(together.steps(i), each[i]->steps(0)) << "param " << i;
+      for (int side = 0; side < 2; ++side) {
+        const auto a = together.eigenbasis(i, side), b = each[i]->eigenbasis(0, side);
+        ASSERT_EQ(a.defined(), b.defined()) << "param " << i << " side " << side;
+        if (a.defined()) {
+          EXPECT_TRUE(torch::equal(a, b)) << "param " << i << " side " << side;
+        }
+      }
+    }
+  }
+}
+
+// On a GPU (skipped without one): grouped SOAP there (batched bmm, eigh and QR on the device)
+// takes the CPU's steps. fp64, square matrices: full-rank statistics with distinct eigenvalues, so
+// each eigenbasis is fixed up to its columns' signs, which cancel in the step; what is left is the
+// eigenvectors' rounding, ~eps·‖L‖/gap, far below 1e-8.
+TEST(SoapCuda, GroupedStepsOnTheGpuAreTheCpus) {
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU tests above run the same code)";
+  auto g = at::detail::createCPUGenerator(31);
+  std::vector<torch::Tensor> host, device;
+  for (int copy = 0; copy < 3; ++copy)
+    for (int64_t n : {8, 12}) {
+      host.push_back(torch::randn({n, n}, g, torch::kFloat64).requires_grad_());
+      device.push_back(host.back().detach().to(torch::kCUDA).requires_grad_());
+    }
+  std::vector<torch::Tensor> initial;
+  for (auto& p : host) initial.push_back(p.detach().clone());
+  SoapOptions o;
+  o.precondition_frequency = 3;
+  Soap on_host(host, o), on_device(device, o);
+  for (int64_t t = 1; t <= 12; ++t) {
+    set_grads(host, t);
+    for (size_t i = 0; i < host.size(); ++i) device[i].mutable_grad() = host[i].grad().to(torch::kCUDA);
+    on_host.step();
+    on_device.step();
+  }
+  EXPECT_EQ(on_device.matrix_groups(), 2u);
+  for (size_t i = 0; i < host.size(); ++i) {
+    const auto moved = (host[i].detach() - initial[i]).norm().item<double>();  // eleven steps' worth
+    ASSERT_GT(moved, 0) << i;
+    EXPECT_LT((device[i].detach().cpu() - host[i].detach()).norm().item<double>() / moved, 1e-8) << i;
   }
 }
 
@@ -294,6 +425,27 @@ TEST(Soap, LoadRejectsStateOfAnotherModel) {
   std::istringstream is(bytes.str());
   in.load_from(is);
   EXPECT_THROW(second.load(in), std::invalid_argument);
+  // As many parameters, other shapes: the moments (and eigenbases) are checked against each.
+  auto V = torch::zeros({6, 5}, torch::kFloat64).requires_grad_();
+  auto U = torch::zeros({5, 6}, torch::kFloat64).requires_grad_();
+  Soap six_by_five({V}, SoapOptions{}), five_by_six({U}, SoapOptions{});
+  for (int t = 1; t <= 2; ++t) {
+    V.mutable_grad() = random_like_seeded(V, t);
+    six_by_five.step();
+  }
+  torch::serialize::OutputArchive out2;
+  six_by_five.save(out2);
+  std::ostringstream bytes2;
+  out2.save_to(bytes2);
+  torch::serialize::InputArchive in2;
+  std::istringstream is2(bytes2.str());
+  in2.load_from(is2);
+  try {
+    five_by_six.load(in2);
+    ADD_FAILURE() << "a [6, 5] parameter's state loaded into a [5, 6] one";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 0"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Soap, RejectsBadOptions) {

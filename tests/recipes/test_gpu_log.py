@@ -83,4 +83,10 @@ def test_op_count_line_sums_both_routes_counts(tmp_path):
                        ' "aten::mm": 10, "aten::slice": 1}, "optimizer": {"aten::_foreach_mul_": 3}}}}')
     assert counted == ["- ATen operations in one AdamW step (nested included): model pass jacond 15, PyTorch 16; "
                        "optimizer.step() jacond 4, PyTorch 3."]
+    with_soap = lines_of(gpu.op_count_line, tmp_path / "with-soap", "bench-train",
+                         '{"aten_ops": {"jacond": {"model": {"aten::mm": 10}, "optimizer": {"aten::_foreach_mul_": 4},'
+                         ' "soap_optimizer": {"aten::bmm": 20, "aten::_foreach_add_": 7}}, "pytorch": {"model":'
+                         ' {"aten::mm": 10}, "optimizer": {"aten::_foreach_mul_": 3}}}}')
+    assert with_soap == ["- ATen operations in one AdamW step (nested included): model pass jacond 10, PyTorch 10; "
+                         "optimizer.step() jacond 4, PyTorch 3; SOAP's optimizer.step() jacond 27."]
     assert lines_of(gpu.op_count_line, tmp_path / "nowhere") == ["- ATen operations per step: not counted in this run."]

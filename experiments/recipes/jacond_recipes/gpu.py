@@ -42,6 +42,9 @@ class Log:
     ITEM_TOOK = re.compile(r"^=== item (\d) took (\d+) s \(rc (\d+)\)")
     STOPPED = re.compile(r"^=== item (\d) STOPPED at its cap of (\d+) s")
     REAL = re.compile(r"^real\s+(\d+)m([\d.]+)s")
+    CTEST = re.compile(r'^\$ ctest -R "([^"]+)"')
+    # What item 1 ran before gpu_measure logged its ctest line (the first H200 run, commit 0345907).
+    FIRST_TESTS = "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup"
     # ctest's summary and each failed test as its list names it ("71 - Name (SEGFAULT)"), pytest's
     # summary, and a process that died on a signal (bash's "Segmentation fault", Python's fatal error).
     TEST_LINE = re.compile(r"tests passed|tests failed|^\s*\d+ - \S+ \((Failed|Timeout|SEGFAULT|Subprocess aborted|"
@@ -57,6 +60,7 @@ class Log:
         self.commands = []   # `jacond …` as run, in order
         self.wall = {}       # command -> wall seconds from `time`
         self.test_lines = []
+        self.tests_run = None  # item 1's ctest -R pattern
         last_command, current = None, None
         for path in paths:
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -69,6 +73,8 @@ class Log:
                     last_command = re.sub(r"--out \S*/(\S+)", r"--out \1", line[2:].strip())
                     if last_command not in self.commands:
                         self.commands.append(last_command)
+                elif m := self.CTEST.match(line):
+                    self.tests_run = m.group(1)
                 elif (m := self.REAL.match(line)) and last_command:
                     self.wall[last_command] = 60 * int(m.group(1)) + float(m.group(2))
                 elif m := self.ITEM_STARTED.match(line):
@@ -134,7 +140,7 @@ def tests_section(r, report, log):
     if 1 not in log.items:
         not_measured(report, log, 1)
         return
-    report.text(f"`ctest -R \"DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup\"` and the Python module's device test: "
+    report.text(f"`ctest -R \"{log.tests_run or log.FIRST_TESTS}\"` and the Python module's device test: "
                 f"{log.items[1][0]} s, exit {log.items[1][1]}. What they printed:\n\n```\n" +
                 "\n".join(log.test_lines or ["(no summary line in the log)"]) + "\n```")
 
@@ -271,9 +277,11 @@ def op_count_line(r, report):
         report.text("- ATen operations per step: not counted in this run.")
         return
     n = {route: {part: sum(ops[route].get(part, {}).values()) for part in ("model", "optimizer")} for route in ops}
+    soap = ops["jacond"].get("soap_optimizer")  # counted since SOAP's matrices step in groups (2026-11-28)
     report.text(f"- ATen operations in one AdamW step (nested included): model pass jacond {n['jacond']['model']}, "
                 f"PyTorch {n['pytorch']['model']}; optimizer.step() jacond {n['jacond']['optimizer']}, "
-                f"PyTorch {n['pytorch']['optimizer']}.")
+                f"PyTorch {n['pytorch']['optimizer']}" +
+                (f"; SOAP's optimizer.step() jacond {sum(soap.values())}." if soap else "."))
 
 
 def tracking_line(r, report):
