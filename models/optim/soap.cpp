@@ -71,10 +71,11 @@ Soap::Soap(std::vector<torch::Tensor> params, SoapOptions options, std::vector<b
   if (opt_.shampoo_beta < 0) opt_.shampoo_beta = opt_.beta2;
   if (opt_.shampoo_beta >= 1) throw std::invalid_argument("SOAP: shampoo beta must be < 1");
   vectors_.resize(params_.size());
+  for (const auto& p : params_) matrix_.push_back(as_matrix(p).dim() >= 2);
   index_members();
 }
 
-bool Soap::is_matrix(size_t i) const { return as_matrix(params_[i]).dim() >= 2; }
+bool Soap::is_matrix(size_t i) const { return matrix_[i]; }
 
 void Soap::zero_grad() {
   for (auto& p : params_) p.mutable_grad().reset();
@@ -134,11 +135,6 @@ torch::Tensor Soap::gradients(const std::vector<size_t>& members) const {
 // A group's operations batched (a device), or member by member on the CPU (module comment).
 bool Soap::batched(const MatrixGroup& g) const { return !g.state.exp_avg.is_cpu() || opt_.batched_on_cpu; }
 
-Soap::MatrixState Soap::MatrixState::slice(int64_t b) const {
-  auto at = [b](const torch::Tensor& t) { return t.defined() ? t.narrow(0, b, 1) : torch::Tensor(); };
-  return {at(exp_avg), at(exp_avg_sq), {at(GG[0]), at(GG[1])}, {at(Q[0]), at(Q[1])}};
-}
-
 // A group some of whose members have no gradient this step becomes two: those with one (they
 // step) and those without (they keep their step count). Groups are not merged again.
 void Soap::split_off_members_without_gradient() {
@@ -162,14 +158,11 @@ void Soap::split_off_members_without_gradient() {
 
 Soap::MatrixGroup Soap::subgroup(const MatrixGroup& g, const std::vector<int64_t>& slots) {
   const torch::Tensor index = torch::tensor(slots, torch::kLong).to(g.state.exp_avg.device());
-  auto take = [&](const torch::Tensor& t) { return t.defined() ? t.index_select(0, index) : torch::Tensor(); };
   MatrixGroup s;
   for (int64_t b : slots) s.members.push_back(g.members[static_cast<size_t>(b)]);
   s.step = g.step;
   s.decay = g.decay;
-  s.state.exp_avg = take(g.state.exp_avg);
-  s.state.exp_avg_sq = take(g.state.exp_avg_sq);
-  for (int side = 0; side < 2; ++side) s.state.GG[side] = take(g.state.GG[side]), s.state.Q[side] = take(g.state.Q[side]);
+  s.state = g.state.map([&](const torch::Tensor& t) { return t.index_select(0, index); });
   return s;
 }
 
@@ -221,7 +214,8 @@ void Soap::step_group(MatrixGroup& g) {
     return;
   }
   for (size_t b = 0; b < g.members.size(); ++b)
-    update(g.state.slice(static_cast<int64_t>(b)), gradients({g.members[b]}), {params_[g.members[b]]}, t, g.decay);
+    update(g.state.map([b](const torch::Tensor& x) { return x.narrow(0, static_cast<int64_t>(b), 1); }),
+           gradients({g.members[b]}), {params_[g.members[b]]}, t, g.decay);
 }
 
 // The module comment's lines at step t for the B matrices of `s` (views into a group's state,
@@ -307,15 +301,14 @@ void Soap::save(torch::serialize::OutputArchive& archive) const {
     }
     const Slot at = slots_[i];
     const MatrixGroup* g = at.group < 0 ? nullptr : &groups_[static_cast<size_t>(at.group)];
-    auto slice = [&](const torch::Tensor& t) { return g && t.defined() ? t.select(0, at.slot).clone() : torch::Tensor(); };
-    const MatrixState none;
-    const MatrixState& state = g ? g->state : none;
-    put("exp_avg", slice(state.exp_avg));
-    put("exp_avg_sq", slice(state.exp_avg_sq));
-    put("L", slice(state.GG[0]));
-    put("R", slice(state.GG[1]));
-    put("Q_L", slice(state.Q[0]));
-    put("Q_R", slice(state.Q[1]));
+    const MatrixState own = g ? g->state.map([&](const torch::Tensor& t) { return t.select(0, at.slot).clone(); })
+                              : MatrixState{};
+    put("exp_avg", own.exp_avg);
+    put("exp_avg_sq", own.exp_avg_sq);
+    put("L", own.GG[0]);
+    put("R", own.GG[1]);
+    put("Q_L", own.Q[0]);
+    put("Q_R", own.Q[1]);
   }
 }
 

@@ -96,7 +96,12 @@ class Soap {
     torch::Tensor exp_avg, exp_avg_sq;  // M (parameter space), V (eigenbasis): [B, m, k]
     torch::Tensor GG[2];                // L [B, m, m], R [B, k, k]; undefined: side unpreconditioned
     torch::Tensor Q[2];                 // Q_L, Q_R, as GG
-    MatrixState slice(int64_t b) const;
+    /// f applied to each defined tensor (undefined ones stay so).
+    template <class F>
+    MatrixState map(F f) const {
+      auto at = [&](const torch::Tensor& t) { return t.defined() ? f(t) : torch::Tensor(); };
+      return {at(exp_avg), at(exp_avg_sq), {at(GG[0]), at(GG[1])}, {at(Q[0]), at(Q[1])}};
+    }
   };
   // Matrix parameters of one [m, k] view, decay and step count, stepped together: member b's
   // state is slice b.
@@ -129,6 +134,7 @@ class Soap {
 
   std::vector<torch::Tensor> params_;
   std::vector<bool> decay_;
+  std::vector<bool> matrix_;          // by parameter index: preconditioned as a matrix (as_matrix 2-D)
   std::vector<VectorState> vectors_;  // by parameter index; used for the 1-D ones
   std::vector<MatrixGroup> groups_;
   std::vector<Slot> slots_;           // by parameter index; used for the matrices
