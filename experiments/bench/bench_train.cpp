@@ -6,6 +6,9 @@
 //                backward, optimizer step) after `warmup` untimed steps, fp32, random images
 //                [batch, 1, 28, 28] (throughput does not depend on pixel values), on --device
 //                (cpu | cuda; both routes on the same one, each step ending with loss.item()).
+//   page faults  the process's minor page faults over a timed step (getrusage), both routes: the
+//                cost of a heap that hands freed tensors back to the OS (analysis/core/heap_policy.h;
+//                jacond's process keeps them, and run.json's "heap" says whether it did).
 //   operations   one more AdamW step's ATen operations by name in both routes (model pass and
 //                optimizer.step(), RecordFunction / torch.profiler), and where they differ: on a
 //                GPU each is a kernel launch or a few, and a small model's step is launch-bound.
@@ -42,10 +45,12 @@
 #include <tuple>
 #include <vector>
 
+#include <sys/resource.h>
 #include <torch/cuda.h>
 
-#include "analysis/report/report_csv.h"
+#include "analysis/core/heap_policy.h"
 #include "analysis/core/threads.h"
+#include "analysis/report/report_csv.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
@@ -65,8 +70,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+long minor_page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 struct StepTiming {
   double step_s = 0, optimizer_s = 0, graying_s = 0;  // graying_s: the Token Graying call alone
+  double page_faults = 0;  // the process's minor page faults over a timed step (analysis/core/heap_policy.h)
   double images_per_s(int64_t batch) const { return batch / step_s; }
 };
 
@@ -105,6 +117,7 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   for (int64_t s = 0; s < warmup + steps; ++s) {
     const int64_t k = s - warmup;  // the timed step's index; negative while warming up
     const bool time_optimizer = !on_gpu || k % 2 == 1, time_step = !on_gpu || k % 2 == 0;
+    const long faults0 = minor_page_faults();
     const auto t0 = Clock::now();
     const auto x = models::token_graying(images, graying, cfg.tg_eps, cfg.model.patch).to(device);
     const double graying_s = since(t0);
@@ -118,12 +131,13 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
     const double optimizer_s = since(t1);
     (void)loss.item<double>();
     if (k < 0) continue;
-    if (time_step) t.step_s += since(t0), t.graying_s += graying_s, ++step_samples;
+    if (time_step) t.step_s += since(t0), t.graying_s += graying_s, t.page_faults += minor_page_faults() - faults0, ++step_samples;
     if (time_optimizer) t.optimizer_s += optimizer_s, ++optimizer_samples;
   }
   t.step_s /= static_cast<double>(step_samples);
   t.optimizer_s /= static_cast<double>(optimizer_samples);
   t.graying_s /= static_cast<double>(step_samples);
+  t.page_faults /= static_cast<double>(step_samples);
   return t;
 }
 
@@ -311,7 +325,7 @@ struct BenchTrainResults {
   std::string track_where;                                 // tracking_where of their devices
   TrackTiming track_set_host;  // --device cuda: the chosen set on the host (--track-device cpu), for the ratio
   std::map<std::string, std::pair<double, double>> graying_per_image;  // mode → (1×28×28, 3×224×224) s
-  double python_images_per_s = NAN, python_step_s = NAN, python_optimizer_s = NAN;
+  double python_images_per_s = NAN, python_step_s = NAN, python_optimizer_s = NAN, python_page_faults = NAN;
   std::string torch_version = "not run", python_device = "not run";
   // One AdamW step's ATen operations: "model" and "optimizer" (count_step_ops; the Python route's count_ops);
   // jacond's also "soap_optimizer", SOAP's step (its second: no eigenbasis refresh).
@@ -367,6 +381,8 @@ void time_python_route(const BenchTrainArgs& a, BenchTrainResults& r) {
   // null where no step timed it (one timed step on a GPU: the even one)
   if (j.contains("optimizer_step_s") && j["optimizer_step_s"].is_number())
     r.python_optimizer_s = j["optimizer_step_s"].get<double>();
+  if (j.contains("page_faults_per_step") && j["page_faults_per_step"].is_number())
+    r.python_page_faults = j["page_faults_per_step"].get<double>();
   r.torch_version = j["torch_version"].get<std::string>();
   r.python_device = j["device"].get<std::string>();
   if (j.contains("aten_ops") && j["aten_ops"].is_object())
@@ -426,6 +442,9 @@ void print_ratios(const BenchTrainArgs& a, const BenchTrainResults& r) {
                           ", PyTorch " + fixed3(1e3 * r.python_optimizer_s) + "; the rest of the step jacond " +
                           fixed3(1e3 * (ta.step_s - ta.optimizer_s)) + ", PyTorch " +
                           fixed3(1e3 * (r.python_step_s - r.python_optimizer_s)) + "\n")
+            << "  minor page faults per step: jacond " << std::lround(ta.page_faults) << ", PyTorch "
+            << (std::isnan(r.python_page_faults) ? std::string("n/a") : std::to_string(std::lround(r.python_page_faults)))
+            << " (jacond's heap: " << describe(heap_policy_in_effect()) << ")\n"
             << "SOAP / AdamW full-step time:          " << r.soap.step_s / ta.step_s << "   (target <= 1.5)\n"
             << "SOAP / AdamW optimizer.step() time:   " << r.soap.optimizer_s / ta.optimizer_s << "\n";
   print_op_counts(r);
@@ -464,15 +483,19 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
   const models::TrainConfig& cfg = a.cfg;
   const StepTiming& ta = r.adamw;
   std::ostringstream csv;
-  csv << "route,optimizer,device,threads,batch,images_per_s,step_s,optimizer_step_s\n";
-  auto row = [&](const std::string& route, const std::string& opt, double ips, double step, double opt_s) {
+  csv << "route,optimizer,device,threads,batch,images_per_s,step_s,optimizer_step_s,page_faults_per_step\n";
+  auto row = [&](const std::string& route, const std::string& opt, double ips, double step, double opt_s, double faults) {
     csv << route << "," << opt << "," << cfg.device << "," << cfg.threads << "," << cfg.batch << "," << format_number(ips)
-        << "," << format_number(step) << "," << format_number(opt_s) << "\n";
+        << "," << format_number(step) << "," << format_number(opt_s) << "," << format_number(faults) << "\n";
   };
-  row("jacond", "adamw", ta.images_per_s(cfg.batch), ta.step_s, ta.optimizer_s);
-  row("jacond", "soap", r.soap.images_per_s(cfg.batch), r.soap.step_s, r.soap.optimizer_s);
-  for (const auto& [m, t] : r.grayed) row("jacond+" + m + "-tg", "adamw", t.images_per_s(cfg.batch), t.step_s, t.optimizer_s);
-  if (!a.skip_python) row("pytorch", "adamw", r.python_images_per_s, r.python_step_s, r.python_optimizer_s);
+  const auto jacond_row = [&](const std::string& route, const StepTiming& t, const std::string& opt) {
+    row(route, opt, t.images_per_s(cfg.batch), t.step_s, t.optimizer_s, t.page_faults);
+  };
+  jacond_row("jacond", ta, "adamw");
+  jacond_row("jacond", r.soap, "soap");
+  for (const auto& [m, t] : r.grayed) jacond_row("jacond+" + m + "-tg", t, "adamw");
+  if (!a.skip_python)
+    row("pytorch", "adamw", r.python_images_per_s, r.python_step_s, r.python_optimizer_s, r.python_page_faults);
   write_file_atomic(a.out_dir + "/bench_train.csv", csv.str());
 
   nlohmann::json meta = run_metadata(argc, argv, "bench");
@@ -498,6 +521,7 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
     meta["tracking"]["chosen_on_host"] = {{"seconds", r.track_set_host.seconds}, {"reports", r.track_set_host.reports}};
   meta["aten_ops"] = {{"jacond", r.jacond_ops}, {"pytorch", r.python_ops}};
   meta["torch_version"] = r.torch_version;
+  meta["heap"] = describe(heap_policy_in_effect());
   meta["device"] = {{"name", cfg.device}, {"pytorch_device", r.python_device}};
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << a.out_dir << "/bench_train.csv and run.json\n";

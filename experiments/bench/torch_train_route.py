@@ -24,14 +24,16 @@ torch.multiprocessing.spawn starts N processes, each joins a Gloo process group 
 wraps the model in DistributedDataParallel and trains on its batch/N images with --threads
 threads; rank 0 times the steps (each ends with loss.item() after the gradient all-reduce).
 
-Prints ONE JSON line: {"images_per_s", "step_s", "optimizer_step_s", "aten_ops", "steps", "batch", "threads",
-"nproc", "torch_version", "device"} (device: the GPU's name, or "cpu"; aten_ops: count_ops's
-{"model": {name: count}, "optimizer": {...}} of one more step, null with --nproc).
+Prints ONE JSON line: {"images_per_s", "step_s", "optimizer_step_s", "aten_ops", "page_faults_per_step",
+"steps", "batch", "threads", "nproc", "torch_version", "device"} (device: the GPU's name, or "cpu";
+aten_ops: count_ops's {"model": {name: count}, "optimizer": {...}} of one more step, null with --nproc;
+page_faults_per_step: the process's minor page faults over a timed step, getrusage's ru_minflt).
 """
 
 import argparse
 import json
 import os
+import resource
 import socket
 import sys
 import time
@@ -134,11 +136,12 @@ def train(rank, a, port=None, result=None):
     y = torch.randint(0, 10, (local_batch,)).to(dev)
 
     on_gpu = dev.type == "cuda"
-    step_s, optimizer_s = [], []
+    step_s, optimizer_s, page_faults = [], [], []
     for k in range(-a.warmup, a.steps):  # k < 0: warm-up
         # As `jacond bench train` times its own route (bench_train.cpp): on a GPU the odd timed steps
         # time opt.step() between synchronisations and the even ones the whole step, unsynchronised.
         time_optimizer, time_step = (not on_gpu or k % 2 == 1), (not on_gpu or k % 2 == 0)
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = F.cross_entropy(model(x.to(dev)), y)
@@ -155,12 +158,13 @@ def train(rank, a, port=None, result=None):
             continue
         if time_step:
             step_s.append(time.perf_counter() - t0)
+            page_faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0)
         if time_optimizer:
             optimizer_s.append(t2 - t1)
     dt = sum(step_s) / len(step_s)
     ops = count_ops(model, opt, x, y, dev) if a.nproc == 1 else None
     out = {"images_per_s": a.batch / dt, "step_s": dt, "optimizer_step_s": sum(optimizer_s) / len(optimizer_s) if optimizer_s else None,
-           "aten_ops": ops,
+           "aten_ops": ops, "page_faults_per_step": sum(page_faults) / len(page_faults),
            "steps": a.steps, "batch": a.batch,
            "threads": torch.get_num_threads(), "nproc": a.nproc, "torch_version": torch.__version__,
            "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu"}

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analysis/core/crash_trace.h"
+#include "analysis/core/heap_policy.h"
 #include "analysis/spectral/dense_cost.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
@@ -33,6 +34,7 @@ void print_usage(std::ostream& os) {
 
 int main(int argc, char** argv) {
   jacond::install_crash_trace("jacond");  // a fatal signal prints native frames before the death
+  jacond::retain_freed_heap_memory();     // a step's freed tensors stay in the heap for the next (heap_policy.h)
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     print_usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;

@@ -9,12 +9,14 @@
 
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "analysis/core/heap_policy.h"
 #include "support/cli_harness.h"
 #include "models/io/checkpoint.h"
 #include "models/io/safetensors.h"
@@ -614,6 +616,15 @@ TEST_F(TrainCli, BenchTrainTimesBothRoutesAndSplitsTheirSteps) {
     const double step = to_double(rows.front()->at("step_s")), optimizer = to_double(rows.front()->at("optimizer_step_s"));
     EXPECT_GT(optimizer, 0) << route;
     EXPECT_LT(optimizer, step) << route;
+    EXPECT_GE(to_double(rows.front()->at("page_faults_per_step")), 0) << route;  // a count, not nan
+  }
+  // The jacond process keeps freed tensors in its heap (analysis/core/heap_policy.h) and says so.
+  EXPECT_NE(r.out.find("minor page faults per step: jacond "), std::string::npos) << r.out;
+  const bool malloc_set_by_environment = std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("MALLOC_MMAP_THRESHOLD_") ||
+                                         std::getenv("MALLOC_TOP_PAD_") || std::getenv("MALLOC_MMAP_MAX_") ||
+                                         std::getenv("GLIBC_TUNABLES");
+  if (!malloc_set_by_environment) {
+    EXPECT_EQ(json::parse(slurp(path("bench") + "/run.json")).at("heap"), jacond::describe(jacond::HeapPolicy::applied));
   }
   // Both routes' ATen operations of one step, by name: the C++ model issues what the Python one
   // does (before at::linear and unbind it had 4 bias adds and 3 select_backward more a block).
