@@ -444,7 +444,7 @@ void print_ratios(const BenchTrainArgs& a, const BenchTrainResults& r) {
                           fixed3(1e3 * (r.python_step_s - r.python_optimizer_s)) + "\n")
             << "  minor page faults per step: jacond " << std::lround(ta.page_faults) << ", PyTorch "
             << (std::isnan(r.python_page_faults) ? std::string("n/a") : std::to_string(std::lround(r.python_page_faults)))
-            << " (jacond's heap: " << describe(heap_policy_in_effect()) << ")\n"
+            << " (jacond's heap: " << describe_heap_policy() << ")\n"
             << "SOAP / AdamW full-step time:          " << r.soap.step_s / ta.step_s << "   (target <= 1.5)\n"
             << "SOAP / AdamW optimizer.step() time:   " << r.soap.optimizer_s / ta.optimizer_s << "\n";
   print_op_counts(r);
@@ -521,7 +521,7 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
     meta["tracking"]["chosen_on_host"] = {{"seconds", r.track_set_host.seconds}, {"reports", r.track_set_host.reports}};
   meta["aten_ops"] = {{"jacond", r.jacond_ops}, {"pytorch", r.python_ops}};
   meta["torch_version"] = r.torch_version;
-  meta["heap"] = describe(heap_policy_in_effect());
+  meta["heap"] = describe_heap_policy();
   meta["device"] = {{"name", cfg.device}, {"pytorch_device", r.python_device}};
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << a.out_dir << "/bench_train.csv and run.json\n";
