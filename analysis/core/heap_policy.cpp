@@ -16,6 +16,18 @@ std::size_t mmap_threshold_in_effect = 0;
 
 static_assert(heap_trim_threshold_bytes <= 0x7fffffff, "mallopt takes an int");
 
+// Sets the mmap threshold (64 MiB, else older glibc's 32 MiB) and then the trim threshold; sets
+// nothing more once a call is refused (the header says why). Returns the mmap threshold, 0 if none.
+std::size_t set_thresholds() {
+#if defined(__GLIBC__)
+  for (std::size_t bytes : {heap_mmap_threshold_bytes, heap_mmap_threshold_fallback_bytes})
+    if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes)) == 1)
+      return mallopt(M_TRIM_THRESHOLD, static_cast<int>(heap_trim_threshold_bytes)) == 1 ? bytes : 0;
+#endif
+  return 0;
+}
+}  // namespace
+
 // The settings glibc reads when malloc starts, and the policy's own off switch.
 bool environment_sets_heap() {
   for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"})
@@ -28,18 +40,6 @@ bool environment_sets_heap() {
     if (std::strstr(tunables, name)) return true;
   return false;
 }
-
-// Sets the mmap threshold (64 MiB, else older glibc's 32 MiB) and then the trim threshold; sets
-// nothing more once a call is refused (the header says why). Returns the mmap threshold, 0 if none.
-std::size_t set_thresholds() {
-#if defined(__GLIBC__)
-  for (std::size_t bytes : {heap_mmap_threshold_bytes, heap_mmap_threshold_fallback_bytes})
-    if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes)) == 1)
-      return mallopt(M_TRIM_THRESHOLD, static_cast<int>(heap_trim_threshold_bytes)) == 1 ? bytes : 0;
-#endif
-  return 0;
-}
-}  // namespace
 
 HeapPolicy retain_freed_heap_memory() {
   mmap_threshold_in_effect = 0;

@@ -76,6 +76,10 @@ inline constexpr std::size_t heap_mmap_threshold_bytes = std::size_t{64} << 20;
 inline constexpr std::size_t heap_mmap_threshold_fallback_bytes = std::size_t{32} << 20;  // older glibc's limit
 inline constexpr std::size_t heap_trim_threshold_bytes = std::size_t{1} << 30;
 
+/// Whether the environment sets the thresholds or says JACOND_HEAP=default (the policy then stands
+/// aside; the header comment lists the variables).
+bool environment_sets_heap();
+
 /// Applies the policy above, once, at the start of a process (before its threads start).
 HeapPolicy retain_freed_heap_memory();
 

@@ -34,6 +34,18 @@ std::vector<torch::Tensor> make_params() {
           torch::randn({4, 3, 2, 2}, g, opts).requires_grad_()};
 }
 
+// `into` takes the state `from` saves, through the bytes of a checkpoint archive.
+void load_state(const Soap& from, Soap& into) {
+  torch::serialize::OutputArchive out;
+  from.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  torch::serialize::InputArchive in;
+  std::istringstream is(bytes.str());
+  in.load_from(is);
+  into.load(in);
+}
+
 // Same pseudo-gradients for both optimizers: a fixed function of (param, step).
 void set_grads(std::vector<torch::Tensor>& ps, int64_t step) {
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -155,15 +167,8 @@ TEST(Soap, GroupsWithASplitRoundTripThroughAState) {
     ASSERT_EQ(first.matrix_groups(), 5u);
     std::vector<torch::Tensor> b;
     for (auto& p : a) b.push_back(p.detach().clone().requires_grad_());
-    torch::serialize::OutputArchive out;
-    first.save(out);
-    std::ostringstream bytes;
-    out.save_to(bytes);
     Soap second(b, o);
-    torch::serialize::InputArchive in;
-    std::istringstream is(bytes.str());
-    in.load_from(is);
-    second.load(in);
+    load_state(first, second);
     EXPECT_EQ(second.matrix_groups(), 5u);
     EXPECT_EQ(second.steps(skipper), 6);
     EXPECT_EQ(second.steps(skipper + 5), 7);
@@ -425,15 +430,8 @@ TEST(Soap, StateRoundTripContinuesIdentically) {
   }
   std::vector<torch::Tensor> b;
   for (auto& p : a) b.push_back(p.detach().clone().requires_grad_());
-  torch::serialize::OutputArchive out;
-  first.save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
   Soap second(b, o);
-  torch::serialize::InputArchive in;
-  std::istringstream is(bytes.str());
-  in.load_from(is);
-  second.load(in);
+  load_state(first, second);
   std::vector<torch::Tensor> at_load;
   for (auto& p : a) at_load.push_back(p.detach().clone());
   for (int64_t t = 8; t <= 15; ++t) {
@@ -460,16 +458,9 @@ TEST(Soap, StateRoundTripContinuesIdentically) {
 TEST(Soap, LoadRejectsStateOfAnotherModel) {
   auto a = make_params();
   Soap first(a, SoapOptions{});
-  torch::serialize::OutputArchive out;
-  first.save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
   auto W = torch::zeros({3, 3}).requires_grad_();
   Soap second({W}, SoapOptions{});
-  torch::serialize::InputArchive in;
-  std::istringstream is(bytes.str());
-  in.load_from(is);
-  EXPECT_THROW(second.load(in), std::invalid_argument);
+  EXPECT_THROW(load_state(first, second), std::invalid_argument);
   // As many parameters, other shapes: the moments (and eigenbases) are checked against each.
   auto V = torch::zeros({6, 5}, torch::kFloat64).requires_grad_();
   auto U = torch::zeros({5, 6}, torch::kFloat64).requires_grad_();
@@ -478,15 +469,8 @@ TEST(Soap, LoadRejectsStateOfAnotherModel) {
     V.mutable_grad() = random_like_seeded(V, t);
     six_by_five.step();
   }
-  torch::serialize::OutputArchive out2;
-  six_by_five.save(out2);
-  std::ostringstream bytes2;
-  out2.save_to(bytes2);
-  torch::serialize::InputArchive in2;
-  std::istringstream is2(bytes2.str());
-  in2.load_from(is2);
   try {
-    five_by_six.load(in2);
+    load_state(six_by_five, five_by_six);
     ADD_FAILURE() << "a [6, 5] parameter's state loaded into a [5, 6] one";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("parameter 0"), std::string::npos) << e.what();
