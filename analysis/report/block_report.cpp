@@ -136,8 +136,8 @@ std::string gigabytes(double bytes) {
 // --certify inertia can ask for) leaves the report uncertified with a note naming the memory,
 // instead of failing the run on an allocation.
 template <typename Dense>
-ConditionReport with_certificate(ConditionReport r, const Dense& dense, double sigma_min_lo, double sigma_min_hi,
-                                 double sigma_max_lo, double sigma_max_hi, const BlockReportOptions& opt) {
+ConditionReport with_certificate(ConditionReport r, const Dense& dense, const ClaimedExtremes& claim,
+                                 const BlockReportOptions& opt) {
   const double bytes = inertia_count_cost(r.rows, r.cols, 1).bytes, memory = physical_memory_bytes();
   if (r.status != Status::kSingular && bytes > memory) {
     r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: the inertia counts need ") + gigabytes(bytes) +
@@ -145,9 +145,9 @@ ConditionReport with_certificate(ConditionReport r, const Dense& dense, double s
     return r;
   }
   const DenseDevice& device = device_or_host(opt.device);
-  if (r.status == Status::kSingular) return certify_report(r, Mat(), sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, device);
+  if (r.status == Status::kSingular) return certify_report(r, Mat(), claim, device);
   const Mat& K = dense();  // a reference to the caller's matrix, or the temporary kept alive
-  return certify_report(r, K, sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, device);
+  return certify_report(r, K, claim, device);
 }
 
 // kMixed's fallback: the fp64 LU route (`dense` assembles the matrix again) when the refinement
@@ -235,7 +235,8 @@ ConditionReport lanczos_report(const Op& op, const std::string& matrix, const st
   r.report.space = space;
   if (opt.operator_device) r.report.method += "-" + opt.operator_device->name();  // on_operator's device
   if (!wants_certificate(opt, op.rows(), op.cols())) return r.report;
-  return with_certificate(r.report, dense, r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi, opt);
+  return with_certificate(r.report, dense,
+                          ClaimedExtremes::bracket(r.smallest.lo, r.smallest.hi, r.largest.lo, r.largest.hi), opt);
 }
 
 // K_sa and its Prop. 2 split B_sa + E_sa (paper Eq. 10/13), by name.
@@ -320,7 +321,7 @@ ConditionReport dense_report(Mat K, const std::string& name, KappaRoute route, c
   if (opt.before_dense_solve) opt.before_dense_solve();
   if (!wants_certificate(opt, K.rows(), K.cols())) return condition_dense(std::move(K), name, route, opt.device);
   const ConditionReport r = condition_dense(K, name, route, opt.device);
-  return with_certificate(r, [&]() -> const Mat& { return K; }, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
+  return with_certificate(r, [&]() -> const Mat& { return K; }, ClaimedExtremes::estimate(r.sigma_min, r.sigma_max), opt);
 }
 
 // kMixed on one square matrix: `dense32` assembles its fp32 rounding, factorised on the device;
@@ -333,7 +334,7 @@ ConditionReport mixed_report(const Op& op, const std::string& name, const BlockR
   const DenseDevice& dev = device_or_host(opt.device);
   const ConditionReport r = unless_refinement_failed(dev.condition_mixed(dense32(), linear_map(op), name), dev, dense);
   if (r.status == Status::kNotConverged || !wants_certificate(opt, r.rows, r.cols)) return r;
-  return with_certificate(r, dense, r.sigma_min, r.sigma_min, r.sigma_max, r.sigma_max, opt);
+  return with_certificate(r, dense, ClaimedExtremes::estimate(r.sigma_min, r.sigma_max), opt);
 }
 
 // kFast on a dense device that assembles the matrix itself from the operator device's twin of

@@ -265,9 +265,14 @@ bool all_located(const SingularValueCount& c, const std::vector<SingularInterval
 void certify_located(const SingularValueCount& c, const SingularInterval& lowest, CertifiedExtremes& out,
                      std::ostringstream& note) {
   out.sigma_min_lo = lowest.lo;
-  out.sigma_min_hi = std::min(out.sigma_min_hi, lowest.hi);
+  out.sigma_min_hi = std::min(out.sigma_min_hi, lowest.hi);  // the interval holds σ_min: both ends proven
   out.min_certified = true;
   note << "N(" << fmt(c.mu) << ")=" << c.below << " all located (delta " << fmt(c.delta) << ") ";
+}
+
+// A count that saw a value bounds σ_min above: below ≥ 1 ⇒ σ_min < μ + δ (C).
+void bound_above(const SingularValueCount& c, CertifiedExtremes& out) {
+  if (c.below >= 1) out.sigma_min_hi = std::min(out.sigma_min_hi, c.mu + c.delta);
 }
 
 // A count of 0 at μ: σ_min ≥ μ − δ, a certificate only where that is positive.
@@ -295,12 +300,14 @@ void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, Ce
   const SingularValueCount c1 = count_singular_values_below(K, 1.01 * estimate, -1, device);
   ++out.factorisations;
   out.within_1pct = c1.below;
+  bound_above(c1, out);
   std::vector<SingularInterval> pool = c1.nearest;
   SingularInterval lowest;
   if (all_located(c1, pool, all, lowest)) return certify_located(c1, lowest, out, note);
   if (c1.delta > 0.0025 * estimate) {
     const SingularValueCount c2 = count_singular_values_below(K, estimate + std::max(0.01 * estimate, 4 * c1.delta), -1, device);
     ++out.factorisations;
+    bound_above(c2, out);
     pool.insert(pool.end(), c2.nearest.begin(), c2.nearest.end());
     if (all_located(c2, pool, all, lowest)) {
       certify_located(c2, lowest, out, note);
@@ -323,27 +330,33 @@ void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, Ce
 
 }  // namespace
 
-CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sigma_min_hi, double sigma_max_lo,
-                                   double sigma_max_hi, bool bottom_counts, const DenseDevice& device) {
+CertifiedExtremes certify_extremes(const Mat& K, const ClaimedExtremes& claim, bool bottom_counts,
+                                   const DenseDevice& device) {
   const auto t0 = Clock::now();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kEstimateAllowance = 1e-10;  // a backward-stable σ_max: 2N·u < 1e-10 (header)
   CertifiedExtremes out;
-  out.sigma_max_lo = sigma_max_lo;
-  out.sigma_min_hi = sigma_min_hi;
+  // The inner ends: the claim's where they are proofs (ClaimedExtremes), else counted below.
+  out.sigma_max_lo = claim.courant_fischer ? claim.sigma_max_lo : claim.sigma_max_lo * (1 - kEstimateAllowance);
+  out.sigma_min_hi = claim.courant_fischer ? claim.sigma_min_hi : kInf;
+  double sigma_max_hi = claim.sigma_max_hi;
   std::ostringstream note;
-  double estimate = sigma_min_hi;
-  if (!(sigma_min_lo > 0) || sigma_min_hi > 1.05 * sigma_min_lo) {
+  double estimate = claim.sigma_min_hi;  // where σ_min is counted, and above which a count refutes the claim
+  if (!(claim.sigma_min_lo > 0) || claim.sigma_min_hi > 1.05 * claim.sigma_min_lo) {
     // A loose claim: an exact σ_min estimate first (LU + inverse Lanczos, 1/4 of one count's flops).
     const ConditionReport fast = device.condition_fast(K, "certify");
-    estimate = std::min(sigma_min_hi, fast.sigma_min);
-    out.sigma_min_hi = std::min(out.sigma_min_hi, fast.sigma_min * (1 + 1e-10));
-    out.sigma_max_lo = std::max(out.sigma_max_lo, fast.sigma_max * (1 - 1e-10));
+    estimate = std::min(claim.sigma_min_hi, fast.sigma_min * (1 + 1e-10));
+    out.sigma_max_lo = std::max(out.sigma_max_lo, fast.sigma_max * (1 - kEstimateAllowance));
     sigma_max_hi = std::max(sigma_max_hi, fast.sigma_max);
   }
   if (estimate > 0) certify_bottom(K, estimate, device, out, note);
-  if (out.min_certified && out.sigma_min_lo > out.sigma_min_hi) {
-    out.min_certified = false;  // the claimed Courant–Fischer end contradicts the count
+  if (out.min_certified && out.sigma_min_lo > std::min(estimate, out.sigma_min_hi)) {
+    out.min_certified = false;  // the claim (or a count's upper end) contradicts the count
     out.refuted = true;
     note << "inconsistent: count puts sigma_min above the claimed upper end ";
+  } else if (out.min_certified && !(out.sigma_min_hi < kInf)) {
+    out.min_certified = false;  // a dense estimate, and no count saw a value to bound σ_min above
+    note << "sigma_min's upper end not proven (the route's value is an estimate, and no count saw a value) ";
   }
   if (bottom_counts && out.min_certified) {
     out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 0, device).below;
@@ -383,13 +396,23 @@ std::string to_string(CertifyMode m) {
   return "?";
 }
 
-ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
-                               double sigma_max_lo, double sigma_max_hi, const DenseDevice& device) {
+namespace {
+
+// v moved into [lo, hi] (a certified interval); `moved` says whether it had to be.
+double into(double v, double lo, double hi, bool& moved) {
+  const double w = std::clamp(v, lo, hi);
+  moved = moved || w != v;
+  return w;
+}
+
+}  // namespace
+
+ConditionReport certify_report(ConditionReport r, const Mat& K, const ClaimedExtremes& claim, const DenseDevice& device) {
   if (r.status == Status::kSingular) {
     r.note += (r.note.empty() ? "" : "; ") + std::string("not certified: singular");
     return r;
   }
-  const CertifiedExtremes c = certify_extremes(K, sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, true, device);
+  const CertifiedExtremes c = certify_extremes(K, claim, true, device);
   if (c.refuted && r.method.rfind(device.svd_method(), 0) != 0) {
     // The route's own numbers are wrong: the full spectrum answers, and is counted in turn.
     ConditionReport s = device.condition_svd(K, r.matrix);
@@ -397,7 +420,7 @@ ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min
     s.head = r.head;
     s.seconds += r.seconds + c.seconds;
     const std::string why = "inertia refuted " + r.method + " (" + c.note + "); dense SVD used";
-    ConditionReport certified = certify_report(s, K, s.sigma_min, s.sigma_min, s.sigma_max, s.sigma_max, device);
+    ConditionReport certified = certify_report(s, K, ClaimedExtremes::estimate(s.sigma_min, s.sigma_max), device);
     certified.note = why + "; " + certified.note;
     return certified;
   }
@@ -411,7 +434,14 @@ ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min
     constexpr double kInf = std::numeric_limits<double>::infinity();  // each quotient rounded outward
     r.kappa_lo = std::nextafter(c.sigma_max_lo / c.sigma_min_hi, -kInf);
     r.kappa_hi = std::nextafter(c.sigma_max_hi / c.sigma_min_lo, kInf);
+    const double was = r.kappa;
+    bool moved = false;
+    r.sigma_min = into(r.sigma_min, c.sigma_min_lo, c.sigma_min_hi, moved);
+    r.sigma_max = into(r.sigma_max, c.sigma_max_lo, c.sigma_max_hi, moved);
+    if (moved) r.kappa = r.sigma_max / r.sigma_min;
+    r.kappa = into(r.kappa, r.kappa_lo, r.kappa_hi, moved);
     r.note = what;
+    if (moved) r.note += "; the route's kappa " + fmt(was) + " lay outside the certified intervals: moved into them";
   } else {
     r.note += (r.note.empty() ? "" : "; ") + what;
   }

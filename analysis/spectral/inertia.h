@@ -119,15 +119,40 @@ struct CertifiedExtremes {
   bool refuted = false;
 };
 
-/// Replaces the assumption-bearing ends of a claimed bracket by inertia counts. `claimed` is a
-/// report's σ_min / σ_max (exact route) or its bracket ends: sigma_max_lo and sigma_min_hi are
-/// Courant–Fischer ends and are kept; σ_min_lo and σ_max_hi are proven by counts at
-/// μ = 1.01·σ_min_hi (bottom, with nearest intervals), 1.1·σ_min_hi (bottom cluster, if
-/// `bottom_counts`) and (1 + 1e-6)·σ_max_hi (top). A loose σ_min claim (hi/lo > 1.05) is first
-/// refined by condition_fast. An end that a count does not confirm stays uncertified (the note says why).
+/// What a route claims of K's extreme singular values. The counts prove σ_min's lower end and
+/// σ_max's upper end; the two inner ends (σ_min's upper, σ_max's lower: what κ_lo rests on) are
+/// taken from the claim only as far as the claim proves them:
+///  - bracket(...): a GKL bracket (gkl.h), whose σ_min upper end min(θ_1, ‖Kṽ_1‖) + δ and σ_max
+///    lower end ‖Kṽ_1‖ − δ are Courant–Fischer ends with their rounding allowance: kept as they are.
+///  - estimate(σ_min, σ_max): a dense route's point values (LU + inverse Lanczos, mixed, SVD). Their
+///    σ_min carries a relative error up to O(κ·u) (the solves' backward error against a σ_min that
+///    small; 1e-5 at κ 7e8, wider than a located interval), so it proves nothing and only says where
+///    to count: σ_min's upper end is counted (the located interval's upper end, or μ + δ of a count
+///    that saw a value: (C)). Their σ_max is a backward-stable route's, within p(N)·u·σ_max of K's
+///    with this file's p(N) = 2N (THE ONE ASSUMPTION), so its lower end is the claim less 1e-10 of
+///    it (2N·u < 1e-10 for N < 4.5e5, past every matrix a count factorises).
+/// Found by a review: a dense estimate taken as a Courant–Fischer end gave a `certified` κ_lo above
+/// the SVD's κ (722 774 381 against 722 774 375 at κ 7.2e8). Guarded by
+/// CertifyExtremes.ADenseEstimateBelowSigmaMinIsNotTakenAsItsUpperEnd.
+struct ClaimedExtremes {
+  double sigma_min_lo = 0, sigma_min_hi = 0;  // where σ_min was found; hi is the count's target
+  double sigma_max_lo = 0, sigma_max_hi = 0;
+  bool courant_fischer = false;  // sigma_min_hi and sigma_max_lo are proofs (a GKL bracket)
+  static ClaimedExtremes bracket(double sigma_min_lo, double sigma_min_hi, double sigma_max_lo, double sigma_max_hi) {
+    return {sigma_min_lo, sigma_min_hi, sigma_max_lo, sigma_max_hi, true};
+  }
+  static ClaimedExtremes estimate(double sigma_min, double sigma_max) {
+    return {sigma_min, sigma_min, sigma_max, sigma_max, false};
+  }
+};
+
+/// Replaces the assumption-bearing ends of a claim by inertia counts: σ_min_lo and σ_max_hi are
+/// proven by counts at μ = 1.01·σ_min_hi (bottom, with nearest intervals), 1.1·σ_min_hi (bottom
+/// cluster, if `bottom_counts`) and (1 + 1e-6)·σ_max_hi (top); the inner ends as ClaimedExtremes
+/// says. A loose σ_min claim (hi/lo > 1.05) is first refined by condition_fast (an estimate: where
+/// to count). An end that a count does not confirm stays uncertified (the note says why).
 /// `device` runs the factorisations (its `ldlt` and, for a loose claim, its condition_fast).
-CertifiedExtremes certify_extremes(const Mat& K, double sigma_min_lo, double sigma_min_hi, double sigma_max_lo,
-                                   double sigma_max_hi, bool bottom_counts = true,
+CertifiedExtremes certify_extremes(const Mat& K, const ClaimedExtremes& claim, bool bottom_counts = true,
                                    const DenseDevice& device = *cpu_dense_device());
 
 /// `--certify`: none, inertia (always), auto (when the counts fit the memory and time budget).
@@ -135,15 +160,17 @@ enum class CertifyMode { kNone, kInertia, kAuto };
 CertifyMode parse_certify_mode(const std::string& s);  // std::invalid_argument naming the value
 std::string to_string(CertifyMode m);
 
-/// certify_extremes on a report of K: on success status `certified` with the rigorous κ_lo, κ_hi
-/// (κ stays the route's value), method + "+inertia" ("+inertia-cuda" where a GPU factorised
-/// H_μ), and the note saying what was counted. A `singular` report, or one whose counts do not
-/// confirm both ends, is returned with only a note. (K is not read for a `singular` report.)
-/// A report the counts refute (CertifiedExtremes::refuted: an `exact` σ_max below a counted
-/// singular value, say) is not returned under its status: the device's SVD of K answers, with a
-/// note naming the refuted route and what was counted, and is certified in turn.
-ConditionReport certify_report(ConditionReport r, const Mat& K, double sigma_min_lo, double sigma_min_hi,
-                               double sigma_max_lo, double sigma_max_hi,
+/// certify_extremes on a report of K: on success status `certified` with the rigorous κ_lo, κ_hi,
+/// method + "+inertia" ("+inertia-cuda" where a GPU factorised H_μ), and the note saying what was
+/// counted. κ, σ_min and σ_max stay the route's values where they lie in the certified intervals
+/// (κ ∈ [κ_lo, κ_hi], as `certified` promises, condition.h); a value outside (a not-converged GKL
+/// report's σ_min, 237× too large in a review's case) is replaced by the nearest proven end and the
+/// note says so. A `singular` report, or one whose counts do not confirm both ends, is returned
+/// with only a note. (K is not read for a `singular` report.) A report the counts refute
+/// (CertifiedExtremes::refuted: an `exact` σ_max below a counted singular value, say) is not
+/// returned under its status: the device's SVD of K answers, with a note naming the refuted route
+/// and what was counted, and is certified in turn.
+ConditionReport certify_report(ConditionReport r, const Mat& K, const ClaimedExtremes& claim,
                                const DenseDevice& device = *cpu_dense_device());
 
 }  // namespace jacond

@@ -428,7 +428,7 @@ TEST(DenseCuda, InertiaCertificatesOnTheGpuContainTheDenseKappa) {
     }
     const ConditionReport fast = condition_fast(K, "K_sa");
     ASSERT_EQ(fast.status, Status::kExact);
-    const ConditionReport r = certify_report(fast, K, fast.sigma_min, fast.sigma_min, fast.sigma_max, fast.sigma_max, *gpu);
+    const ConditionReport r = certify_report(fast, K, ClaimedExtremes::estimate(fast.sigma_min, fast.sigma_max), *gpu);
     ASSERT_EQ(r.status, Status::kCertified) << r.note;
     EXPECT_EQ(r.method, "dense-lu-lanczos+inertia-cuda");
     const double smin = ref(ref.size() - 1);

@@ -142,7 +142,7 @@ TEST(CertifyExtremes, ExactClaimsOnGeometricAndClusteredSpectra) {
     const Mat K = with_spectrum(s, 90, 5);
     const Vec ref = singular_values(K);
     const double lo = ref.minCoeff(), hi = ref.maxCoeff();
-    const CertifiedExtremes c = certify_extremes(K, lo, lo, hi, hi);
+    const CertifiedExtremes c = certify_extremes(K, ClaimedExtremes::estimate(lo, hi));
     expect_certified_contains(c, s, name);
     EXPECT_EQ(c.within_1pct, count_below(s, 1.01 * lo)) << name;
     EXPECT_EQ(c.within_10pct, count_below(s, 1.1 * lo)) << name;
@@ -157,7 +157,7 @@ TEST(CertifyExtremes, AMissedSmallestSingularValueIsFoundNotCertifiedAway) {
   for (Index i = 0; i < 69; ++i) s(i) = 1.0 - 0.999 * static_cast<double>(i) / 68.0;  // down to 1e-3
   s(69) = 1e-6;
   const Mat K = with_spectrum(s, 70, 6);
-  const CertifiedExtremes c = certify_extremes(K, 0.99e-3, 1e-3, 1.0, 1.0);
+  const CertifiedExtremes c = certify_extremes(K, ClaimedExtremes::bracket(0.99e-3, 1e-3, 1.0, 1.0));
   expect_certified_contains(c, s, "missed sigma_min");
 }
 
@@ -180,7 +180,7 @@ TEST(CertifyReport, AnExactClaimTheCountsRefuteIsAnsweredByTheSvd) {
     claim.sigma_max *= max_factor;
     claim.sigma_min *= min_factor;
     claim.kappa = claim.kappa_lo = claim.kappa_hi = claim.sigma_max / claim.sigma_min;
-    const ConditionReport got = certify_report(claim, K, claim.sigma_min, claim.sigma_min, claim.sigma_max, claim.sigma_max);
+    const ConditionReport got = certify_report(claim, K, ClaimedExtremes::estimate(claim.sigma_min, claim.sigma_max));
     EXPECT_EQ(got.status, Status::kCertified) << got.note;
     EXPECT_EQ(got.method, "dense-svd+inertia");
     EXPECT_EQ(got.space, "ln-complement");
@@ -195,8 +195,80 @@ TEST(CertifyExtremes, LooseClaimIsRefinedThenCertified) {
   Vec s(80);
   for (Index i = 0; i < 80; ++i) s(i) = std::pow(1e-5, static_cast<double>(i) / 79.0);
   const Mat K = with_spectrum(s, 100, 7);  // tall
-  const CertifiedExtremes c = certify_extremes(K, 0.0, 50 * s.minCoeff(), 0.9, 1.1);
+  const CertifiedExtremes c = certify_extremes(K, ClaimedExtremes::bracket(0.0, 50 * s.minCoeff(), 0.9, 1.1));
   expect_certified_contains(c, s, "not-converged claim");
+}
+
+// A signed permutation of diag(s): its singular values are the stored |s_i| exactly, so a bound can
+// be checked against them with no reference error. κ = 1e9, so the interval the counts put around
+// σ_min is ~1e-7 of it wide (residuals of order u·σ_max).
+Mat exact_spectrum_matrix(Vec& s) {
+  const Index n = 40;
+  s.resize(n);
+  for (Index i = 0; i < n; ++i) s(i) = std::pow(1e-9, static_cast<double>(i) / (n - 1));
+  Mat K = Mat::Zero(n, n);
+  for (Index i = 0; i < n; ++i) K((7 * i + 3) % n, i) = (i % 2 ? -1.0 : 1.0) * s(i);  // 7 is prime to 40
+  return K;
+}
+
+// A dense route's σ_min is an estimate whose error can reach κ·u (inertia.h, ClaimedExtremes): one
+// 1e-9 below σ_min, inside the interval the counts place σ_min in (so nothing refutes it), must not
+// become the certified upper end: κ_lo would then exceed κ. (Taken as a Courant–Fischer end it gave
+// κ_lo = κ·(1 + 1e-9), which this test caught.)
+TEST(CertifyExtremes, ADenseEstimateBelowSigmaMinIsNotTakenAsItsUpperEnd) {
+  Vec s;
+  const Mat K = exact_spectrum_matrix(s);
+  const double smin = s.minCoeff(), smax = s.maxCoeff(), estimate = smin * (1 - 1e-9);
+  const CertifiedExtremes e = certify_extremes(K, ClaimedExtremes::estimate(estimate, smax));
+  ASSERT_TRUE(e.min_certified && e.max_certified) << e.note;
+  ASSERT_LT(e.sigma_min_lo, estimate) << "the interval no longer holds the estimate: the case tests nothing\n" << e.note;
+  EXPECT_GE(e.sigma_min_hi, smin) << e.note;
+  EXPECT_LE(e.sigma_min_lo, smin) << e.note;
+  EXPECT_LE(e.sigma_max_lo, smax) << e.note;
+  EXPECT_GE(e.sigma_max_hi, smax) << e.note;
+  ConditionReport claim;
+  claim.matrix = "K";
+  claim.method = "dense-lu-lanczos";
+  claim.status = Status::kExact;
+  claim.rows = claim.cols = K.rows();
+  claim.sigma_min = estimate;
+  claim.sigma_max = smax;
+  claim.kappa = claim.kappa_lo = claim.kappa_hi = smax / estimate;
+  const ConditionReport r = certify_report(claim, K, ClaimedExtremes::estimate(estimate, smax));
+  ASSERT_EQ(r.status, Status::kCertified) << r.note;
+  EXPECT_LE(r.kappa_lo, smax / smin * (1 - 1e-12)) << r.note;  // κ_lo ≤ κ with room for the quotient's rounding
+  EXPECT_GE(r.kappa_hi, smax / smin) << r.note;
+  EXPECT_EQ(r.kappa, smax / estimate) << "a κ inside the certified bracket is the route's own";
+}
+
+// `certified` promises κ ∈ [κ_lo, κ_hi] (condition.h): a claim whose point values lie outside the
+// intervals the counts prove (a not-converged GKL report: σ_min 1e4× too large) has them moved in,
+// and the note says so. (A review's `ours` K_sa printed κ 129 beside a certified [30 675, 30 675].)
+TEST(CertifyReport, ACertifiedKappaLiesInItsBracket) {
+  Vec s;
+  const Mat K = exact_spectrum_matrix(s);
+  const double smin = s.minCoeff(), smax = s.maxCoeff();
+  ConditionReport claim;
+  claim.matrix = "K";
+  claim.method = "gkl";
+  claim.status = Status::kNotConverged;
+  claim.rows = claim.cols = K.rows();
+  claim.sigma_min = 1e4 * smin;
+  claim.sigma_max = smax;
+  claim.kappa = smax / claim.sigma_min;
+  claim.kappa_lo = 1.0;
+  claim.kappa_hi = std::numeric_limits<double>::infinity();
+  const ConditionReport r = certify_report(claim, K, ClaimedExtremes::bracket(0.0, 1e4 * smin, smax * (1 - 1e-9), smax * (1 + 1e-9)));
+  ASSERT_EQ(r.status, Status::kCertified) << r.note;
+  EXPECT_EQ(r.method, "gkl+inertia");
+  EXPECT_LE(r.kappa_lo, smax / smin * (1 + 1e-12));
+  EXPECT_GE(r.kappa_hi, smax / smin * (1 - 1e-12));
+  EXPECT_LE(r.kappa_hi / r.kappa_lo, 1 + 1e-5) << r.note;
+  EXPECT_GE(r.kappa, r.kappa_lo);
+  EXPECT_LE(r.kappa, r.kappa_hi);
+  EXPECT_NEAR(r.sigma_min / smin, 1.0, 1e-5);
+  EXPECT_NEAR(r.kappa / (smax / smin), 1.0, 1e-5);
+  EXPECT_NE(r.note.find("lay outside the certified intervals"), std::string::npos) << r.note;
 }
 
 // certify_extremes through `device` on `trials` random spectra (2–8 decades, orders 40–60, every
@@ -215,7 +287,7 @@ void expect_never_wrong_over_random_spectra(const DenseDevice& device, uint64_t 
     const Mat K = with_spectrum(s, n, matrix_seed + trial);
     const Vec ref = singular_values(K);
     const CertifiedExtremes c =
-        certify_extremes(K, ref.minCoeff(), ref.minCoeff(), ref.maxCoeff(), ref.maxCoeff(), true, device);
+        certify_extremes(K, ClaimedExtremes::estimate(ref.minCoeff(), ref.maxCoeff()), true, device);
     if (!where.empty()) {
       EXPECT_EQ(c.where, where);
     }
@@ -268,7 +340,7 @@ void expect_counts_and_certificates_on_blocks(const DenseDevice& device) {
       const ConditionReport fast = condition_fast(K, name);
       if (fast.status != Status::kExact) continue;
       const ConditionReport r =
-          certify_report(fast, K, fast.sigma_min, fast.sigma_min, fast.sigma_max, fast.sigma_max, device);
+          certify_report(fast, K, ClaimedExtremes::estimate(fast.sigma_min, fast.sigma_max), device);
       ASSERT_EQ(r.status, Status::kCertified) << r.note;
       EXPECT_EQ(r.method, fast.method + (device.name() == "cpu" ? "+inertia" : "+inertia-" + device.name()));
       // The reference's own error τ on each σ (header).
@@ -302,7 +374,7 @@ TEST(CertifyExtremes, RadiusWiderThanTheMarginIsMetByASecondShift) {
   const double smin = ref(ref.size() - 1), tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
   const SingularValueCount c1 = count_singular_values_below(K, 1.01 * smin, 0);
   ASSERT_GT(c1.delta, 0.01 * smin) << "the block no longer has a radius wider than the margin: the test tests nothing";
-  const CertifiedExtremes e = certify_extremes(K, smin, smin, ref(0), ref(0));
+  const CertifiedExtremes e = certify_extremes(K, ClaimedExtremes::estimate(smin, ref(0)));
   ASSERT_TRUE(e.min_certified) << e.note;
   EXPECT_LE(e.sigma_min_lo, smin + tau) << e.note;
   EXPECT_GE(e.sigma_min_hi, smin - tau) << e.note;
@@ -406,12 +478,12 @@ void expect_located_through_a_wide_radius(const Mat& K, const DenseDevice& devic
   const double smin = ref(ref.size() - 1), tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
   const SingularValueCount c1 = count_singular_values_below(K, 1.01 * smin, 0, device);
   ASSERT_GT(c1.delta, radius_over_smin * smin) << "the radius is no longer that wide: the case tests nothing";
-  const CertifiedExtremes e = certify_extremes(K, smin, smin, ref(0), ref(0), true, device);
+  const CertifiedExtremes e = certify_extremes(K, ClaimedExtremes::estimate(smin, ref(0)), true, device);
   ASSERT_TRUE(e.min_certified) << e.note;
   EXPECT_LE(e.sigma_min_lo, smin + tau) << e.note;
   EXPECT_GE(e.sigma_min_hi, smin - tau) << e.note;
   EXPECT_NE(e.note.find("all located"), std::string::npos) << e.note;
-  const ConditionReport r = certify_report(condition_fast(K, "K_sa"), K, smin, smin, ref(0), ref(0), device);
+  const ConditionReport r = certify_report(condition_fast(K, "K_sa"), K, ClaimedExtremes::estimate(smin, ref(0)), device);
   ASSERT_EQ(r.status, Status::kCertified) << r.note;
   EXPECT_LE(r.kappa_lo, (ref(0) + tau) / (smin - tau));
   EXPECT_GE(r.kappa_hi, (ref(0) - tau) / (smin + tau));
@@ -479,7 +551,7 @@ TEST(CertifyExtremes, OnlyTheFirstShiftsIntervalsPlaceSigmaMinWhenTheSecondsAreN
   for (const SingularInterval& s : c2.nearest)
     ASSERT_FALSE(s.lo <= smin + tau && smin - tau <= s.hi)
         << "the second count's own intervals hold sigma_min: the case tests nothing";
-  const CertifiedExtremes e = certify_extremes(K, 1.0, 1.0, smax, smax);
+  const CertifiedExtremes e = certify_extremes(K, ClaimedExtremes::estimate(1.0, smax));
   ASSERT_TRUE(e.min_certified) << e.note;
   EXPECT_NE(e.note.find("all located"), std::string::npos) << e.note;
   EXPECT_LE(e.sigma_min_lo, smin + tau) << e.note;

@@ -74,6 +74,14 @@ void expect_contains(const LanczosCondition& r, const Truth& t, const std::strin
   if (std::isfinite(r.report.kappa_hi)) {
     EXPECT_GE(r.report.kappa_hi, (t.smax - t.tau) / (t.smin + t.tau) * (1 - 1e-12));
   }
+  // The point values lie in their own brackets (a Ritz value θ_max = ũᵀKṽ sits below the proven
+  // ‖Kṽ‖ − δ by about η²/2θ: κ printed below κ_lo, found by a review).
+  EXPECT_GE(r.report.sigma_max, r.largest.lo);
+  EXPECT_LE(r.report.sigma_max, r.largest.hi);
+  EXPECT_GE(r.report.sigma_min, r.smallest.lo);
+  EXPECT_LE(r.report.sigma_min, r.smallest.hi);
+  EXPECT_GE(r.report.kappa, r.report.kappa_lo);
+  EXPECT_LE(r.report.kappa, r.report.kappa_hi);
 }
 
 void expect_tight(const LanczosCondition& r, const std::string& what) {
