@@ -124,11 +124,19 @@ LayerNormCache layernorm_forward(const Mat& X, const Vec& gamma, const Vec& beta
   c.x_hat.resize(n, d);
   c.inv_sigma.resize(n);
   for (Index i = 0; i < n; ++i) {
-    const double mu = X.row(i).mean();
-    const RowVec centered = X.row(i).array() - mu;
+    // In units of 2^k ≥ max|x| (exact: scaling by a power of two commutes with rounding), so the
+    // sum of squares neither overflows nor underflows at any finite scale (tokens × 1e200 were
+    // `singular`, a review) and every bit is the unscaled formula's where that one is in range:
+    //   var + eps = 2^2k (var_y + eps 2^−2k),  1/sqrt(var + eps) = 2^−k / sqrt(var_y + eps 2^−2k).
+    const double top = X.row(i).cwiseAbs().maxCoeff();
+    const int k = top > 0 ? std::ilogb(top) + 1 : 0;
+    const RowVec y = X.row(i) * std::ldexp(1.0, -k);
+    const double mu = y.mean();
+    const RowVec centered = y.array() - mu;
     const double var = centered.squaredNorm() / static_cast<double>(d);  // biased, as torch
-    c.inv_sigma(i) = 1.0 / std::sqrt(var + eps);
-    c.x_hat.row(i) = centered * c.inv_sigma(i);
+    const double inv_scaled = 1.0 / std::sqrt(var + std::ldexp(eps, -2 * k));
+    c.inv_sigma(i) = std::ldexp(inv_scaled, -k);
+    c.x_hat.row(i) = centered * inv_scaled;
   }
   c.y = (c.x_hat.array().rowwise() * gamma.transpose().array()).rowwise() + beta.transpose().array();
   return c;

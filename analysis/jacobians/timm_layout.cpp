@@ -49,6 +49,13 @@ void fold_branch_scale(const TimmLookup& lookup, const std::string& key, bool pe
 
 Vec fetch_vec(const TimmLookup& lookup, const std::string& key, Index size) { return fetch(lookup, key, {size}).col(0); }
 
+// A bias (Linear or LayerNorm): absent means the layer has none (timm's qkv_bias=False, Mlp's
+// bias=False, PyTorch's LayerNorm(bias=False)), which is the same function as a bias of zeros.
+Vec fetch_bias(const TimmLookup& lookup, const std::string& key, Index size) {
+  std::optional<TimmArray> a = lookup(key);
+  return a ? Vec(checked(std::move(*a), key, {size}).col(0)) : Vec::Zero(size);
+}
+
 // The size of a key looked up before its shape is known (norm1.weight: d; mlp.fc1.weight: hidden).
 Index leading_size(const TimmLookup& lookup, const std::string& key, size_t rank) {
   const TimmArray a = require(lookup, key);
@@ -78,22 +85,22 @@ BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index
   BlockWeights w;
   w.d = d, w.heads = heads, w.hidden = hidden, w.logit_scale = logit_scale, w.ln_eps = ln_eps;
   w.ln1_gamma = fetch_vec(lookup, p + "norm1.weight", d);
-  w.ln1_beta = fetch_vec(lookup, p + "norm1.bias", d);
+  w.ln1_beta = fetch_bias(lookup, p + "norm1.bias", d);
   // qkv.weight rows Q|K|V, each block Wᵀ (out×in) -> W (in×out).
   const Mat qkv = fetch(lookup, p + "attn.qkv.weight", {3 * d, d});
   w.Wq = qkv.middleRows(0, d).transpose();
   w.Wk = qkv.middleRows(d, d).transpose();
   w.Wv = qkv.middleRows(2 * d, d).transpose();
-  const Vec qkv_b = fetch_vec(lookup, p + "attn.qkv.bias", 3 * d);
+  const Vec qkv_b = fetch_bias(lookup, p + "attn.qkv.bias", 3 * d);
   w.bq = qkv_b.segment(0, d), w.bk = qkv_b.segment(d, d), w.bv = qkv_b.segment(2 * d, d);
   w.Wo = fetch(lookup, p + "attn.proj.weight", {d, d}).transpose();
-  w.bo = fetch_vec(lookup, p + "attn.proj.bias", d);
+  w.bo = fetch_bias(lookup, p + "attn.proj.bias", d);
   w.ln2_gamma = fetch_vec(lookup, p + "norm2.weight", d);
-  w.ln2_beta = fetch_vec(lookup, p + "norm2.bias", d);
+  w.ln2_beta = fetch_bias(lookup, p + "norm2.bias", d);
   w.W1 = fetch(lookup, p + "mlp.fc1.weight", {hidden, d}).transpose();  // d × hidden
-  w.b1 = fetch_vec(lookup, p + "mlp.fc1.bias", hidden);
+  w.b1 = fetch_bias(lookup, p + "mlp.fc1.bias", hidden);
   w.W2 = fetch(lookup, p + "mlp.fc2.weight", {d, hidden}).transpose();  // hidden × d
-  w.b2 = fetch_vec(lookup, p + "mlp.fc2.bias", d);
+  w.b2 = fetch_bias(lookup, p + "mlp.fc2.bias", d);
   if (fold_branch_scales) {
     fold_branch_scale(lookup, p + "ls1.gamma", true, w.Wo, w.bo);
     fold_branch_scale(lookup, p + "rezero_attn", false, w.Wo, w.bo);

@@ -356,4 +356,16 @@ ViTConfig infer_config(const TensorMap& tensors, ViTConfig base) {
   return base;
 }
 
+void fill_absent_biases(TensorMap& tensors, const ViTConfig& cfg) {
+  std::vector<std::string> layers = {"patch_embed.proj.", "norm.", "head."};
+  for (int64_t l = 0; l < cfg.depth; ++l)
+    for (const char* layer : {"norm1.", "attn.qkv.", "attn.proj.", "norm2.", "mlp.fc1.", "mlp.fc2."})
+      layers.push_back("blocks." + std::to_string(l) + "." + layer);
+  for (const std::string& layer : layers) {
+    const auto weight = tensors.find(layer + "weight");
+    if (weight == tensors.end() || tensors.count(layer + "bias")) continue;
+    tensors[layer + "bias"] = torch::zeros({weight->second.size(0)}, weight->second.options());
+  }
+}
+
 }  // namespace jacond::models

@@ -102,6 +102,14 @@ def _integer(value, name, low, high=2**63 - 1):
     return int(value)
 
 
+def _real(value, name):
+    """`value` as a float: TypeError naming `name` for anything but a real number ("30", None), so a
+    wrong type is one line, not pybind11's list of overloads with every array printed."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _check_strings(**values):
     """TypeError naming the first argument that is not a string (skip=None, ...)."""
     for name, value in values.items():
@@ -154,12 +162,32 @@ _BLOCK_VECTORS = ("bq", "bk", "bv", "bo", "b1", "b2", "ln1_gamma", "ln1_beta", "
 _core_block_init, _core_from_timm = Block.__init__, Block.from_timm
 
 
+def _block_options(where, options, vectors=(), reals=("logit_scale", "ln_eps"), flags=()):
+    """Keyword options of `where` checked by name and type (TypeError naming the first that fails):
+    vectors read as as_fp64 does, reals as _real, flags must be bool."""
+    checked = {}
+    for k, v in options.items():
+        if k in vectors:
+            checked[k] = None if v is None else as_fp64(v, k, ndim=1)
+        elif k in reals:
+            checked[k] = _real(v, k)
+        elif k in flags:
+            if not isinstance(v, bool):
+                raise TypeError(f"{k} must be True or False, got {v!r}")
+            checked[k] = v
+        else:
+            raise TypeError(f"{where} got an unexpected keyword argument {k!r} (expected one of "
+                            + ", ".join(list(vectors) + list(reals) + list(flags)) + ")")
+    return checked
+
+
 # The Block class is the core's; these two wrappers read torch tensors (requires_grad, bf16, on a
-# GPU) and other array-likes as as_fp64 does, and check heads, before the C++ constructor sees them.
+# GPU) and other array-likes as as_fp64 does, and check heads and every keyword option, before the
+# C++ constructor sees them.
 @functools.wraps(_core_block_init)
 def _block_init(self, Wq, Wk, Wv, Wo, W1, W2, heads, **options):
     weights = [as_fp64(a, name, ndim=2) for name, a in zip(_BLOCK_WEIGHTS, (Wq, Wk, Wv, Wo, W1, W2))]
-    options = {k: as_fp64(v, k, ndim=1) if k in _BLOCK_VECTORS and v is not None else v for k, v in options.items()}
+    options = _block_options("Block()", options, vectors=_BLOCK_VECTORS)
     _core_block_init(self, *weights, _integer(heads, "heads", 1), **options)
 
 
@@ -187,6 +215,7 @@ class _HostArrays:
 @functools.wraps(_core_from_timm)
 def _from_timm(state, layer=0, heads=None, **options):
     state = _HostArrays(state) if hasattr(state, "keys") and hasattr(state, "__getitem__") else state
+    options = _block_options("Block.from_timm()", options, flags=("fold_branch_scales",))
     return _core_from_timm(state, layer=_integer(layer, "layer", 0), heads=_integer(heads, "heads", 1), **options)
 
 
@@ -224,13 +253,15 @@ def _csv_field(x):
     return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
 
 
-def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczos_seconds=120.0,
+def block_reports(block, X, *, skip=None, method="auto", matrices=None, lanczos_seconds=120.0,
                   lanczos_tol=0.01, lanczos_basis=96, max_products=200000, certify="none",
                   dense_max_bytes=0.0, norm="pre", device="cpu", host_memory_bytes=0.0, as_frame=True):
     """Condition reports of one block at tokens X (n x d, one image's), as `jacond block` computes them.
 
-    skip: full | none | no-ffn-skip | no-sab-skip. method: auto (dense when it fits the memory
-    and the lanczos_seconds time budget, else schur when that fits them, else lanczos; K_mlp and K_ffn
+    skip: full (the default for a pre-norm block; `jacond block`'s is --skip none) | none |
+    no-ffn-skip | no-sab-skip; a post-norm block (norm "post") is analysed at its input with its own
+    residuals, and a skip is a ValueError there, as `jacond block` refuses --skip for it.
+    method: auto (dense when it fits the memory and the lanczos_seconds time budget, else schur when that fits them, else lanczos; K_mlp and K_ffn
     exact by their per-token blocks wherever those fit) | dense | svd |
     mixed | schur (the host's block LU in 2 to 8 pieces, a quarter of dense's memory or less) | lanczos.
     matrices: names among block_matrix_names(), as a list or "K_sa,K_sab" (None or "all": all).
@@ -246,13 +277,19 @@ def block_reports(block, X, *, skip="full", method="auto", matrices=None, lanczo
     before its next panel or solve). Calling it from
     several Python threads at once: see set_threads (call set_threads(1) first, or the threads
     oversubscribe the cores)."""
-    _check_strings(skip=skip, method=method, certify=certify, norm=norm, device=device)
-    reports = _jacond.block_reports(_block(block), _tokens(X), skip=skip, method=method, matrices=_matrix_selection(matrices),
-                                    lanczos_seconds=lanczos_seconds, lanczos_tol=lanczos_tol,
+    _check_strings(method=method, certify=certify, norm=norm, device=device)
+    if skip is not None:
+        _check_strings(skip=skip)
+        if norm == "post":
+            raise ValueError(f"skip={skip!r}: a post-norm block is analysed at its input with its own residuals; drop skip")
+    reports = _jacond.block_reports(_block(block), _tokens(X), skip="full" if skip is None else skip, method=method,
+                                    matrices=_matrix_selection(matrices),
+                                    lanczos_seconds=_real(lanczos_seconds, "lanczos_seconds"),
+                                    lanczos_tol=_real(lanczos_tol, "lanczos_tol"),
                                     lanczos_basis=_integer(lanczos_basis, "lanczos_basis", 2),
                                     max_products=_integer(max_products, "max_products", 8), certify=certify,
-                                    dense_max_bytes=dense_max_bytes, norm=norm, device=device,
-                                    host_memory_bytes=host_memory_bytes)
+                                    dense_max_bytes=_real(dense_max_bytes, "dense_max_bytes"), norm=norm, device=device,
+                                    host_memory_bytes=_real(host_memory_bytes, "host_memory_bytes"))
     _warn_not_converged(reports)
     return reports_frame(reports) if as_frame else reports
 

@@ -450,7 +450,7 @@ def bad_inputs():
     block, X = random_block(), tokens()
     state = block.to_timm()
     nan_state = dict(state, **{"blocks.0.attn.proj.weight": np.full((8, 8), np.nan)})
-    short_state = {k: v for k, v in state.items() if k != "blocks.0.mlp.fc2.bias"}
+    short_state = {k: v for k, v in state.items() if k != "blocks.0.mlp.fc2.weight"}
     wide_state = dict(state, **{"blocks.0.norm2.weight": np.ones(9)})
     int_state = dict(state, **{"blocks.0.norm1.bias": np.zeros(8, dtype=np.int64)})
     nan_X = X.copy()
@@ -470,7 +470,7 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, lanczos_seconds=0), "lanczos_seconds must be > 0"),
         (lambda: jacond.block_reports(block, X, norm="middle"), "norm must be pre or post"),
         (lambda: jacond.Block.from_timm(nan_state, heads=2), "blocks.0.attn.proj.weight contains NaN"),
-        (lambda: jacond.Block.from_timm(short_state, heads=2), "missing key blocks.0.mlp.fc2.bias"),
+        (lambda: jacond.Block.from_timm(short_state, heads=2), "missing key blocks.0.mlp.fc2.weight"),
         (lambda: jacond.Block.from_timm(wide_state, heads=2), "blocks.0.norm2.weight has wrong shape: expected [8], got [9]"),
         (lambda: jacond.Block.from_timm(int_state, heads=2), "blocks.0.norm1.bias has non-floating dtype"),
         (lambda: jacond.Block.from_timm(state, heads=3), "not divisible by heads = 3"),
@@ -508,6 +508,8 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, norm="post", matrices="K_sab"),
          "a post-norm block has only K_sa, B_sa, E_sa, softmax and attention, not K_sab"),
         (lambda: jacond.block_reports(block, X, norm="post", matrices=["K_sa", "K_ffn"]), "not K_ffn"),
+        (lambda: jacond.block_reports(block, X, norm="post", skip="none"),
+         "skip='none': a post-norm block is analysed at its input with its own residuals; drop skip"),
     ]
 
 
@@ -516,7 +518,16 @@ def bad_types():
     return [
         (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 2.5), "heads must be an integer, got 2.5"),
         (lambda: jacond.Block.from_timm(block.to_timm(), heads=2.0), "heads must be an integer, got 2.0"),
-        (lambda: jacond.block_reports(block, X, skip=None), "skip must be a string, got None"),
+        (lambda: jacond.block_reports(block, X, skip=3), "skip must be a string, got 3"),
+        (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 2, logit_scale="x"),
+         "logit_scale must be a real number, got 'x'"),
+        (lambda: jacond.Block(W, W, W, W, np.eye(8, 16), np.eye(16, 8), 2, bias_q=np.zeros(8)),
+         "Block() got an unexpected keyword argument 'bias_q' (expected one of bq, bk,"),
+        (lambda: jacond.Block.from_timm(block.to_timm(), heads=2, ln_eps="1e-6"), "ln_eps must be a real number, got '1e-6'"),
+        (lambda: jacond.Block.from_timm(block.to_timm(), heads=2, fold_branch_scales=1),
+         "fold_branch_scales must be True or False, got 1"),
+        (lambda: jacond.block_reports(block, X, lanczos_seconds="30"), "lanczos_seconds must be a real number, got '30'"),
+        (lambda: jacond.block_reports(block, X, dense_max_bytes=None), "dense_max_bytes must be a real number, got None"),
         (lambda: jacond.linear_operator(block, X, "K_sab", skip=None), "skip must be a string, got None"),
         (lambda: jacond.block_reports(block, X, matrices={"K_sa"}), "matrices must be None, 'all', a comma-separated"),
         (lambda: jacond.block_reports(block, X, max_products=1e5), "max_products must be an integer"),
@@ -529,6 +540,31 @@ def bad_types():
         (lambda: jacond.dense_jacobian(None, X, "K_sa"), "got builtins.NoneType"),
         (lambda: jacond.linear_operator([block], X, "K_sa"), "got builtins.list"),
     ]
+
+
+def test_a_timm_block_without_biases_reads_as_zero_biases():
+    """timm's qkv_bias=False / bias=False store no .bias keys: from_timm reads them as zeros, the
+    same function (it raised "missing key blocks.0.attn.qkv.bias"), and its reports equal those of
+    the block with every bias set to zero."""
+    state = random_block().to_timm()
+    absent = {k: v for k, v in state.items() if not k.endswith(".bias")}
+    zeroed = {k: (np.zeros_like(v) if k.endswith(".bias") else v) for k, v in state.items()}
+    assert len(absent) == len(state) - 6
+    X = tokens()
+    got = jacond.block_reports(jacond.Block.from_timm(absent, heads=2), X, method="dense")
+    want = jacond.block_reports(jacond.Block.from_timm(zeroed, heads=2), X, method="dense")
+    pd.testing.assert_frame_equal(got.drop(columns="seconds"), want.drop(columns="seconds"), check_exact=True)
+
+
+def test_a_post_norm_block_takes_its_own_residuals_by_default():
+    """skip defaults to None: full for a pre-norm block (as before), the block's own residuals for a
+    post-norm one, where an explicit skip is a ValueError (it was silently dropped)."""
+    block, X = random_block(), tokens()
+    default = jacond.block_reports(block, X, matrices="K_sab", method="dense")
+    full = jacond.block_reports(block, X, matrices="K_sab", method="dense", skip="full")
+    pd.testing.assert_frame_equal(default.drop(columns="seconds"), full.drop(columns="seconds"), check_exact=True)
+    post = jacond.block_reports(block, X, norm="post", matrices="K_sa", method="dense")
+    assert list(post.matrix) == ["K_sa"]
 
 
 def assert_one_line_error(error, call, expected):

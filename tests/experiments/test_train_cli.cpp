@@ -416,6 +416,45 @@ TEST_F(TrainCli, AuditReadsTheCheckpointsAndAgreesWithTracking) {
 // is grayed as the tracking probe was: κ of the first block's input tokens X_in agrees to 1e-10
 // (a probe grayed on one side only differs by orders of magnitude). The same run without graying
 // sees a different X_in, so the graying reached the network.
+// A timm model built without biases (qkv_bias=False, bias=False) stores no .bias tensors: audited
+// with data and data-free, it reads as the same model with zero biases (timm_layout.h,
+// fill_absent_biases), where it was refused ("missing key blocks.0.attn.qkv.bias", a review).
+TEST_F(TrainCli, AModelWithoutBiasesAuditsAsItsZeroBiasTwin) {
+  const std::string run_dir = reference_run(*this);
+  const jacond::models::TensorMap trained =
+      jacond::models::load_safetensors(jacond::models::list_checkpoints(run_dir).back().dir + "/model.safetensors");
+  jacond::models::TensorMap zeroed, absent;
+  int biases = 0;
+  for (const auto& [key, tensor] : trained) {
+    const bool bias = key.size() > 5 && key.compare(key.size() - 5, 5, ".bias") == 0;
+    biases += bias;
+    zeroed[key] = bias ? torch::zeros_like(tensor) : tensor;
+    if (!bias) absent[key] = tensor;
+  }
+  ASSERT_EQ(biases, 2 * 6 + 3);  // six per block (depth 2), patch_embed, norm, head
+  jacond::models::save_safetensors(path("zeroed.safetensors"), zeroed);
+  jacond::models::save_safetensors(path("absent.safetensors"), absent);
+  for (const std::vector<std::string>& mode : {std::vector<std::string>{}, std::vector<std::string>{"--data-free"}}) {
+    std::map<std::string, std::string> kappa;  // (matrix, layer, head, space) -> κ of the zeroed file
+    for (const std::string name : {"zeroed", "absent"}) {
+      std::vector<std::string> args = {"audit", path(name + ".safetensors"), "--heads", "2", "--threads", "1",
+                                       "--out", path(name + "-audit")};
+      args.insert(args.end(), mode.begin(), mode.end());
+      if (mode.empty()) args.insert(args.end(), {"--matrices", "K_sa,K_sab,K_ffn"});
+      const RunResult r = run(args);
+      ASSERT_EQ(r.code, 0) << r.describe();
+      const Csv audit = read_csv(path(name + "-audit") + "/audit.csv");
+      ASSERT_FALSE(audit.rows.empty());
+      for (const auto& row : audit.rows) {
+        const std::string key = row.at("matrix") + "/" + row.at("layer") + "/" + row.at("head") + "/" + row.at("space");
+        if (name == "zeroed") kappa[key] = row.at("kappa");
+        else EXPECT_EQ(row.at("kappa"), kappa.at(key)) << key;
+      }
+      EXPECT_EQ(audit.rows.size(), kappa.size());
+    }
+  }
+}
+
 TEST_F(TrainCli, TokenGrayingIsRecordedAndReachesTrackingAndAudit) {
   const std::string plain = path("plain");
   const std::vector<std::string> common = {"--steps", "5", "--checkpoint-every", "5", "--track-every", "5",

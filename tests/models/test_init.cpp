@@ -423,6 +423,26 @@ TEST(Bridge, FromTimmAcceptsFloat32) {
   EXPECT_EQ(w.Wq(1, 2), double(f.at("blocks.0.attn.qkv.weight")[2][1].item<float>()));
 }
 
+// timm's qkv_bias=False / bias=False store no .bias: the block reads as the one with zero biases.
+TEST(Bridge, FromTimmReadsAnAbsentBiasAsZeros) {
+  TensorMap with_biases;
+  init_block(with_biases, 0, 8, 2, 32, InitConfig{});
+  TensorMap zeroed = with_biases, absent;
+  for (auto& [key, tensor] : zeroed)
+    if (key.size() > 5 && key.compare(key.size() - 5, 5, ".bias") == 0) tensor = torch::zeros_like(tensor);
+    else absent[key] = tensor;
+  ASSERT_EQ(absent.size() + 6, zeroed.size());
+  const BlockWeights a = block_from_timm(absent, 0, 2), z = block_from_timm(zeroed, 0, 2);
+  for (const auto& [x, y] : {std::pair{&a.bq, &z.bq}, {&a.bk, &z.bk}, {&a.bv, &z.bv}, {&a.bo, &z.bo}, {&a.b1, &z.b1},
+                             {&a.b2, &z.b2}, {&a.ln1_beta, &z.ln1_beta}, {&a.ln2_beta, &z.ln2_beta}}) {
+    EXPECT_EQ(x->size(), y->size());
+    EXPECT_TRUE(x->isZero(0.0) && *x == *y);
+  }
+  EXPECT_EQ(a.Wq, z.Wq);
+  EXPECT_EQ(a.W2, z.W2);
+  EXPECT_EQ(a.ln1_gamma, z.ln1_gamma);
+}
+
 TEST(Bridge, FromTimmRejectsBadInput) {
   TensorMap good;
   init_block(good, 0, 8, 2, 32, InitConfig{});
@@ -432,11 +452,11 @@ TEST(Bridge, FromTimmRejectsBadInput) {
   auto contains = [](const std::string& s, const std::string& part) {
     return s.find(part) != std::string::npos;
   };
-  {  // missing key
+  {  // missing weight (a missing bias is a layer without one: FromTimmReadsAnAbsentBiasAsZeros)
     TensorMap t = good;
-    t.erase("blocks.0.attn.proj.bias");
+    t.erase("blocks.0.attn.proj.weight");
     const std::string m = msg(t);
-    EXPECT_TRUE(contains(m, "blocks.0.attn.proj.bias")) << m;
+    EXPECT_TRUE(contains(m, "missing key blocks.0.attn.proj.weight")) << m;
   }
   {  // missing block altogether
     const std::string m = invalid_argument_message([&] { block_from_timm(good, 5, 2); });

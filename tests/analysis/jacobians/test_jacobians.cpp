@@ -143,6 +143,24 @@ TEST_P(JacobianTest, LayerNormMatchesFiniteDifferences) {
   EXPECT_LT((J * vec(ones)).norm(), 1e-12 * J.norm());
 }
 
+// LayerNorm at any finite scale: tokens × 2^600 (their squares overflow fp64) normalise to the bits
+// of the tokens themselves once eps is negligible (eps 1e-300 there, underflowing to 0 here), and
+// 1/σ moves by exactly 2^−600; at ordinary scales (× 2^−300, eps × 2^−600) the bits are the
+// unscaled formula's. (At × 1e200 the unscaled sum of squares overflowed: x̂ = 0, K_sa `singular`,
+// found by a review. Tiny tokens need nothing: eps then dominates their variance.)
+TEST_P(JacobianTest, LayerNormKeepsItsBitsAtEveryScale) {
+  const LayerNormCache c = layernorm_forward(X, w.ln1_gamma, w.ln1_beta, 1e-300);
+  const LayerNormCache huge = layernorm_forward(X * std::ldexp(1.0, 600), w.ln1_gamma, w.ln1_beta, w.ln_eps);
+  EXPECT_TRUE(huge.x_hat == c.x_hat);
+  EXPECT_TRUE(huge.inv_sigma == c.inv_sigma * std::ldexp(1.0, -600));
+  const LayerNormCache plain = layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps);
+  const LayerNormCache small =
+      layernorm_forward(X * std::ldexp(1.0, -300), w.ln1_gamma, w.ln1_beta, std::ldexp(w.ln_eps, -600));
+  EXPECT_TRUE(small.x_hat == plain.x_hat);
+  EXPECT_TRUE(small.inv_sigma == plain.inv_sigma * std::ldexp(1.0, 300));
+  EXPECT_TRUE(small.y == plain.y);
+}
+
 TEST_P(JacobianTest, MlpMatchesFiniteDifferences) {
   const MlpCache c = mlp_forward(w, X);
   const Mat J = mlp_jacobian(w, c).to_dense();
