@@ -124,17 +124,24 @@ LayerNormCache layernorm_forward(const Mat& X, const Vec& gamma, const Vec& beta
   c.x_hat.resize(n, d);
   c.inv_sigma.resize(n);
   for (Index i = 0; i < n; ++i) {
-    // In units of 2^k ≥ max|x| (exact: scaling by a power of two commutes with rounding), so the
-    // sum of squares neither overflows nor underflows at any finite scale (tokens × 1e200 were
-    // `singular`, a review) and every bit is the unscaled formula's where that one is in range:
-    //   var + eps = 2^2k (var_y + eps 2^−2k),  1/sqrt(var + eps) = 2^−k / sqrt(var_y + eps 2^−2k).
+    // Rows whose largest |x| reaches 2^500 (their sum of squares may overflow fp64 from ~1e154/√d:
+    // tokens × 1e200 gave x̂ = 0 and a `singular` K_sa, found by a review) are normalised in units
+    // of 2^k > max|x|. Scaling by a power of two commutes with rounding, so
+    //   var + eps = 2^2k (var_y + eps 2^−2k),  1/sqrt(var + eps) = 2^−k / sqrt(var_y + eps 2^−2k)
+    // give the unscaled formula's bits wherever that one is in range. Every other row (k = 0) takes
+    // the unscaled formula itself: tiny rows need nothing, eps dominates their variance. So does a
+    // constant huge row, whose var_y + eps 2^−2k is 0 once eps 2^−2k underflows.
     const double top = X.row(i).cwiseAbs().maxCoeff();
-    const int k = top > 0 ? std::ilogb(top) + 1 : 0;
-    const RowVec y = X.row(i) * std::ldexp(1.0, -k);
-    const double mu = y.mean();
-    const RowVec centered = y.array() - mu;
-    const double var = centered.squaredNorm() / static_cast<double>(d);  // biased, as torch
-    const double inv_scaled = 1.0 / std::sqrt(var + std::ldexp(eps, -2 * k));
+    int k = top >= std::ldexp(1.0, 500) ? std::ilogb(top) + 1 : 0;
+    const double scale = std::ldexp(1.0, -k);
+    RowVec centered = (X.row(i) * scale).array() - (X.row(i) * scale).mean();
+    double var_plus_eps = centered.squaredNorm() / static_cast<double>(d) + std::ldexp(eps, -2 * k);  // biased, as torch
+    if (!(var_plus_eps > 0)) {
+      k = 0;
+      centered = X.row(i).array() - X.row(i).mean();
+      var_plus_eps = centered.squaredNorm() / static_cast<double>(d) + eps;
+    }
+    const double inv_scaled = 1.0 / std::sqrt(var_plus_eps);
     c.inv_sigma(i) = std::ldexp(inv_scaled, -k);
     c.x_hat.row(i) = centered * inv_scaled;
   }

@@ -49,8 +49,9 @@ void fold_branch_scale(const TimmLookup& lookup, const std::string& key, bool pe
 
 Vec fetch_vec(const TimmLookup& lookup, const std::string& key, Index size) { return fetch(lookup, key, {size}).col(0); }
 
-// A bias (Linear or LayerNorm): absent means the layer has none (timm's qkv_bias=False, Mlp's
-// bias=False, PyTorch's LayerNorm(bias=False)), which is the same function as a bias of zeros.
+// A Linear's bias: absent means the layer has none (timm's qkv_bias=False, Mlp's bias=False),
+// which is the same function as a bias of zeros. (A norm's bias stays required: without one, a
+// LayerNorm(bias=False) and an RMSNorm store the same keys, and only the first is this block.)
 Vec fetch_bias(const TimmLookup& lookup, const std::string& key, Index size) {
   std::optional<TimmArray> a = lookup(key);
   return a ? Vec(checked(std::move(*a), key, {size}).col(0)) : Vec::Zero(size);
@@ -85,7 +86,7 @@ BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index
   BlockWeights w;
   w.d = d, w.heads = heads, w.hidden = hidden, w.logit_scale = logit_scale, w.ln_eps = ln_eps;
   w.ln1_gamma = fetch_vec(lookup, p + "norm1.weight", d);
-  w.ln1_beta = fetch_bias(lookup, p + "norm1.bias", d);
+  w.ln1_beta = fetch_vec(lookup, p + "norm1.bias", d);
   // qkv.weight rows Q|K|V, each block Wᵀ (out×in) -> W (in×out).
   const Mat qkv = fetch(lookup, p + "attn.qkv.weight", {3 * d, d});
   w.Wq = qkv.middleRows(0, d).transpose();
@@ -96,7 +97,7 @@ BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index
   w.Wo = fetch(lookup, p + "attn.proj.weight", {d, d}).transpose();
   w.bo = fetch_bias(lookup, p + "attn.proj.bias", d);
   w.ln2_gamma = fetch_vec(lookup, p + "norm2.weight", d);
-  w.ln2_beta = fetch_bias(lookup, p + "norm2.bias", d);
+  w.ln2_beta = fetch_vec(lookup, p + "norm2.bias", d);
   w.W1 = fetch(lookup, p + "mlp.fc1.weight", {hidden, d}).transpose();  // d × hidden
   w.b1 = fetch_bias(lookup, p + "mlp.fc1.bias", hidden);
   w.W2 = fetch(lookup, p + "mlp.fc2.weight", {d, hidden}).transpose();  // hidden × d

@@ -10,8 +10,9 @@
 //   blocks.{l}.norm2.weight, .bias    [d]       γ, β of LN2
 //   blocks.{l}.mlp.fc1.weight, .bias  [hidden, d], [hidden]  W_1ᵀ, b_1
 //   blocks.{l}.mlp.fc2.weight, .bias  [d, hidden], [d]       W_2ᵀ, b_2
-// Every .bias may be absent: the layer then has none (timm's qkv_bias=False, bias=False), read as
-// zeros, the same function. The weights are required.
+// A Linear's .bias may be absent: the layer then has none (timm's qkv_bias=False, bias=False), read
+// as zeros, the same function. The weights and the norms' biases are required (a norm without a
+// bias may be an RMSNorm, another function, which the same keys cannot tell from LayerNorm).
 // And, when present, a scale on each residual branch:
 //   blocks.{l}.ls1.gamma, .ls2.gamma  [d]       timm's LayerScale (init_values: DeiT III, DINOv2, CaiT)
 //   blocks.{l}.rezero_attn, .rezero_mlp [1]     jacond's ReZero α₁, α₂ (models/vit/vit.h)
@@ -47,7 +48,7 @@ using TimmLookup = std::function<std::optional<TimmArray>(const std::string& key
 /// logit_scale 0 means 1/sqrt(d_h). Branch scales are folded in (the block's function, for its
 /// Jacobians) unless fold_branch_scales is false (the stored weights themselves, for the
 /// data-free weight reports). Throws std::invalid_argument, one line naming the key, for a
-/// missing weight, a wrong shape ("expected [..], got [..]"), d not divisible by heads, NaN or inf.
+/// missing weight or norm bias, a wrong shape ("expected [..], got [..]"), d not divisible by heads, NaN or inf.
 /// Ends with w.validate().
 BlockWeights block_from_timm_layout(const TimmLookup& lookup, Index layer, Index heads, double logit_scale = 0.0,
                                     double ln_eps = 1e-6, bool fold_branch_scales = true);

@@ -618,8 +618,10 @@ LanczosCondition lanczos_on(const KrylovSpace& A, Index rows_in, Index cols_in, 
   r.rows = rows_in;
   r.cols = cols_in;
   r.method = "gkl";
-  r.sigma_max = out.largest.theta;
-  r.sigma_min = out.smallest.theta;
+  // The Ritz values, inside their brackets (θ_max = ũᵀKṽ can sit a rounding below ‖Kṽ‖ − δ; after
+  // two starts are merged θ_min is one start's), so κ = σ_max/σ_min lies in [κ_lo, κ_hi].
+  r.sigma_max = std::clamp(out.largest.theta, out.largest.lo, std::max(out.largest.lo, out.largest.hi));
+  r.sigma_min = std::clamp(out.smallest.theta, out.smallest.lo, std::max(out.smallest.lo, out.smallest.hi));
   r.products = budget.used;
   const double floor = noise_floor(r.rows, r.cols, out.largest.lo);
   r.kappa_lo = out.smallest.hi > 0 ? out.largest.lo / out.smallest.hi : kInf;
@@ -633,7 +635,7 @@ LanczosCondition lanczos_on(const KrylovSpace& A, Index rows_in, Index cols_in, 
     r.kappa = r.kappa_hi = kInf;
     r.rank = -1;
   } else {
-    r.kappa = r.sigma_min > 0 ? r.sigma_max / r.sigma_min : kInf;
+    r.kappa = r.sigma_min > 0 ? std::clamp(r.sigma_max / r.sigma_min, r.kappa_lo, std::max(r.kappa_lo, r.kappa_hi)) : kInf;
     // Converged = tight, or rounding-limited (bound "weyl-rounding", the best fp64 allows).
     const bool ok = out.largest.converged && out.smallest.converged;
     r.status = ok ? Status::kBracket : Status::kNotConverged;

@@ -359,7 +359,7 @@ CertifiedExtremes certify_extremes(const Mat& K, const ClaimedExtremes& claim, b
     note << "sigma_min's upper end not proven (the route's value is an estimate, and no count saw a value) ";
   }
   if (bottom_counts && out.min_certified) {
-    out.within_10pct = count_singular_values_below(K, 1.1 * out.sigma_min_hi, 0, device).below;
+    out.within_10pct = count_singular_values_below(K, 1.1 * std::min(estimate, out.sigma_min_hi), 0, device).below;
     ++out.factorisations;
   }
   const Index all = std::min(K.rows(), K.cols());

@@ -108,7 +108,7 @@ struct CertifiedExtremes {
   double sigma_min_lo = 0, sigma_min_hi = 0;  // σ_min ∈ [lo, hi]
   double sigma_max_lo = 0, sigma_max_hi = 0;  // σ_max ∈ [lo, hi]
   bool min_certified = false, max_certified = false;
-  Index within_1pct = -1, within_10pct = -1;  // counts below 1.01 σ_min_hi and 1.1 σ_min_hi (−1: not computed)
+  Index within_1pct = -1, within_10pct = -1;  // counts below 1.01 and 1.1 × σ_min's estimate (−1: not computed)
   Index factorisations = 0;
   double seconds = 0;
   std::string note;
@@ -129,8 +129,9 @@ struct CertifiedExtremes {
 ///    small; 1e-5 at κ 7e8, wider than a located interval), so it proves nothing and only says where
 ///    to count: σ_min's upper end is counted (the located interval's upper end, or μ + δ of a count
 ///    that saw a value: (C)). Their σ_max is a backward-stable route's, within p(N)·u·σ_max of K's
-///    with this file's p(N) = 2N (THE ONE ASSUMPTION), so its lower end is the claim less 1e-10 of
-///    it (2N·u < 1e-10 for N < 4.5e5, past every matrix a count factorises).
+///    with p(N) = 2N (the constant of this file's one assumption, here taken for the route's own
+///    backward error: a second use of it), so its lower end is the claim less 1e-10 of it
+///    (2N·u < 1e-10 for N < 4.5e5, past every matrix a count factorises).
 /// Found by a review: a dense estimate taken as a Courant–Fischer end gave a `certified` κ_lo above
 /// the SVD's κ (722 774 381 against 722 774 375 at κ 7.2e8). Guarded by
 /// CertifyExtremes.ADenseEstimateBelowSigmaMinIsNotTakenAsItsUpperEnd.

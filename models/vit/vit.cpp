@@ -357,9 +357,9 @@ ViTConfig infer_config(const TensorMap& tensors, ViTConfig base) {
 }
 
 void fill_absent_biases(TensorMap& tensors, const ViTConfig& cfg) {
-  std::vector<std::string> layers = {"patch_embed.proj.", "norm.", "head."};
+  std::vector<std::string> layers = {"patch_embed.proj.", "head."};  // Linears (and the patch conv) only
   for (int64_t l = 0; l < cfg.depth; ++l)
-    for (const char* layer : {"norm1.", "attn.qkv.", "attn.proj.", "norm2.", "mlp.fc1.", "mlp.fc2."})
+    for (const char* layer : {"attn.qkv.", "attn.proj.", "mlp.fc1.", "mlp.fc2."})
       layers.push_back("blocks." + std::to_string(l) + "." + layer);
   for (const std::string& layer : layers) {
     const auto weight = tensors.find(layer + "weight");

@@ -167,10 +167,11 @@ TORCH_MODULE(VisionTransformer);
 /// naming a missing or inconsistent key.
 ViTConfig infer_config(const TensorMap& tensors, ViTConfig base);
 
-/// A timm state of a model built without biases (timm's qkv_bias=False, bias=False; PyTorch's
-/// LayerNorm(bias=False)) completed with the biases this model holds, as zeros shaped and typed as
-/// their weights: the same function (analysis/jacobians/timm_layout.h reads an absent bias so).
-/// Biases present are kept; a bias whose weight is absent is left for load_state to name.
+/// A timm state of a model whose Linears (and patch embedding) have no biases (timm's
+/// qkv_bias=False, bias=False) completed with those biases as zeros, shaped and typed as their
+/// weights: the same function (analysis/jacobians/timm_layout.h reads an absent Linear bias so).
+/// Norm biases are not filled (without one a norm may be an RMSNorm: load_state names it missing);
+/// biases present are kept; a bias whose weight is absent is left for load_state to name.
 void fill_absent_biases(TensorMap& tensors, const ViTConfig& cfg);
 
 

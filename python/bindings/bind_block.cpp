@@ -109,7 +109,8 @@ Block.from_timm(state, layer, heads) reads timm names (PyTorch Linear weights ar
           "Block `layer` of a timm-named state dict (blocks.{layer}.attn.qkv.weight, ...); any float arrays or tensors.\n"
           "LayerScale (ls1/ls2.gamma) and ReZero (rezero_attn/mlp) are folded into W^O, b_O, W_2, b_2 (the block's\n"
           "function; fold_branch_scales=False: the stored weights, as the data-free weight reports use); any other\n"
-          "blocks.{layer}.* key is a ValueError (a block the paper's equations do not describe).")
+          "blocks.{layer}.* key is a ValueError (a block the paper's equations do not describe). A Linear without\n"
+          "its .bias (timm's qkv_bias=False, bias=False) reads as zeros; a norm's bias is required (an RMSNorm has none).")
       .def("to_timm", &to_timm, py::arg("layer") = 0, "This block as timm-named fp64 arrays (Linear weights transposed).")
       .def_readonly("d", &BlockWeights::d)
       .def_readonly("heads", &BlockWeights::heads)

@@ -103,11 +103,17 @@ def _integer(value, name, low, high=2**63 - 1):
 
 
 def _real(value, name):
-    """`value` as a float: TypeError naming `name` for anything but a real number ("30", None), so a
+    """`value` as a float: a number, or anything float() reads but a string (a 0-d NumPy array or
+    torch tensor, a Decimal); TypeError naming `name` otherwise ("30", None, True, an array), so a
     wrong type is one line, not pybind11's list of overloads with every array printed."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, (bool, str, bytes)) or value is None:
         raise TypeError(f"{name} must be a real number, got {value!r}")
-    return float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}") from None
 
 
 def _check_strings(**values):

@@ -111,11 +111,13 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
     exact routes run) as `jacond audit`'s flags; threads sets the core's threads (None:
     unchanged; see set_threads before calling audit from several Python threads). progress: a
     progress bar over the blocks (tqdm)."""
-    from . import _check_strings, _matrix_selection, _warn_not_converged, set_threads
+    from . import _check_strings, _matrix_selection, _real, _warn_not_converged, set_threads
 
     if not hasattr(model, "blocks"):
         raise ValueError("model has no `blocks`: jacond.audit takes a timm-style VisionTransformer")
     _check_strings(method=method, certify=certify, device=device)
+    lanczos_seconds = _real(lanczos_seconds, "lanczos_seconds")
+    ln_eps = None if ln_eps is None else _real(ln_eps, "ln_eps")
     matrices = _matrix_selection(matrices)
     if matrices is not None:
         known = set(_jacond.block_matrix_names())

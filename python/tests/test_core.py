@@ -528,6 +528,7 @@ def bad_types():
          "fold_branch_scales must be True or False, got 1"),
         (lambda: jacond.block_reports(block, X, lanczos_seconds="30"), "lanczos_seconds must be a real number, got '30'"),
         (lambda: jacond.block_reports(block, X, dense_max_bytes=None), "dense_max_bytes must be a real number, got None"),
+        (lambda: jacond.block_reports(block, X, lanczos_tol=np.ones(2)), "lanczos_tol must be a real number, got ndarray"),
         (lambda: jacond.linear_operator(block, X, "K_sab", skip=None), "skip must be a string, got None"),
         (lambda: jacond.block_reports(block, X, matrices={"K_sa"}), "matrices must be None, 'all', a comma-separated"),
         (lambda: jacond.block_reports(block, X, max_products=1e5), "max_products must be an integer"),
@@ -543,17 +544,31 @@ def bad_types():
 
 
 def test_a_timm_block_without_biases_reads_as_zero_biases():
-    """timm's qkv_bias=False / bias=False store no .bias keys: from_timm reads them as zeros, the
-    same function (it raised "missing key blocks.0.attn.qkv.bias"), and its reports equal those of
-    the block with every bias set to zero."""
+    """timm's qkv_bias=False / bias=False store no Linear .bias keys: from_timm reads them as zeros,
+    the same function (it raised "missing key blocks.0.attn.qkv.bias"), and its reports equal those
+    of the block with those biases set to zero. A norm's bias stays required (an RMSNorm has none)."""
     state = random_block().to_timm()
-    absent = {k: v for k, v in state.items() if not k.endswith(".bias")}
-    zeroed = {k: (np.zeros_like(v) if k.endswith(".bias") else v) for k, v in state.items()}
-    assert len(absent) == len(state) - 6
+    linear_bias = [k for k in state if k.endswith(".bias") and "norm" not in k]
+    absent = {k: v for k, v in state.items() if k not in linear_bias}
+    zeroed = {k: (np.zeros_like(v) if k in linear_bias else v) for k, v in state.items()}
+    assert len(linear_bias) == 4
     X = tokens()
     got = jacond.block_reports(jacond.Block.from_timm(absent, heads=2), X, method="dense")
     want = jacond.block_reports(jacond.Block.from_timm(zeroed, heads=2), X, method="dense")
     pd.testing.assert_frame_equal(got.drop(columns="seconds"), want.drop(columns="seconds"), check_exact=True)
+    no_norm_bias = {k: v for k, v in state.items() if k != "blocks.0.norm1.bias"}
+    assert_one_line_error(ValueError, lambda: jacond.Block.from_timm(no_norm_bias, heads=2), "missing key blocks.0.norm1.bias")
+
+
+def test_numeric_options_take_numpy_and_torch_scalars():
+    """A 0-d NumPy array, a NumPy scalar and a 0-d torch tensor are real numbers to the options, as
+    they were before the options were type-checked."""
+    block, X = random_block(), tokens()
+    want = jacond.block_reports(block, X, matrices="K_sa", method="dense", lanczos_seconds=30.0)
+    for seconds in (np.array(30.0), np.float32(30.0), torch.tensor(30.0), 30):
+        got = jacond.block_reports(block, X, matrices="K_sa", method="dense", lanczos_seconds=seconds)
+        assert list(got.kappa) == list(want.kappa)
+    assert jacond.Block.from_timm(block.to_timm(), heads=2, ln_eps=np.array(1e-6)).ln_eps == 1e-6
 
 
 def test_a_post_norm_block_takes_its_own_residuals_by_default():

@@ -423,24 +423,33 @@ TEST(Bridge, FromTimmAcceptsFloat32) {
   EXPECT_EQ(w.Wq(1, 2), double(f.at("blocks.0.attn.qkv.weight")[2][1].item<float>()));
 }
 
-// timm's qkv_bias=False / bias=False store no .bias: the block reads as the one with zero biases.
-TEST(Bridge, FromTimmReadsAnAbsentBiasAsZeros) {
+// timm's qkv_bias=False / bias=False store no Linear .bias: the block reads as the one with zero
+// Linear biases. A norm without its bias (an RMSNorm stores the same keys) is still refused.
+TEST(Bridge, FromTimmReadsAnAbsentLinearBiasAsZeros) {
   TensorMap with_biases;
   init_block(with_biases, 0, 8, 2, 32, InitConfig{});
+  const auto linear_bias = [](const std::string& key) {
+    return key.size() > 5 && key.compare(key.size() - 5, 5, ".bias") == 0 && key.find("norm") == std::string::npos;
+  };
   TensorMap zeroed = with_biases, absent;
   for (auto& [key, tensor] : zeroed)
-    if (key.size() > 5 && key.compare(key.size() - 5, 5, ".bias") == 0) tensor = torch::zeros_like(tensor);
+    if (linear_bias(key)) tensor = torch::zeros_like(tensor);
     else absent[key] = tensor;
-  ASSERT_EQ(absent.size() + 6, zeroed.size());
+  ASSERT_EQ(absent.size() + 4, zeroed.size());  // qkv, proj, fc1, fc2
   const BlockWeights a = block_from_timm(absent, 0, 2), z = block_from_timm(zeroed, 0, 2);
   for (const auto& [x, y] : {std::pair{&a.bq, &z.bq}, {&a.bk, &z.bk}, {&a.bv, &z.bv}, {&a.bo, &z.bo}, {&a.b1, &z.b1},
-                             {&a.b2, &z.b2}, {&a.ln1_beta, &z.ln1_beta}, {&a.ln2_beta, &z.ln2_beta}}) {
+                             {&a.b2, &z.b2}}) {
     EXPECT_EQ(x->size(), y->size());
     EXPECT_TRUE(x->isZero(0.0) && *x == *y);
   }
   EXPECT_EQ(a.Wq, z.Wq);
   EXPECT_EQ(a.W2, z.W2);
-  EXPECT_EQ(a.ln1_gamma, z.ln1_gamma);
+  EXPECT_EQ(a.ln1_beta, z.ln1_beta);
+  EXPECT_EQ(a.ln2_beta, z.ln2_beta);
+  TensorMap no_norm_bias = with_biases;
+  no_norm_bias.erase("blocks.0.norm2.bias");
+  const std::string m = invalid_argument_message([&] { block_from_timm(no_norm_bias, 0, 2); });
+  EXPECT_NE(m.find("missing key blocks.0.norm2.bias"), std::string::npos) << m;
 }
 
 TEST(Bridge, FromTimmRejectsBadInput) {

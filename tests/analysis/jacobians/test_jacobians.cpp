@@ -143,22 +143,43 @@ TEST_P(JacobianTest, LayerNormMatchesFiniteDifferences) {
   EXPECT_LT((J * vec(ones)).norm(), 1e-12 * J.norm());
 }
 
-// LayerNorm at any finite scale: tokens × 2^600 (their squares overflow fp64) normalise to the bits
+// The unscaled LayerNorm formula, as layernorm_forward had it before rows of 2^500 and more were
+// rescaled: x̂ and 1/σ per row.
+std::pair<Mat, Vec> unscaled_layernorm(const Mat& X, double eps) {
+  Mat x_hat(X.rows(), X.cols());
+  Vec inv_sigma(X.rows());
+  for (Index i = 0; i < X.rows(); ++i) {
+    const RowVec centered = X.row(i).array() - X.row(i).mean();
+    inv_sigma(i) = 1.0 / std::sqrt(centered.squaredNorm() / static_cast<double>(X.cols()) + eps);
+    x_hat.row(i) = centered * inv_sigma(i);
+  }
+  return {x_hat, inv_sigma};
+}
+
+// LayerNorm at any finite scale. Tokens × 2^600 (their squares overflow fp64) normalise to the bits
 // of the tokens themselves once eps is negligible (eps 1e-300 there, underflowing to 0 here), and
-// 1/σ moves by exactly 2^−600; at ordinary scales (× 2^−300, eps × 2^−600) the bits are the
-// unscaled formula's. (At × 1e200 the unscaled sum of squares overflowed: x̂ = 0, K_sa `singular`,
-// found by a review. Tiny tokens need nothing: eps then dominates their variance.)
+// 1/σ moves by exactly 2^−600. (At × 1e200 the unscaled sum of squares overflowed: x̂ = 0, K_sa
+// `singular`, found by a review.) Every other scale keeps the unscaled formula's bits: ordinary,
+// tiny (× 1e−160, where a first rescaling overflowed eps·2^−2k to inf: x̂ = 0, a second review)
+// and subnormal tokens (× 1e−310: NaN); and a constant row of 2^600 has x̂ = 0 and 1/σ = 1/√eps.
 TEST_P(JacobianTest, LayerNormKeepsItsBitsAtEveryScale) {
   const LayerNormCache c = layernorm_forward(X, w.ln1_gamma, w.ln1_beta, 1e-300);
   const LayerNormCache huge = layernorm_forward(X * std::ldexp(1.0, 600), w.ln1_gamma, w.ln1_beta, w.ln_eps);
   EXPECT_TRUE(huge.x_hat == c.x_hat);
   EXPECT_TRUE(huge.inv_sigma == c.inv_sigma * std::ldexp(1.0, -600));
-  const LayerNormCache plain = layernorm_forward(X, w.ln1_gamma, w.ln1_beta, w.ln_eps);
-  const LayerNormCache small =
-      layernorm_forward(X * std::ldexp(1.0, -300), w.ln1_gamma, w.ln1_beta, std::ldexp(w.ln_eps, -600));
-  EXPECT_TRUE(small.x_hat == plain.x_hat);
-  EXPECT_TRUE(small.inv_sigma == plain.inv_sigma * std::ldexp(1.0, 300));
-  EXPECT_TRUE(small.y == plain.y);
+  for (const double scale : {1.0, 1e-160, 1e-310}) {
+    SCOPED_TRACE("tokens x " + std::to_string(scale));
+    const auto [x_hat, inv_sigma] = unscaled_layernorm(X * scale, w.ln_eps);
+    const LayerNormCache got = layernorm_forward(X * scale, w.ln1_gamma, w.ln1_beta, w.ln_eps);
+    ASSERT_TRUE(got.x_hat.allFinite() && got.inv_sigma.allFinite());
+    EXPECT_TRUE(got.x_hat == x_hat);
+    EXPECT_TRUE(got.inv_sigma == inv_sigma);
+  }
+  Mat constant = X;
+  constant.row(0).setConstant(std::ldexp(1.0, 600));
+  const LayerNormCache flat = layernorm_forward(constant, w.ln1_gamma, w.ln1_beta, w.ln_eps);
+  EXPECT_TRUE(flat.x_hat.row(0).isZero(0.0));
+  EXPECT_EQ(flat.inv_sigma(0), 1.0 / std::sqrt(w.ln_eps));
 }
 
 TEST_P(JacobianTest, MlpMatchesFiniteDifferences) {
