@@ -100,7 +100,7 @@ AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags)
     std::cout << assumed_pre_norm_note(path) << "\n";
   try {
     t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
-    models::fill_absent_biases(t.state, t.cfg);  // a model built without biases: zeros, the same function
+    models::fill_absent_biases(t.state, t.cfg);  // Linears built without biases: zeros, the same function
   } catch (const std::invalid_argument& e) {
     // The default head count, not a --heads the user typed, does not divide the width (ViTConfig's
     // "--heads H does not divide --dim D"); any other error is the file's own.

@@ -501,10 +501,19 @@ TEST_F(CliBadInputTest, TokensWithWrongD) {
   expect_one_line_failure(from_files(wfile, bad), {"12", "16"}, out);
 }
 
+// A missing weight or norm bias is named; a missing Linear bias is a layer without one (timm's
+// bias=False), read as zeros (timm_layout.h), so that file is analysed.
 TEST_F(CliBadInputTest, WeightsMissingAKey) {
-  const std::string bad = path("nobias.safetensors");
-  write_weights(bad, 16, 2, "blocks.0.attn.proj.bias");
-  expect_one_line_failure(from_files(bad, tfile), {"blocks.0.attn.proj.bias"}, out);
+  const std::string bad = path("noweight.safetensors");
+  write_weights(bad, 16, 2, "blocks.0.attn.proj.weight");
+  expect_one_line_failure(from_files(bad, tfile), {"blocks.0.attn.proj.weight"}, out);
+  const std::string no_norm_bias = path("nonormbias.safetensors");
+  write_weights(no_norm_bias, 16, 2, "blocks.0.norm2.bias");
+  expect_one_line_failure(from_files(no_norm_bias, tfile), {"blocks.0.norm2.bias"}, out);
+  const std::string no_linear_bias = path("nobias.safetensors");
+  write_weights(no_linear_bias, 16, 2, "blocks.0.attn.proj.bias");
+  const RunResult r = run(from_files(no_linear_bias, tfile));
+  EXPECT_EQ(r.code, 0) << r.describe();
 }
 
 TEST_F(CliBadInputTest, UnknownSkipMode) {
