@@ -108,8 +108,6 @@ def _real(value, name):
     wrong type is one line, not pybind11's list of overloads with every array printed."""
     if isinstance(value, (bool, str, bytes)) or value is None:
         raise TypeError(f"{name} must be a real number, got {value!r}")
-    if isinstance(value, numbers.Real):
-        return float(value)
     try:
         return float(value)
     except (TypeError, ValueError):
