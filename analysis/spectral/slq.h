@@ -11,9 +11,35 @@
 // What it is: per probe the quadrature reproduces the moments ∫ λ^j dμ_z exactly for j ≤ 2m − 1;
 // the density is a smoothed estimate at the scale of the node spacing, so a thin tail of small
 // singular values is lumped into the outermost nodes (compare with `--method dense` when it fits).
-// Resolution: Lanczos works on G, which squares κ; eigenvalues below ≈ eps·‖G‖ are not resolved,
-// i.e. σ below sqrt(eps)·σ_max ≈ 1.5e-8 σ_max. Nodes there are clamped to that floor and their
-// mass is reported separately (`mass_below_floor`), never placed at a made-up σ.
+//
+// Resolution, two limits:
+//   * the nodes: with m < N steps, each probe's lowest node θ_1 also carries the mass of every
+//     eigenvalue beneath it. The Chebyshev–Markov–Stieltjes inequalities (Gauss nodes
+//     θ_1 < θ_2 < … of μ_z with weights w_k) bound it: μ_z((−∞, θ_j]) ≤ w_1 + … + w_j. So a null
+//     space (E_sa has one) shows as weight at the lowest nodes, not at σ = 0. `lowest_node_sigma`
+//     is the largest of the probes' lowest nodes: below it the density is not resolved (some
+//     probe has no node there). `lowest_node_mass` bounds the probe-averaged measure
+//     (1/P) Σ_z μ_z at or below it: per probe, the weights up to its first node at or above
+//     lowest_node_sigma, summed over the probes (/P each). It bounds the estimate, not μ itself
+//     (Hutchinson's error applies to it as to every SLQ number).
+//   * rounding: Lanczos works on G, which squares κ; eigenvalues of G below the allowance
+//     kSlqRounding·eps·‖G‖ are rounding (the Gram product's error is eps·‖G‖ times a small
+//     factor, and a breakdown at the allowance moves nodes by as much), i.e. σ below
+//     sqrt(kSlqRounding·eps)·σ_max ≈ 1.2e-7 σ_max. Nodes there are clamped to that floor, their
+//     mass is reported separately (`mass_below_floor`), and they are left out of the density
+//     (slq_density), which then integrates to 1 − mass_below_floor.
+//
+// Breakdown: when the Krylov space of z is exhausted (k distinct eigenvalues reached), the next
+// residual is the Gram product's rounding. It is taken as breakdown when
+// β ≤ kSlqRounding·eps·t, t the largest row sum of |T| so far (Gershgorin: ‖T‖ ≤ t ≤ 3‖T‖, and
+// ‖T‖ ≤ ‖G‖). The quadrature on the nodes so far is then exact up to O(β) in the nodes.
+// Continuing would normalise rounding into a "new" direction whose orthogonality the two passes
+// cannot restore (they leave about eps·‖G‖/β of it), and give Ritz values above σ_max² (a false
+// σ_max lower bound): seen at β = 1.5 eps·‖G‖ (the review's E_sa, N 128). Measured after
+// exhaustion on rotated rank-deficient K (N 64 and 256, 3 probes each): β from 1e-11 to 1e-4
+// eps·t; past the numerical rank of N 1024 and 2048 (σ down to 1e-6 σ_max, so G's bottom is at
+// 1e3 eps·‖G‖) β stays at 5e2–5e3 eps·t: directions of G's own bottom, kept, with at most
+// 1/kSlqRounding of orthogonality lost. Guarded by Slq.RotatedNullSpaceStopsAtBreakdown.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +52,9 @@
 #include "analysis/core/types.h"
 
 namespace jacond {
+
+/// SLQ's rounding allowance on G, in units of eps·‖G‖ (header: breakdown and the floor).
+constexpr double kSlqRounding = 64;
 
 struct SlqNode {
   int probe = 0;
@@ -40,9 +69,11 @@ struct SlqResult {
   bool gram_is_ktk = true;  // G = KᵀK (true) or KKᵀ (false)
   int probes = 0, steps = 0;
   Index products = 0;       // products with K plus with Kᵀ
-  double sigma_floor = 0;   // sqrt(eps)·σ_max estimate
+  double sigma_floor = 0;   // sqrt(kSlqRounding·eps)·σ_max estimate
   double mass_below_floor = 0;
   double sigma_max_ritz = 0;  // largest Ritz value's sqrt: a lower bound on σ_max
+  double lowest_node_sigma = 0;  // the largest of the probes' lowest nodes (σ, clamped at the floor)
+  double lowest_node_mass = 0;   // ≥ the probe-averaged mass at or below lowest_node_sigma (header, CMS)
   std::vector<SlqNode> nodes;
 };
 
@@ -50,10 +81,12 @@ struct DensityPoint {
   double log10_sigma = 0, sigma = 0, density = 0;  // density per unit log10 σ
 };
 
-/// Gaussian-broadened density ρ(t) = Σ_k weight_k · N(t; log10 σ_k, width²) of the SLQ nodes on a
-/// uniform grid of `points` values of t = log10 σ spanning the nodes ± 4·width. It integrates
-/// (over t) to 1 up to the tails cut at the grid ends; floor nodes sit at the floor.
-/// Throws std::invalid_argument for points < 2 or width <= 0.
+/// Gaussian-broadened density ρ(t) = Σ_k weight_k · N(t; log10 σ_k, width²) of the SLQ nodes above
+/// the floor on a uniform grid of `points` values of t = log10 σ spanning those nodes ± 4·width. It
+/// integrates (over t) to 1 − mass_below_floor up to the tails cut at the grid ends: floor nodes
+/// have no σ to place them at (they would show as a peak at the floor, read as singular values).
+/// Throws std::invalid_argument for points < 2, width not in (0, 10] decades, or no node above
+/// the floor.
 std::vector<DensityPoint> slq_density(const SlqResult& r, int points, double width);
 
 /// Eigen-decomposition of the m×m Lanczos tridiagonal (diagonal a, off-diagonal b): appends the
@@ -61,7 +94,8 @@ std::vector<DensityPoint> slq_density(const SlqResult& r, int points, double wid
 /// eigensolver reports failure (Eigen's info() != Success).
 void slq_append_nodes(const Vec& a, const Vec& b, int probe, int probes, SlqResult& out);
 
-/// Sets the floor sqrt(eps · max θ), clamps the nodes below it and sums their mass.
+/// Sets the floor sqrt(kSlqRounding·eps · max θ), clamps the nodes below it and sums their mass;
+/// sets lowest_node_sigma and lowest_node_mass (header).
 void slq_finish(SlqResult& out);
 
 /// SLQ on an operator with rows(), cols(), perform_op, perform_op_transpose (docs/design.md §5).
@@ -96,6 +130,7 @@ SlqResult slq(const Op& op, int probes, int steps, uint64_t seed) {
     Vec a(r.steps), b(std::max(r.steps - 1, 0));
     Vec w(r.N);
     int m = 0;
+    double t_norm = 0;  // the largest row sum of |T| so far (header: ‖T‖ ≤ t_norm ≤ 3‖T‖)
     for (int k = 0; k < r.steps; ++k) {
       gram(Q.col(k), w);
       a(k) = Q.col(k).dot(w);
@@ -104,7 +139,9 @@ SlqResult slq(const Op& op, int probes, int steps, uint64_t seed) {
       for (int pass = 0; pass < 2; ++pass) w -= Q.leftCols(k + 1) * (Q.leftCols(k + 1).transpose() * w);
       if (k + 1 == r.steps) break;
       const double beta = w.norm();
-      if (beta <= 1e-14 * std::max(std::abs(a(k)), 1e-300)) break;  // invariant subspace: quadrature is exact
+      t_norm = std::max(t_norm, std::abs(a(k)) + beta + (k > 0 ? b(k - 1) : 0.0));
+      // Breakdown (header): the residual is rounding; the quadrature on the k + 1 nodes is exact to O(β).
+      if (beta <= kSlqRounding * std::numeric_limits<double>::epsilon() * t_norm) break;
       b(k) = beta;
       Q.col(k + 1) = w / beta;
     }

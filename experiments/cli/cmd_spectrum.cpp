@@ -98,11 +98,18 @@ nlohmann::json spectrum_of(const Op& op, const SpectrumOptions& o, uint64_t seed
     info["sigma_max_ritz"] = r.sigma_max_ritz;
     info["sigma_floor"] = r.sigma_floor;
     info["mass_below_floor"] = r.mass_below_floor;
+    info["lowest_node_sigma"] = r.lowest_node_sigma;
+    info["lowest_node_mass"] = r.lowest_node_mass;
     info["width_log10"] = o.width;
-    std::printf("slq: %lldx%lld on %s, %d probes x %d steps, %lld products; sigma_max >= %.6e; mass below the floor "
-                "%.3e (sigma < %.2e, unresolved)\n",
+    info["note"] = "density.csv leaves out the nodes below sigma_floor (it integrates to 1 - mass_below_floor); below "
+                   "lowest_node_sigma the density is not resolved: each probe's lowest node also carries every singular "
+                   "value beneath it (a null space too), lowest_node_mass in all";
+    std::printf("slq: %lldx%lld on %s, %d probes x %d steps, %lld products; sigma_max >= %.6e; not resolved below "
+                "sigma %.2e (the lowest nodes, mass %.3e, carry every sigma beneath them); mass below the rounding "
+                "floor %.3e (sigma < %.2e, left out of the density)\n",
                 static_cast<long long>(op.rows()), static_cast<long long>(op.cols()), r.gram_is_ktk ? "K^T K" : "K K^T",
-                r.probes, r.steps, static_cast<long long>(r.products), r.sigma_max_ritz, r.mass_below_floor, r.sigma_floor);
+                r.probes, r.steps, static_cast<long long>(r.products), r.sigma_max_ritz, r.lowest_node_sigma,
+                r.lowest_node_mass, r.mass_below_floor, r.sigma_floor);
     if (!o.out_dir.empty()) {
       write_file_atomic(o.out_dir + "/density.csv", csv.str());
       write_file_atomic(o.out_dir + "/nodes.csv", nodes.str());
@@ -202,7 +209,7 @@ int run_spectrum(int argc, char** argv) {
       throw std::invalid_argument("--method must be auto, dense or slq, got '" + o.method + "'");
     if (o.probes < 1 || o.steps < 1) throw std::invalid_argument("--probes and --steps must be >= 1");
     if (o.points < 2) throw std::invalid_argument("--points must be >= 2");
-    if (!(o.width > 0)) throw std::invalid_argument("--width must be positive");
+    if (!(o.width > 0 && o.width <= 10)) throw std::invalid_argument("--width must be in (0, 10] decades");
     if (!(o.dense_seconds >= 0)) throw std::invalid_argument("--dense-seconds must be >= 0");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
     mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
@@ -222,7 +229,14 @@ int run_spectrum(int argc, char** argv) {
   for (const std::string& name : names) {
     SpectrumOptions om = o;
     if (!o.out_dir.empty() && per_matrix_dirs) om.out_dir = o.out_dir + "/" + name;
-    if (!om.out_dir.empty()) begin_output_set(om.out_dir);
+    if (!om.out_dir.empty()) {
+      begin_output_set(om.out_dir);
+      for (const char* table : {"spectrum.csv", "density.csv", "nodes.csv"}) {  // a previous run's, by either method
+        std::error_code ec;
+        std::filesystem::remove(std::filesystem::path(om.out_dir) / table, ec);
+        if (ec) throw std::runtime_error("cannot remove the previous run's " + om.out_dir + "/" + table + ": " + ec.message());
+      }
+    }
     std::cout << "spectrum of " << name << ": n=" << blk.tokens.rows() << " d=" << w.d << " heads=" << w.heads
               << " skip=" << skip << " logit_scale=" << w.effective_logit_scale()
               << (src.from_files() ? " weights=" + src.weights : " init=" + src.init + " seed=" + std::to_string(src.seed))

@@ -6,8 +6,11 @@
 // weights sum to 1), and for `spectrum --method dense` the library's own dense closed form
 // (analysis/jacobians/jacobians.h) on the same safetensors weights and tokens.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -24,7 +27,14 @@ using namespace jacond::test::cli;
 
 namespace {
 
+using json = nlohmann::json;
+
 double num(const std::string& s) { return to_double(s); }
+
+std::vector<std::string> with_args(std::vector<std::string> a, const std::vector<std::string>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
 
 class CliNetworkTest : public CliFixture {
  protected:
@@ -160,7 +170,8 @@ TEST_F(CliNetworkTest, SpectrumSlqWritesDensityAndNodes_Ksab_n8_d16) {
   for (size_t i = 1; i < rho.rows.size(); ++i)
     integral += 0.5 * (num(rho.rows[i].at("density")) + num(rho.rows[i - 1].at("density"))) *
                 (num(rho.rows[i].at("log10_sigma")) - num(rho.rows[i - 1].at("log10_sigma")));
-  EXPECT_NEAR(integral, 1.0, 0.01);
+  const json result = json::parse(slurp(out + "/run.json")).at("result");
+  EXPECT_NEAR(integral, 1.0 - result.at("mass_below_floor").get<double>(), 0.01);  // floor nodes are left out
   const Csv nodes = read_csv(out + "/nodes.csv");
   double total = 0;
   for (const auto& row : nodes.rows) total += num(row.at("weight"));
@@ -168,6 +179,43 @@ TEST_F(CliNetworkTest, SpectrumSlqWritesDensityAndNodes_Ksab_n8_d16) {
   const RunResult plot = run({"plot", out, "--format", "png"});
   ASSERT_EQ(plot.code, 0) << plot.describe();
   EXPECT_TRUE(is_figure(out + "/figures/spectrum_density.png"));
+}
+
+// SLQ against the dense spectrum of the same matrix: with steps = N each probe's Krylov space is
+// exhausted, so every node above the floor is a singular value of K and σ_max itself is one
+// (E_sa: 128 × 128 with a 16-dimensional null space, which a run past exhaustion once turned
+// into nodes 2.7 × above σ_max). Rerun into the same --out by the dense method, the SLQ tables go.
+TEST_F(CliNetworkTest, SpectrumSlqAtFullLengthFindsTheDenseSingularValues_Esa_n8_d16) {
+  const std::string out = path("esa");
+  const std::vector<std::string> block{"--matrix", "E_sa", "--init", "timm", "--n", "8", "--d", "16", "--heads", "2", "--out", out};
+  RunResult r = run(with_args({"spectrum", "--method", "dense"}, block));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  std::vector<double> dense;
+  for (const auto& row : read_csv(out + "/spectrum.csv").rows) dense.push_back(num(row.at("sigma")));
+  ASSERT_EQ(dense.size(), 128u);
+  r = run(with_args({"spectrum", "--method", "slq", "--steps", "128", "--probes", "3"}, block));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_FALSE(fs::exists(out + "/spectrum.csv")) << "the dense run's table stayed beside the SLQ run's";
+  const json result = json::parse(slurp(out + "/run.json")).at("result");
+  EXPECT_NEAR(result.at("sigma_max_ritz").get<double>(), dense.front(), 1e-10 * dense.front());
+  const double floor = result.at("sigma_floor").get<double>();
+  for (const auto& row : read_csv(out + "/nodes.csv").rows) {
+    if (row.at("below_floor") == "1") continue;
+    const double sigma = num(row.at("sigma"));
+    double nearest = std::numeric_limits<double>::infinity();
+    for (double s : dense) nearest = std::min(nearest, std::abs(s - sigma));
+    EXPECT_LE(nearest, 1e-6 * dense.front() + 1e-6 * sigma) << "node " << sigma << " is no singular value (floor " << floor << ")";
+  }
+  // The null space (rank 112 of 128, dense) is found: its mass is under the floor, about 16/128 per probe.
+  EXPECT_GT(result.at("mass_below_floor").get<double>(), 0.03);
+  r = run(with_args({"spectrum", "--method", "dense"}, block));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_FALSE(fs::exists(out + "/density.csv"));
+  EXPECT_FALSE(fs::exists(out + "/nodes.csv"));
+  // A width that is no width: one line, nothing written.
+  for (const char* width : {"inf", "1e200", "0"})
+    EXPECT_EQ(CliFixture::expect_one_line_error({"spectrum", "--matrix", "E_sa", "--n", "8", "--d", "16", "--method", "slq", "--width", width,
+                                     "--out", path("w")}, {"--width"}, path("w")).code, 2) << width;
 }
 
 TEST_F(CliNetworkTest, SpectrumOfParameterJacobianIsWideAndDense_n4_d8) {

@@ -2,7 +2,10 @@
 
 Dense: a histogram of log10 σ over all singular values, normalised to a density per unit log10 σ,
 with σ_max, σ_min and κ in the title (zero singular values are counted in the title and left out
-of the log axis). SLQ (stochastic Lanczos quadrature): the estimated density per unit log10 σ.
+of the log axis). SLQ (stochastic Lanczos quadrature): the estimated density per unit log10 σ,
+greyed below run.json's lowest_node_sigma (where the quadrature's lowest nodes carry every σ
+beneath them, a null space too: not resolved), with the mass under the rounding floor, which
+density.csv leaves out, in the title.
 """
 
 import json
@@ -14,11 +17,18 @@ import numpy as np
 from .common import caption, read_csv, require_columns, save
 
 
-def describe(directory):
+def run_record(directory):
     try:
         with open(os.path.join(directory, "run.json"), encoding="utf-8") as f:
             meta = json.load(f)
     except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def describe(directory):
+    meta = run_record(directory)
+    if meta is None:
         return os.path.basename(os.path.normpath(directory))
     source = meta.get("init") or meta.get("source", "?")
     return f"{meta.get('matrix', '?')}, {source}, skip {meta.get('skip', '?')}"
@@ -51,7 +61,21 @@ def plot_density(directory, formats):
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     ax.plot(df["log10_sigma"], df["density"], color="#d95f02")
     ax.fill_between(df["log10_sigma"], 0, df["density"], color="#d95f02", alpha=0.2)
-    ax.set_title(f"{describe(directory)}: SLQ estimate of the singular value density", fontsize=9)
+    slq = (run_record(directory) or {}).get("result") or {}
+    title = f"{describe(directory)}: SLQ estimate of the singular value density"
+    lowest, lowest_mass = slq.get("lowest_node_sigma"), slq.get("lowest_node_mass")
+    floor = slq.get("sigma_floor", 0.0)
+    # Lowest nodes under the rounding floor are the floor's mass (the title's), not drawn at all.
+    if (isinstance(lowest, (int, float)) and isinstance(lowest_mass, (int, float)) and isinstance(floor, (int, float))
+            and lowest > floor and np.log10(lowest) > float(df["log10_sigma"].min())):
+        ax.axvspan(float(df["log10_sigma"].min()), np.log10(lowest), color="0.6", alpha=0.25,
+                   label=f"not resolved: below the lowest nodes (they carry mass {lowest_mass:.3g}, "
+                         "every σ beneath them included)")
+        ax.legend(loc="upper left", fontsize=8)
+    floor_mass = slq.get("mass_below_floor")
+    if isinstance(floor_mass, (int, float)) and floor_mass > 0:
+        title += f"\nmass {floor_mass:.3g} under the rounding floor (σ < {floor:.2g}: zero to rounding), not drawn"
+    ax.set_title(title, fontsize=9)
     ax.set_xlabel("log10 σ")
     ax.set_ylabel("density per unit log10 σ")
     ax.grid(alpha=0.3)

@@ -10,9 +10,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <Eigen/QR>
+#include <Eigen/SVD>
 
 #include "analysis/spectral/slq.h"
 
@@ -98,6 +102,7 @@ TEST(Slq, WideMatrixUsesTheSmallGramAndDensityIntegratesToOne) {
   EXPECT_NEAR(integral, 1.0, 1e-3);
   EXPECT_THROW(slq_density(r, 1, 0.02), std::invalid_argument);
   EXPECT_THROW(slq_density(r, 10, 0.0), std::invalid_argument);
+  EXPECT_THROW(slq_density(r, 10, std::numeric_limits<double>::infinity()), std::invalid_argument);
 }
 
 TEST(Slq, ExactNullspaceGoesBelowTheFloor) {
@@ -114,6 +119,76 @@ TEST(Slq, ExactNullspaceGoesBelowTheFloor) {
       EXPECT_NEAR(n.sigma, 1.0, 1e-12);
     }
   }
+  // The density holds the 0.6 at σ = 1 alone: no peak at the floor for the null space.
+  const std::vector<DensityPoint> rho = slq_density(r, 400, 0.05);
+  double integral = 0, below_half = 0;
+  for (size_t g = 1; g < rho.size(); ++g) {
+    const double piece = 0.5 * (rho[g].density + rho[g - 1].density) * (rho[g].log10_sigma - rho[g - 1].log10_sigma);
+    integral += piece;
+    if (rho[g].sigma < 0.5) below_half += piece;
+  }
+  EXPECT_NEAR(integral, 0.6, 1e-3);
+  EXPECT_LT(below_half, 1e-6);
+  // Every node under the floor (a zero operator): no density to draw.
+  const Mat zero = Mat::Zero(6, 6);
+  EXPECT_THROW(slq_density(slq(DenseOp{zero}, 1, 3, 1), 10, 0.05), std::invalid_argument);
+}
+
+// A rotated rank-deficient K = U diag(s) Vᵀ (48 distinct σ over 6 decades, above the rounding
+// floor √eps·σ_max, and 16 exact zeros; U and V Haar-random) with steps = N: each probe's Krylov space is exhausted after at most 49
+// steps. Before the breakdown test was relative to ‖T‖, Lanczos ran on past exhaustion through
+// rounding noise (β ~ 1e-24 against a threshold ~ 1e-30), lost orthogonality and placed Ritz values
+// above σ_max², a false lower bound on σ_max (the review's harness: 17 seeds of 20).
+TEST(Slq, RotatedNullSpaceStopsAtBreakdown) {
+  const Index N = 64, nonzero = 48;
+  Vec s = Vec::Zero(N);
+  for (Index i = 0; i < nonzero; ++i) s(i) = std::pow(10.0, -6.0 * static_cast<double>(i) / (nonzero - 1));
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> gauss;
+  const auto haar = [&] {
+    Mat G(N, N);
+    for (Index i = 0; i < G.size(); ++i) G.data()[i] = gauss(rng);
+    return Mat(Eigen::HouseholderQR<Mat>(G).householderQ());
+  };
+  const Mat K = haar() * s.asDiagonal() * haar().transpose();
+  const double sigma_max = Eigen::JacobiSVD<Mat>(K).singularValues()(0);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("probe seed=" + std::to_string(seed));
+    const SlqResult r = slq(DenseOp{K}, 2, static_cast<int>(N), seed);
+    // Ritz values of G lie in [0, σ_max²] up to rounding (Cauchy interlacing on an orthonormal basis).
+    for (const SlqNode& n : r.nodes) EXPECT_LE(n.theta, sigma_max * sigma_max * (1 + 1e-10)) << "probe " << n.probe;
+    EXPECT_LE(r.sigma_max_ritz, sigma_max * (1 + 1e-10));
+    EXPECT_GE(r.sigma_max_ritz, sigma_max * (1 - 1e-10));  // exhausted: σ_max itself is a node
+    std::map<int, int> nodes_of_probe;
+    for (const SlqNode& n : r.nodes) ++nodes_of_probe[n.probe];
+    for (const auto& [probe, count] : nodes_of_probe) EXPECT_LE(count, nonzero + 1) << "probe " << probe;
+    // The null space is found (its weight ‖V_0ᵀz‖²/N per probe, about 16/64) and kept out of the density.
+    EXPECT_GT(r.mass_below_floor, 0.05);
+    const std::vector<DensityPoint> rho = slq_density(r, 2000, 0.05);
+    double integral = 0;
+    for (size_t g = 1; g < rho.size(); ++g)
+      integral += 0.5 * (rho[g].density + rho[g - 1].density) * (rho[g].log10_sigma - rho[g - 1].log10_sigma);
+    EXPECT_NEAR(integral, 1.0 - r.mass_below_floor, 1e-3);
+  }
+}
+
+// Where m < N steps cannot reach a null space, it sits in the lowest nodes: their summed weight
+// bounds the mass beneath them (Chebyshev–Markov–Stieltjes, slq.h). G = diag(0 ×5, 6², …, 20²)
+// has 16 distinct eigenvalues; 4 steps per probe do not reach the zero one.
+TEST(Slq, TheLowestNodesCarryWhatLiesBeneathThem) {
+  SCOPED_TRACE("probe seed=9");
+  Vec d = Vec::LinSpaced(20, 1.0, 20.0);
+  d.head(5).setZero();  // 5 of 20 exact zeros
+  const Mat K = d.asDiagonal();
+  const SlqResult r = slq(DenseOp{K}, 3, 4, 9);
+  ASSERT_EQ(r.nodes.size(), 12u);  // 4 steps per probe: the 16 distinct eigenvalues are not reached
+  EXPECT_DOUBLE_EQ(r.mass_below_floor, 0.0);
+  // Diagonal G, Rademacher z: μ_z = μ, so CMS gives μ([0, θ_1]) = 5/20 ≤ w_1 per probe.
+  EXPECT_GE(r.lowest_node_mass, 0.25 - 1e-12);
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const SlqNode& n : r.nodes) lowest = std::min(lowest, n.sigma);
+  EXPECT_GT(lowest, r.sigma_floor);  // the zeros are not resolved: no node reaches them
+  EXPECT_GE(r.lowest_node_sigma, lowest);
 }
 
 TEST(Slq, NonFiniteOperatorIsAnError) {
