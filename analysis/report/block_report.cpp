@@ -121,6 +121,18 @@ bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols) {
                                          DenseBudget{opt.dense_max_bytes, opt.lanczos.max_seconds});
 }
 
+std::string auto_decisions(const BlockReportOptions& opt, Index n, Index d, Index hidden) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : "; ") + part; };
+  const auto yes_no = [](bool b) { return std::string(b ? "yes" : "no"); };
+  if (opt.route == KappaRoute::kAuto || opt.resolved_from_auto) {
+    add("route=" + to_string(resolve_route(opt, n, d)));
+    if (hidden > 0) add("tokenwise=" + yes_no(auto_takes_tokenwise(opt, n, d, hidden)));
+  }
+  if (opt.certify == CertifyMode::kAuto) add("certify=" + yes_no(wants_certificate(opt, n * d, n * d)));
+  return out;
+}
+
 namespace {
 
 std::string gigabytes(double bytes) {

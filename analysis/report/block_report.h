@@ -161,6 +161,14 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
 /// device's fits(DenseRoute::kInertia) within the budget (opt.device; null: the host's cost model).
 bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols);
 
+/// What `auto` chooses for an n × d block (hidden: the MLP width, 0 where no K_mlp / K_ffn is
+/// asked for), as "route=…; tokenwise=yes|no; certify=yes|no": only the parts auto decides ("" when
+/// neither the route nor opt.certify is auto). The choices rest on the thread count, the memory
+/// and the Lanczos budget as well as the sizes, so two machines can choose differently for one
+/// grid: sharded runs record them (run.json "auto_decisions") and `jacond merge` refuses shards
+/// whose choices differ.
+std::string auto_decisions(const BlockReportOptions& opt, Index n, Index d, Index hidden);
+
 /// κ of a dense matrix by the chosen route on `device` (null: the host; kLanczos runs GKL on the
 /// dense matrix, on the host; kMixed refines against A itself; kAuto by device->fits with the
 /// default budget).

@@ -7,6 +7,7 @@
 // --probe-size Fashion-MNIST test images (default: the checkpoint's own probe size).
 // --data-free needs weights only: κ(W^V W^O), per head κ(W^V_h W^O_h) and κ(W^Q_h W^K_hᵀ) over
 // their rank-d_h range, and every weight matrix's σ_max / κ.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <optional>
@@ -223,7 +224,8 @@ void print_audit(const AuditArgs& a, const std::string& path, const AuditTarget&
 // DIR/audit.csv and DIR/run.json, whose grid says what determines the table (shard.h: merge
 // refuses shards whose grids differ).
 void write_audit(const AuditArgs& a, const std::string& csv, size_t rows, const std::vector<std::string>& listed,
-                 const std::vector<std::string>& audited, const ShardRecord& record, int argc, char** argv) {
+                 const std::vector<std::string>& audited, const ShardRecord& record, const nlohmann::json& decisions,
+                 int argc, char** argv) {
   begin_output_set(a.out_dir);
   write_file_atomic(a.out_dir + "/audit.csv", csv);
   nlohmann::json meta = run_metadata(argc, argv);
@@ -234,6 +236,7 @@ void write_audit(const AuditArgs& a, const std::string& csv, size_t rows, const 
                   {"lanczos_seconds", a.lanczos_seconds}, {"certify", a.certify}, {"matrices", a.matrices},
                   {"heads", a.heads}, {"skip", a.skip}, {"norm", a.norm}, {"device", a.device}};
   if (a.shard.active()) meta["shard"] = record.to_json();
+  if (!decisions.empty()) meta["auto_decisions"] = decisions;  // merge compares them (shard.h)
   meta["device"] = device_json(a.opts.block);
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << a.out_dir << "/audit.csv (" << rows << " rows) and run.json\n";
@@ -263,6 +266,7 @@ int run_audit(int argc, char** argv) {
   std::optional<models::FashionMnistSplit> test;
   std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
   size_t rows = 0, not_converged = 0;
+  nlohmann::json decisions = nlohmann::json::object();  // auto's choices, by block size
   // One progress line per checkpoint (plain lines: the per-layer tables share the terminal).
   Progress progress("audit", audited.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (size_t item = first; item < last; ++item) {
@@ -271,6 +275,14 @@ int run_audit(int argc, char** argv) {
     if (a.heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
       std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
     const std::vector<models::LayerReport> reports = audit_one(a, path, t, test);
+    if (!a.data_free) {
+      const bool ffn = a.opts.matrices.empty() || std::count(a.opts.matrices.begin(), a.opts.matrices.end(), "K_ffn") ||
+                       std::count(a.opts.matrices.begin(), a.opts.matrices.end(), "K_mlp");
+      const Index hidden = ffn ? t.cfg.hidden() : 0;
+      if (const std::string chose = auto_decisions(a.opts.block, t.cfg.tokens(), t.cfg.dim, hidden); !chose.empty())
+        decisions["n=" + std::to_string(t.cfg.tokens()) + " d=" + std::to_string(t.cfg.dim) + " hidden=" +
+                  std::to_string(hidden)] = chose;
+    }
     print_audit(a, path, t, reports);
     for (const auto& r : reports) {
       csv += csv_escape(path) + "," + models::conditioning_csv_row(t.step, r) + "\n";
@@ -280,7 +292,7 @@ int run_audit(int argc, char** argv) {
     record.item(item, reports.size());
     if (audited.size() > 1) progress.advance(fs::path(path).filename().string());
   }
-  if (!a.out_dir.empty()) write_audit(a, csv, rows, listed, audited, record, argc, argv);
+  if (!a.out_dir.empty()) write_audit(a, csv, rows, listed, audited, record, decisions, argc, argv);
   warn_not_converged("audit", not_converged, rows);
   return 0;
 }

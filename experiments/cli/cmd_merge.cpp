@@ -4,7 +4,11 @@
 //
 // Refused (exit 1, one line naming the shard): a shard without run.json (not finished), a
 // directory that is not a shard, grids that differ (named setting), shard counts or item counts
-// that differ, a shard given twice or missing, a table whose rows do not match its run.json.
+// that differ, a shard given twice or missing, a shard whose items are not its own slice
+// (shard.h), a table whose rows do not match its run.json, a table cut short (no final newline,
+// or a row with fewer or more fields than the header: an interrupted copy from a cluster node),
+// and shards whose `--method auto` / `--certify auto` chose differently (auto_decisions: the
+// choice rests on threads and memory, which the grid leaves out).
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +20,7 @@
 
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/shard.h"
 
 namespace jacond::cli {
 
@@ -48,6 +53,51 @@ std::string table_name(const json& grid) {
   throw std::runtime_error("run.json: grid of an unknown command '" + command + "'");
 }
 
+// One CSV record (RFC 4180, as csv_escape writes: a field in double quotes may hold commas and
+// newlines, "" is a quote) and its field count.
+struct CsvRecord {
+  std::string text;  // without the record's final newline
+  size_t fields = 1;
+  size_t line = 1;   // the line it starts on
+};
+
+// The records of a table; a table cut short (an interrupted copy) is refused, not merged with its
+// last row's missing fields read as NaN: no newline at its end, or a quote left open.
+std::vector<CsvRecord> csv_records(const std::string& text, const std::string& path) {
+  if (text.empty() || text.back() != '\n')
+    throw std::runtime_error(path + ": cut short (no newline at its end): copy the shard again");
+  std::vector<CsvRecord> records;
+  CsvRecord r;
+  bool quoted = false;
+  size_t line = 1;
+  for (char ch : text) {
+    if (ch == '\n' && !quoted) {
+      if (!r.text.empty()) records.push_back(r);
+      r = CsvRecord{"", 1, ++line};
+      continue;
+    }
+    if (ch == '\n') ++line;
+    if (ch == '"') quoted = !quoted;
+    else if (ch == ',' && !quoted) ++r.fields;
+    r.text += ch;
+  }
+  if (quoted) throw std::runtime_error(path + ": cut short (a quoted field is never closed): copy the shard again");
+  return records;
+}
+
+// The table's header and rows, each row with the header's field count.
+void read_table(const fs::path& path, ShardOutput& s) {
+  const std::vector<CsvRecord> records = csv_records(read_text(path, ""), path.string());
+  if (records.empty()) throw std::runtime_error(path.string() + ": empty (no header)");
+  s.header = records.front().text;
+  for (size_t i = 1; i < records.size(); ++i) {
+    if (records[i].fields != records.front().fields)
+      throw std::runtime_error(path.string() + ":" + std::to_string(records[i].line) + ": " + std::to_string(records[i].fields) +
+                               " fields where the header has " + std::to_string(records.front().fields));
+    s.rows.push_back(records[i].text);
+  }
+}
+
 ShardOutput read_shard(const std::string& dir) {
   if (!fs::is_directory(dir))
     throw std::runtime_error(dir + (fs::exists(dir) ? ": not a directory" : ": no such directory") +
@@ -59,12 +109,17 @@ ShardOutput read_shard(const std::string& dir) {
   } catch (const json::exception& e) {
     throw std::runtime_error(dir + "/run.json: malformed: " + e.what());
   }
-  if (!s.meta.contains("shard") || !s.meta.contains("grid"))
+  if (!s.meta.is_object() || !s.meta.contains("shard") || !s.meta.contains("grid") || !s.meta["grid"].is_object())
     throw std::runtime_error(dir + ": not a shard (run.json has no 'shard'; run sweep or audit with --shard I/N)");
-  std::istringstream table(read_text(fs::path(dir) / table_name(s.meta["grid"]), ""));
-  std::getline(table, s.header);
-  for (std::string line; std::getline(table, line);)
-    if (!line.empty()) s.rows.push_back(line);
+  std::string table;
+  try {
+    table = table_name(s.meta["grid"]);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(dir + "/run.json: its grid's command is malformed: " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(dir + "/" + e.what());
+  }
+  read_table(fs::path(dir) / table, s);
   return s;
 }
 
@@ -111,21 +166,33 @@ class ItemRows {
   explicit ItemRows(const ShardOutput& ref)
       : ref_(ref),
         count_(ref.meta["shard"].at("count").get<int64_t>()),
-        rows_of_item_(ref.meta["shard"].at("items").get<size_t>()),
-        seen_(rows_of_item_.size(), false) {}
+        rows_of_item_(count_of(ref, "items")),
+        seen_(rows_of_item_.size(), false) {
+    if (count_ < 1) throw std::runtime_error(ref.dir + "/run.json: a shard count of " + std::to_string(count_));
+  }
 
   // Checks shard s against the first one (grid, shard and item counts, header; an index not
-  // given before) and files its rows: run.json's item_rows lists [item, row count] in table order.
+  // given before) and files its rows: run.json's item_rows lists [item, row count] in table order,
+  // one entry for each item of the shard's slice, in order (Shard::range).
   void add(const ShardOutput& s) {
     check_same_run(s);
+    add_decisions(s);
     const json& sh = s.meta["shard"];
     const int64_t index = sh.at("index").get<int64_t>();
+    if (index < 0 || index >= count_)
+      throw std::runtime_error(s.dir + ": shard " + std::to_string(index) + " of " + std::to_string(count_) + " does not exist");
     if (!index_dir_.emplace(index, s.dir).second)
       throw std::runtime_error(s.dir + ": shard " + std::to_string(index) + " is also " + index_dir_[index]);
-    size_t next = 0;
+    const auto [begin, end] = Shard{index, count_, true}.range(rows_of_item_.size());
+    if (sh.at("item_rows").size() != end - begin)
+      throw std::runtime_error(s.dir + ": run.json lists " + std::to_string(sh.at("item_rows").size()) + " items, shard " +
+                               std::to_string(index) + "/" + std::to_string(count_) + " has " + std::to_string(end - begin));
+    size_t next = 0, expected = begin;
     for (const auto& entry : sh.at("item_rows")) {
-      const size_t item = entry.at(0).get<size_t>(), n = entry.at(1).get<size_t>();
-      if (item >= rows_of_item_.size() || seen_[item] || next + n > s.rows.size())
+      if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_unsigned() || !entry[1].is_number_unsigned())
+        throw std::runtime_error(s.dir + "/run.json: an item_rows entry " + entry.dump() + " is not [item, rows]");
+      const size_t item = entry[0].get<size_t>(), n = entry[1].get<size_t>();
+      if (item != expected++ || n > s.rows.size() - next)
         throw std::runtime_error(s.dir + ": run.json's item_rows do not match its table");
       seen_[item] = true;
       rows_of_item_[item].assign(s.rows.begin() + static_cast<std::ptrdiff_t>(next),
@@ -143,6 +210,8 @@ class ItemRows {
       if (!index_dir_.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
     if (!missing.empty())
       throw std::runtime_error("shard(s) " + missing + " of " + std::to_string(count_) + " missing");
+    for (size_t item = 0; item < seen_.size(); ++item)  // follows from the slices; kept as the merge's invariant
+      if (!seen_[item]) throw std::runtime_error("item " + std::to_string(item) + " is in no shard's table");
   }
 
   // The merged table, header first; *rows gets its row count.
@@ -155,6 +224,14 @@ class ItemRows {
   }
 
   int64_t shard_count() const { return count_; }
+  const json& auto_decisions() const { return decisions_; }
+
+  // A count in the shard record: a non-negative integer (a negative one would wrap in size_t).
+  static size_t count_of(const ShardOutput& s, const char* key) {
+    const json& v = s.meta["shard"].at(key);
+    if (!v.is_number_unsigned()) throw std::runtime_error(s.dir + "/run.json: shard '" + key + "' is " + v.dump() + ", not a count");
+    return v.get<size_t>();
+  }
   size_t item_count() const { return rows_of_item_.size(); }
 
  private:
@@ -162,11 +239,27 @@ class ItemRows {
     if (const std::string k = first_difference(s.meta["grid"], ref_.meta["grid"]); !k.empty())
       throw std::runtime_error(s.dir + ": its grid differs from " + ref_.dir + "'s in '" + k + "'");
     const json& sh = s.meta["shard"];
-    if (sh.at("count").get<int64_t>() != count_ || sh.at("items").get<size_t>() != rows_of_item_.size())
+    if (sh.at("count").get<int64_t>() != count_ || count_of(s, "items") != rows_of_item_.size())
       throw std::runtime_error(s.dir + ": shard of " + sh.at("count").dump() + " over " + sh.at("items").dump() +
                                " items, but " + ref_.dir + " is one of " + std::to_string(count_) + " over " +
                                std::to_string(rows_of_item_.size()));
     if (s.header != ref_.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref_.dir + "'s");
+  }
+
+  // auto's choices, keyed by the size they were made for: two shards that chose differently at one
+  // size (other --threads, or nodes with other memory) would give a table no single run writes.
+  void add_decisions(const ShardOutput& s) {
+    if (!s.meta.contains("auto_decisions")) return;
+    for (const auto& [size, choice] : s.meta["auto_decisions"].items()) {
+      if (!decisions_.contains(size)) {
+        decisions_[size] = choice;
+        decision_dir_[size] = s.dir;
+      } else if (decisions_[size] != choice) {
+        throw std::runtime_error(s.dir + ": auto chose " + choice.dump() + " at " + size + " where " + decision_dir_[size] +
+                                 " chose " + decisions_[size].dump() + " (other --threads or memory): rerun the shards "
+                                 "with an explicit --method and --certify");
+      }
+    }
   }
 
   const ShardOutput& ref_;
@@ -174,7 +267,19 @@ class ItemRows {
   std::vector<std::vector<std::string>> rows_of_item_;
   std::vector<bool> seen_;
   std::map<int64_t, std::string> index_dir_;
+  json decisions_ = json::object();
+  std::map<std::string, std::string> decision_dir_;
 };
+
+// A reused OUT that holds an earlier merge of the other command's shards: its table goes with its
+// run.json (begin_output_set), or a plot of OUT would read the stale table as this merge's.
+void remove_other_table(const std::string& out_dir, const std::string& name) {
+  for (const char* other : {"sweep.csv", "audit.csv"}) {
+    std::error_code ec;
+    if (other != name) fs::remove(fs::path(out_dir) / other, ec);
+    if (ec) throw std::runtime_error("cannot remove the previous merge's " + out_dir + "/" + other + ": " + ec.message());
+  }
+}
 
 }  // namespace
 
@@ -185,17 +290,26 @@ int run_merge(int argc, char** argv) {
   check_output_directory(a.out_dir, "merge");
   std::vector<ShardOutput> shards;
   for (const auto& d : a.dirs) shards.push_back(read_shard(d));
-  ItemRows merged(shards.front());
-  for (const auto& s : shards) merged.add(s);
+  std::optional<ItemRows> filed;
+  const ShardOutput* reading = &shards.front();
+  try {
+    filed.emplace(shards.front());
+    for (const auto& s : shards) reading = &s, filed->add(s);
+  } catch (const json::exception& e) {  // a field of the wrong type, or missing
+    throw std::runtime_error(reading->dir + "/run.json: its shard record is malformed: " + e.what());
+  }
+  const ItemRows& merged = *filed;
   merged.check_complete();
 
   size_t rows = 0;
   const std::string table = merged.table(&rows);
   const std::string name = table_name(shards.front().meta["grid"]);
   begin_output_set(a.out_dir);
+  remove_other_table(a.out_dir, name);
   write_file_atomic(a.out_dir + "/" + name, table);
   json meta = run_metadata(argc, argv);
   meta["grid"] = shards.front().meta["grid"];
+  if (!merged.auto_decisions().empty()) meta["auto_decisions"] = merged.auto_decisions();
   meta["merged_from"] = a.dirs;
   meta["rows"] = rows;
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");

@@ -123,6 +123,8 @@ void write_sweep(const SweepArgs& a, const ResultsTable& table, const BlockRepor
                   {"certify", a.certify}, {"lanczos_seconds", a.gkl.max_seconds}, {"lanczos_tol", a.gkl.tolerance},
                   {"device", a.device}};
   if (a.shard.active()) meta["shard"] = record.to_json();
+  if (const std::string chose = auto_decisions(opt, a.n, a.d, 0); !chose.empty())  // merge compares them (shard.h)
+    meta["auto_decisions"] = {{"n=" + std::to_string(a.n) + " d=" + std::to_string(a.d), chose}};
   meta["device"] = device_json(opt);
   meta["note"] = "||E_sa||_2 is the sigma_max column of the E_sa rows";
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");

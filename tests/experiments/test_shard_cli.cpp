@@ -3,6 +3,9 @@
 // `seconds`), whatever order the shards are given in; merge refuses what does not fit together.
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <functional>
+
 #include "support/cli_harness.h"
 
 using namespace jacond::test::cli;
@@ -106,8 +109,102 @@ TEST_F(ShardCli, MergeRefusesShardsThatDoNotFit) {
   expect_one_line_error({"merge", path("nowhere"), "--out", out}, {"nowhere: no such directory"}, out);
   fs::remove(fs::path(dirs[1]) / "run.json");
   expect_one_line_error({"merge", dirs[0], dirs[1], dirs[2], "--out", out}, {"run.json", "did the shard finish"}, out);
-  std::ofstream(fs::path(dirs[2]) / "sweep.csv", std::ios::app) << "an,extra,row\n";
+  const std::string table = slurp(dirs[2] + "/sweep.csv");  // its last row twice: one row run.json does not list
+  std::ofstream(fs::path(dirs[2]) / "sweep.csv", std::ios::app) << table.substr(table.rfind('\n', table.size() - 2) + 1);
   expect_one_line_error({"merge", dirs[2], "--out", out}, {"accounts for"}, out);
+}
+
+// What an interrupted copy or an edited record leaves: refused in one line naming the shard, where
+// merge once wrote a table with a row cut short, an item missing, or 0 shards (exit 0).
+TEST_F(ShardCli, MergeRefusesDamagedShards) {
+  const auto dirs = shards(kSweep, 2, "s");  // 18 items: shard 1 holds items 9..17
+  const std::string out = path("merged");
+  const auto copy_of = [&](const std::string& from, const std::string& name) {
+    fs::copy(from, path(name), fs::copy_options::recursive);
+    return path(name);
+  };
+  const auto edit_record = [&](const std::string& dir, const std::function<void(json&)>& edit) {
+    json meta = json::parse(slurp(dir + "/run.json"));
+    edit(meta);
+    std::ofstream(dir + "/run.json", std::ios::trunc) << meta.dump(2);
+  };
+  const std::string table = slurp(dirs[1] + "/sweep.csv");
+  {  // cut mid-row, as an interrupted copy leaves it
+    const std::string d = copy_of(dirs[1], "cut");
+    std::ofstream(d + "/sweep.csv", std::ios::trunc) << table.substr(0, table.size() - 60);
+    expect_one_line_error({"merge", dirs[0], d, "--out", out}, {d + "/sweep.csv", "cut short"}, out);
+  }
+  {  // a row without its last field, newline and all
+    const std::string d = copy_of(dirs[1], "short_row");
+    std::ofstream(d + "/sweep.csv", std::ios::trunc) << table.substr(0, table.rfind(',')) << "\n";
+    expect_one_line_error({"merge", dirs[0], d, "--out", out}, {d + "/sweep.csv:", "fields where the header has"}, out);
+  }
+  {  // the last item dropped from the table and the record alike
+    const std::string d = copy_of(dirs[1], "gap");
+    size_t rows_of_last = 0;
+    edit_record(d, [&](json& m) {
+      rows_of_last = m["shard"]["item_rows"].back()[1].get<size_t>();
+      m["shard"]["item_rows"].erase(m["shard"]["item_rows"].size() - 1);
+    });
+    std::string cut = table;
+    for (size_t i = 0; i < rows_of_last; ++i) cut = cut.substr(0, cut.rfind('\n', cut.size() - 2) + 1);
+    std::ofstream(d + "/sweep.csv", std::ios::trunc) << cut;
+    expect_one_line_error({"merge", dirs[0], d, "--out", out}, {d + ": run.json lists 8 items", "1/2 has 9"}, out);
+  }
+  {  // a note over two lines (csv_escape quotes it) is one row; the same cut inside its quotes is not
+    const std::string d = copy_of(dirs[1], "multiline");
+    const size_t first_row = table.find('\n') + 1, note = table.rfind(',', table.find('\n', first_row)) + 1;
+    const std::string two_lines = table.substr(0, note) + "\"first line\nsecond line\"" + table.substr(table.find('\n', first_row));
+    std::ofstream(d + "/sweep.csv", std::ios::trunc) << two_lines;
+    const RunResult m = run({"merge", dirs[0], d, "--out", path("multiline_merged")});
+    ASSERT_EQ(m.code, 0) << m.describe();
+    EXPECT_NE(slurp(path("multiline_merged") + "/sweep.csv").find("\"first line\nsecond line\""), std::string::npos);
+    std::ofstream(d + "/sweep.csv", std::ios::trunc) << two_lines.substr(0, note) << "\"first line\n";
+    expect_one_line_error({"merge", dirs[0], d, "--out", out}, {d + "/sweep.csv", "quoted field is never closed"}, out);
+  }
+  {  // an index past the count, a count of 0, a field of the wrong type
+    const std::string d = copy_of(dirs[1], "index");
+    edit_record(d, [](json& m) { m["shard"]["index"] = 5; });
+    expect_one_line_error({"merge", dirs[0], d, "--out", out}, {"shard 5 of 2 does not exist"}, out);
+    const std::string z = copy_of(dirs[0], "zero");
+    edit_record(z, [](json& m) { m["shard"]["count"] = 0; });
+    expect_one_line_error({"merge", z, dirs[1], "--out", out}, {z + "/run.json", "a shard count of 0"}, out);
+    const std::string t = copy_of(dirs[1], "typed");
+    edit_record(t, [](json& m) { m["shard"]["index"] = "one"; });
+    expect_one_line_error({"merge", dirs[0], t, "--out", out}, {t + "/run.json", "shard record is malformed"}, out);
+    const std::string neg = copy_of(dirs[0], "negative");
+    edit_record(neg, [](json& m) { m["shard"]["items"] = -1; });
+    expect_one_line_error({"merge", neg, dirs[1], "--out", out}, {neg + "/run.json", "shard 'items' is -1, not a count"}, out);
+    const std::string cmd = copy_of(dirs[0], "command");
+    edit_record(cmd, [](json& m) { m["grid"]["command"] = 3; });
+    expect_one_line_error({"merge", cmd, dirs[1], "--out", out}, {cmd + "/run.json", "command is malformed"}, out);
+  }
+}
+
+// `--method auto` chooses by threads and memory too (run.json's auto_decisions); shards that chose
+// differently would make a table no single run writes, so merge refuses them and says what to do.
+// An explicit route records nothing to compare.
+TEST_F(ShardCli, MergeRefusesShardsOnWhichAutoChoseDifferently) {
+  const auto dirs = shards(kSweep, 2, "s");  // the default --method auto
+  const json decisions = json::parse(slurp(dirs[0] + "/run.json")).at("auto_decisions");
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions.begin().key(), "n=8 d=16");
+  EXPECT_NE(decisions.begin().value().get<std::string>().find("route="), std::string::npos) << decisions.dump();
+  json other = json::parse(slurp(dirs[1] + "/run.json"));
+  other["auto_decisions"]["n=8 d=16"] = "route=gkl";  // what another node could have chosen
+  std::ofstream(dirs[1] + "/run.json", std::ios::trunc) << other.dump(2);
+  const std::string out = path("merged");
+  expect_one_line_error({"merge", dirs[0], dirs[1], "--out", out}, {"auto chose \"route=gkl\" at n=8 d=16", "explicit --method"}, out);
+  // Explicit --method and --certify: nothing decided by auto, nothing recorded.
+  const auto fixed = shards(with(kSweep, {"--method", "dense", "--certify", "none"}), 2, "f");
+  EXPECT_FALSE(json::parse(slurp(fixed[0] + "/run.json")).contains("auto_decisions"));
+  const RunResult m = run({"merge", fixed[0], fixed[1], "--out", path("fixed_merged")});
+  EXPECT_EQ(m.code, 0) << m.describe();
+  // A merge into a directory that held an earlier merge of the other command's shards leaves no
+  // stale table there (a plot would draw it as this merge's).
+  std::ofstream(path("fixed_merged") + "/audit.csv") << "checkpoint,step\nold,1\n";
+  ASSERT_EQ(run({"merge", fixed[0], fixed[1], "--out", path("fixed_merged")}).code, 0);
+  EXPECT_FALSE(fs::exists(path("fixed_merged") + "/audit.csv"));
 }
 
 TEST_F(ShardCli, BadShardFlagsAreUsageErrors) {
