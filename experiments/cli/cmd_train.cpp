@@ -104,7 +104,8 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
   a.launched_here = std::getenv(kLocalLaunchVariable) != nullptr;
   check_usage([&] {
     a.launch = models::dist::read_launch_env();
-    if (a.nproc < 1) throw UsageError("--nproc must be >= 1");
+    if (a.nproc < 1 || a.nproc > kMaxLocalRanks)
+      throw UsageError("--nproc must be in [1, " + std::to_string(kMaxLocalRanks) + "] (the ranks of one machine)");
     if (a.nproc > 1 && a.launch.launcher != "none" && !a.launched_here)
       throw UsageError("--nproc starts local ranks; under " + a.launch.launcher +
                        " (RANK or SLURM_PROCID is set) the launcher starts them: leave --nproc out");
@@ -162,6 +163,9 @@ models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoi
                        saved_values.at(f.key).dump() +
                        ": a resumed run keeps what it trains on and how (start a new run to change it)");
   });
+  if (const int64_t at = checkpoint.meta.value("step", int64_t{0}); c.stop_at > 0 && c.stop_at <= at)
+    throw UsageError("--stop-at " + std::to_string(c.stop_at) + ": the run resumes at step " + std::to_string(at) +
+                     " (" + checkpoint.dir + "); stop it later");
   if (a.typed.count("epochs") && !a.typed.count("steps") && saved.steps > 0)
     throw UsageError("--epochs: this run counts --steps (" + std::to_string(saved.steps) + "); extend it with --steps");
   return resumed;

@@ -10,6 +10,9 @@ namespace jacond::cli {
 /// The variable that marks a process started by launch_local_ranks.
 inline constexpr const char* kLocalLaunchVariable = "JACOND_LOCAL_LAUNCH";
 
+/// The most ranks launch_local_ranks starts (cmd_train refuses more: a usage error).
+inline constexpr int kMaxLocalRanks = 1024;
+
 /// Starts `nproc` ranks running `jacond <args...>` (args = the command and its arguments, as
 /// run_train receives them) and waits for all of them. When one fails (non-zero exit or a
 /// signal) the others are stopped with SIGTERM. Each rank's stderr goes to an unlinked temporary
@@ -18,6 +21,13 @@ inline constexpr const char* kLocalLaunchVariable = "JACOND_LOCAL_LAUNCH";
 /// lost a peer), with "rank R: " after "jacond train: error: ", or that a rank was killed by signal
 /// N; a run that succeeded passes rank 0's stderr on. Returns 0 when every rank succeeded, else
 /// the first failure's exit code (1 for a signal).
+///
+/// Signals: SIGTERM, SIGINT or SIGHUP sent to the launcher alone (a supervisor signalling its main
+/// pid) is passed on to the ranks (a second one sends SIGKILL), and the launcher returns 128 + the
+/// signal unless a rank failed with an error of its own. Each rank has SIGTERM as its parent-death
+/// signal, so a launcher killed outright takes its ranks with it: no orphan trains on and races a
+/// later --resume. Tested by TrainDistCli.ATerminatedLauncherStopsItsRanks and
+/// .AKilledLauncherTakesItsRanksWithIt.
 int launch_local_ranks(int nproc, int argc, char** args);
 
 }  // namespace jacond::cli

@@ -290,13 +290,38 @@ torch::Device select_device(const TrainConfig& cfg, const dist::RankGroup* ranks
 
 namespace {
 
-// The run directory, created and cleared of partial checkpoints; a fresh run refuses one that
-// already holds checkpoints.
-std::string prepare_run_dir(const TrainConfig& cfg, bool resuming) {
+// The directory a checkpoint lives in: ts for ts/step-0000002 and ts/step-0000002/.
+fs::path run_dir_of(const std::string& checkpoint_dir) {
+  fs::path p = fs::path(checkpoint_dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // a trailing slash
+  return p.parent_path().empty() ? fs::path(".") : p.parent_path();
+}
+
+// The run directory, created and cleared of partial checkpoints. Refused when it holds checkpoints
+// that are not this run's past: any, for a fresh run; another run's, for a resume into another
+// --out (its logs and checkpoints would interleave two runs); and later ones than the checkpoint
+// resumed (retention keeps the highest steps, so the resumed run's own checkpoints would be pruned
+// and a later --resume would load the abandoned future).
+std::string prepare_run_dir(const TrainConfig& cfg, const Checkpoint* resume) {
   const std::string& run = cfg.out_dir;
   fs::create_directories(run);
-  if (!resuming && !list_checkpoints(run).empty())
+  const std::vector<CheckpointEntry> held = list_checkpoints(run);
+  if (!resume && !held.empty())
     throw std::runtime_error(run + ": already holds checkpoints; resume with --resume " + run + " or choose another --out");
+  if (resume && !held.empty()) {
+    std::error_code ec;
+    const fs::path own = run_dir_of(resume->dir);
+    const bool same = fs::equivalent(own, run, ec);
+    if (ec) throw std::runtime_error(run + ": cannot tell whether it is " + own.string() + ", the resumed run's: " + ec.message());
+    if (!same)
+      throw std::runtime_error(run + ": already holds checkpoints of another run; resume " + resume->dir + " into " +
+                               own.string() + " or into an empty --out");
+    const int64_t step = resume->meta.at("step").get<int64_t>();
+    if (held.back().step > step)
+      throw std::runtime_error(run + ": holds checkpoints past step " + std::to_string(step) + " (up to " + held.back().dir +
+                               "), which would stay the run's newest; resume the newest, or " + resume->dir +
+                               " into another --out");
+  }
   clean_partial_checkpoints(run);
   return run;
 }
@@ -366,7 +391,7 @@ TrainingRun::TrainingRun(const TrainConfig& cfg, const Checkpoint* resume, std::
       local_batch_(cfg_.batch / (ranks ? ranks->size() : 1)),
       split_tracking_(ranks && cfg_.track_split == "layers" && cfg_.arch == "vit"),
       device_(select_device(cfg_, ranks)),
-      run_(main_ ? prepare_run_dir(cfg_, resume != nullptr) : cfg_.out_dir),
+      run_(main_ ? prepare_run_dir(cfg_, resume) : cfg_.out_dir),
       train_split_(load_fashion_mnist(cfg_.data_dir, "train", cfg_.data_limit)),
       test_split_(load_fashion_mnist(cfg_.data_dir, "test", cfg_.test_limit)),
       steps_per_epoch_(train_split_.size() / cfg_.batch),
@@ -439,6 +464,13 @@ void TrainingRun::restore_or_start(const Checkpoint* resume) {
     } catch (const nlohmann::json::exception&) {
       throw std::runtime_error(resume->dir + "/meta.json: malformed 'epoch_sums' (expected numbers loss, correct, seen)");
     }
+  }
+  // The last test evaluation, which the next checkpoint and the run's summary carry as the
+  // uninterrupted run's do (null in meta.json: none yet).
+  if (resume->meta.contains("metrics") && resume->meta["metrics"].is_object()) {
+    const nlohmann::json& m = resume->meta["metrics"];
+    const auto number = [&](const char* key) { return m.contains(key) && m[key].is_number() ? m[key].get<double>() : NAN; };
+    last_eval_ = {number("test_loss"), number("test_acc")};
   }
   if (!main_) return;  // rank 0 cuts the logs back
   auto cut_back = [&](const char* file, bool header, const auto& step_of) {
@@ -659,7 +691,7 @@ TrainConfig resumed_config(const Checkpoint& checkpoint, const nlohmann::json& o
   nlohmann::json merged = checkpoint.meta["train"];
   for (auto it = overrides.begin(); it != overrides.end(); ++it) merged[it.key()] = it.value();
   // The run continues where its checkpoint lives, unless told otherwise.
-  if (!overrides.contains("out_dir")) merged["out_dir"] = fs::path(checkpoint.dir).parent_path().string();
+  if (!overrides.contains("out_dir")) merged["out_dir"] = run_dir_of(checkpoint.dir).string();
   TrainConfig cfg = TrainConfig::from_json(merged);
   cfg.stop_at = stop_at;
   cfg.finalize();

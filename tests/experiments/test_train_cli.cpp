@@ -237,6 +237,53 @@ TEST_F(TrainCli, AResumeRefusesToChangeWhatTheRunTrainsOnOrHow) {
   EXPECT_EQ(r.code, 0) << r.describe();
 }
 
+// A resume continues one run's past only. Refused into another run's directory (the two runs'
+// logs and checkpoints interleaved), and from a checkpoint that later ones follow (retention keeps
+// the highest steps: the resumed run's own checkpoints were pruned at once, and a later --resume
+// loaded the abandoned future); such a checkpoint resumes into a new --out. --stop-at at or before
+// the resumed step is a usage error (it was ignored: the run went to its end). A trailing slash on
+// --resume continues in the run's directory (it continued inside the checkpoint's).
+TEST_F(TrainCli, AResumeContinuesOneRunsPastOnly) {
+  const std::string g = path("g"), h = path("h");
+  ASSERT_EQ(run(tiny_run(g, {"--stop-at", "10", "--keep", "0", "--track-every", "0"})).code, 0);  // steps 5, 10
+  ASSERT_EQ(run(tiny_run(h, {"--stop-at", "5", "--keep", "0", "--track-every", "0", "--seed", "1"})).code, 0);
+  const std::string g_log = slurp(g + "/train_log.jsonl");
+  RunResult r = expect_one_line_error({"train", "--resume", h + "/step-0000005", "--out", g}, {g, "checkpoints of another run"});
+  EXPECT_EQ(r.code, 1);
+  r = expect_one_line_error({"train", "--resume", g + "/step-0000005"}, {"past step 5", "step-0000010"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(slurp(g + "/train_log.jsonl"), g_log);
+  EXPECT_EQ(jacond::models::list_checkpoints(g).size(), 2u);
+  r = run({"train", "--resume", g + "/step-0000005", "--out", path("branch"), "--stop-at", "7"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(jacond::models::list_checkpoints(path("branch")).back().step, 7);
+  r = expect_one_line_error({"train", "--resume", g, "--stop-at", "10"}, {"--stop-at 10", "resumes at step 10"});
+  EXPECT_EQ(r.code, 2);
+  r = run({"train", "--resume", g + "/step-0000010/", "--stop-at", "11"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(jacond::models::list_checkpoints(g).back().step, 11);
+  EXPECT_FALSE(fs::exists(g + "/step-0000010/config.json"));
+  EXPECT_EQ(fs::path(json::parse(slurp(g + "/config.json")).at("out_dir").get<std::string>()).lexically_normal(),
+            fs::path(g).lexically_normal());
+}
+
+// The last test evaluation travels in the checkpoint: a run resumed after an evaluation and
+// stopped before the next writes the same metrics as the uninterrupted run (it wrote null).
+TEST_F(TrainCli, AResumedRunKeepsItsLastEvaluation) {
+  const std::vector<std::string> epochs_of_5{"--data-limit", "160", "--track-every", "0", "--keep", "0"};  // evaluates at 5, 10
+  std::vector<std::string> straight = epochs_of_5, stopped = epochs_of_5;
+  straight.insert(straight.end(), {"--stop-at", "7"});
+  stopped.insert(stopped.end(), {"--stop-at", "6"});
+  ASSERT_EQ(run(tiny_run(path("u"), straight)).code, 0);
+  ASSERT_EQ(run(tiny_run(path("s"), stopped)).code, 0);
+  const RunResult r = run({"train", "--resume", path("s"), "--stop-at", "7"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const json want = jacond::models::read_checkpoint(path("u") + "/step-0000007").meta.at("metrics");
+  const json got = jacond::models::read_checkpoint(path("s") + "/step-0000007").meta.at("metrics");
+  ASSERT_TRUE(want.at("test_loss").is_number()) << want.dump();
+  EXPECT_EQ(got, want);
+}
+
 // --arch convmixer (the CNN control): trains, tracks its four token matrices per layer, records
 // its own config in the checkpoint, and a run stopped and resumed repeats the uninterrupted
 // losses exactly, so BatchNorm's running statistics travel in the checkpoint. Audit refuses it

@@ -5,11 +5,14 @@
 // exit 1 with a one-line error instead of hanging; bad launches are usage errors.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -84,6 +87,52 @@ std::optional<int> wait_for(pid_t pid, std::chrono::seconds limit) {
   ::waitpid(pid, nullptr, 0);
   return std::nullopt;
 }
+
+// The processes whose parent is `parent` (/proc/PID/stat: "pid (comm) state ppid ...").
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// An --nproc 2 launcher training for good, once both ranks are training (train_log.jsonl grows);
+// its two ranks in *ranks. The test process is made a child subreaper first, so ranks orphaned by
+// their launcher become its children, which it can wait for.
+pid_t start_launcher(const std::string& run, const std::string& err, std::vector<pid_t>* ranks) {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  auto args = tiny_run(run, {"--nproc", "2", "--steps", "1000000", "--track-every", "0", "--checkpoint-every", "0",
+                             "--print-every", "1", "--dist-timeout", "600"});
+  const pid_t launcher = spawn(args, {}, run + ".out", err);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (nonempty_lines(slurp(run + "/train_log.jsonl")).size() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  *ranks = children_of(launcher);
+  return launcher;
+}
+
+// On any exit of a launcher test: no rank is left training (a failing test must not leak them), and
+// the test process is no subreaper any more.
+struct RanksStopped {
+  const std::vector<pid_t>& ranks;
+  ~RanksStopped() {
+    for (pid_t rank : ranks)
+      if (::kill(rank, SIGKILL) == 0) ::waitpid(rank, nullptr, 0);
+    ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
+};
 
 class TrainDistCli : public CliFixture {
  protected:
@@ -281,8 +330,42 @@ TEST_F(TrainDistCli, NprocReportsAFailedRankInOneLine) {
   EXPECT_EQ(r.code, 1) << r.describe();
 }
 
+// A supervisor that signals the launcher's pid alone (SIGTERM) stops the whole run: the launcher
+// passes the signal on and exits 128 + 15 once its ranks are gone. (Before, it died of the signal
+// and left both ranks training as orphans, racing a later --resume.)
+TEST_F(TrainDistCli, ATerminatedLauncherStopsItsRanks) {
+  std::vector<pid_t> ranks;
+  const pid_t launcher = start_launcher(path("run"), path("launcher.err"), &ranks);
+  const RanksStopped cleanup{ranks};
+  ASSERT_EQ(ranks.size(), 2u) << slurp(path("launcher.err"));
+  ::kill(launcher, SIGTERM);
+  const auto status = wait_for(launcher, std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "the launcher still ran 30 s after SIGTERM";
+  ASSERT_TRUE(WIFEXITED(*status)) << "killed by signal " << WTERMSIG(*status);
+  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGTERM);
+  EXPECT_TRUE(contains(slurp(path("launcher.err")), "stopped by signal 15, passed on to the ranks")) << slurp(path("launcher.err"));
+  for (pid_t rank : ranks) EXPECT_NE(::kill(rank, 0), 0) << "rank " << rank << " outlived its launcher";  // reaped by it
+}
+
+// A launcher killed outright (nothing to pass on) takes its ranks with it: each has SIGTERM as its
+// parent-death signal.
+TEST_F(TrainDistCli, AKilledLauncherTakesItsRanksWithIt) {
+  std::vector<pid_t> ranks;
+  const pid_t launcher = start_launcher(path("run"), path("launcher.err"), &ranks);
+  const RanksStopped cleanup{ranks};
+  ASSERT_EQ(ranks.size(), 2u) << slurp(path("launcher.err"));
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  for (pid_t rank : ranks) {  // orphans now: this process (a subreaper) is their parent
+    const auto status = wait_for(rank, std::chrono::seconds(30));
+    ASSERT_TRUE(status.has_value()) << "rank " << rank << " still trained 30 s after its launcher was killed";
+    EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM) << "status " << *status;
+  }
+}
+
 TEST_F(TrainDistCli, BadLaunchesAreUsageErrors) {
   EXPECT_EQ(expect_one_line_error(tiny_run(path("a"), {"--nproc", "0"}), {"--nproc"}, path("a")).code, 2);
+  EXPECT_EQ(expect_one_line_error(tiny_run(path("a"), {"--nproc", "2000"}), {"--nproc", "1024"}, path("a")).code, 2);
   EXPECT_EQ(expect_one_line_error(tiny_run(path("b"), {"--nproc", "3"}), {"--batch 32", "3 ranks"}, path("b")).code, 2);
   EXPECT_EQ(expect_one_line_error(tiny_run(path("c"), {"--dist-timeout", "0"}), {"--dist-timeout"}, path("c")).code, 2);
   ::setenv("RANK", "0", 1);
