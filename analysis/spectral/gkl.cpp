@@ -483,6 +483,8 @@ bool GklRun::finish(const Estimate& e, const Sweep& sw, const Target& t, Singula
   out.u = u / u.stableNorm();
   out.v = v / v.stableNorm();
   out.converged = ok;
+  out.below_floor = !ok && e.below_floor;
+  out.out_of_budget = !ok && !e.below_floor;  // finish's only other exits: the sweep's or the run's budget
   out.bound = sw.exhausted ? "exhausted" : (!tight(b, t.rel_tol) && ok ? "weyl-rounding" : b.bound);
   out.restarts = restarts_;
   out.products = budget_.used - products_at_start_;
@@ -556,6 +558,8 @@ SingularEnd smallest_confirmed(const KrylovSpace& A, const GklOptions& opt, doub
   }
   out.products = first.products + second.products;
   out.restarts = first.restarts + second.restarts;
+  out.out_of_budget = first.out_of_budget || second.out_of_budget;
+  out.below_floor = first.below_floor || second.below_floor;
   out.seconds = first.seconds + second.seconds;
   out.converged = first.converged && second.converged && out.lo > 0 &&
                   (out.hi / out.lo - 1.0 <= rel_tol || out.bound == "weyl-rounding");
@@ -590,6 +594,20 @@ SingularEnd gkl_smallest(const OperatorRef& op, const GklOptions& opt, double re
 }
 
 namespace {
+
+// Why a run ended without a bracket, as each end recorded it (SingularEnd): the budget; or σ_min's
+// recurrence bound fell under the run's noise floor (from σ_max's upper end, GklRun::estimate)
+// while the reported σ_min,hi (from the explicit check) is not under the report's floor (from
+// σ_max's proven lower end), so σ_min is neither bracketed nor provably singular; or the two
+// starts of the confirmation gave no one tight bracket. Blaming the budget for the last two would
+// send the user to raise the wrong knob.
+std::string unfinished_reason(const LanczosCondition& out, double floor) {
+  if (out.largest.out_of_budget || out.smallest.out_of_budget) return "budget ran out: best bracket reached";
+  if (out.smallest.below_floor)
+    return "sigma_min stopped at the noise floor (" + sci(floor) + ") with its upper end " + sci(out.smallest.hi) +
+           " not provably under it: neither bracketed nor singular";
+  return "sigma_min's two starts gave no one bracket within the tolerance";
+}
 
 // condition_lanczos on a tall space A (rows ≥ cols) of an operator of shape rows_in × cols_in.
 LanczosCondition lanczos_on(const KrylovSpace& A, Index rows_in, Index cols_in, const std::string& matrix,
@@ -651,7 +669,7 @@ LanczosCondition lanczos_on(const KrylovSpace& A, Index rows_in, Index cols_in, 
   else
     note << "bounds assume no missed singular value";
   if (!confirmation.empty()) note << "; sigma_min: " << confirmation;
-  if (r.status == Status::kNotConverged) note << "; budget ran out: best bracket reached";
+  if (r.status == Status::kNotConverged) note << "; " << unfinished_reason(out, floor);
   if (out.smallest.bound == "weyl-rounding" || out.largest.bound == "weyl-rounding")
     note << "; residuals at the rounding allowance: bracket as tight as fp64 allows";
   r.note = note.str();

@@ -187,6 +187,9 @@ struct SingularEnd {
   Index products = 0, restarts = 0;
   double seconds = 0;
   bool converged = false;
+  // Why an unconverged end stopped: the product/time budget, or (smallest end) its bound fell under
+  // the run's noise floor. Neither: a confirmation whose two starts gave no one tight bracket.
+  bool out_of_budget = false, below_floor = false;
   std::string bound;         // "weyl", "weyl-rounding" (η at δ), "exhausted" (Krylov space = whole space)
 };
 
