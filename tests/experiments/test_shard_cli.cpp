@@ -205,6 +205,11 @@ TEST_F(ShardCli, MergeRefusesShardsOnWhichAutoChoseDifferently) {
   std::ofstream(path("fixed_merged") + "/audit.csv") << "checkpoint,step\nold,1\n";
   ASSERT_EQ(run({"merge", fixed[0], fixed[1], "--out", path("fixed_merged")}).code, 0);
   EXPECT_FALSE(fs::exists(path("fixed_merged") + "/audit.csv"));
+  // A table that no merge wrote is not merge's to remove.
+  fs::create_directories(path("theirs"));
+  std::ofstream(path("theirs") + "/audit.csv") << "checkpoint,step\nmine,1\n";
+  ASSERT_EQ(run({"merge", fixed[0], fixed[1], "--out", path("theirs")}).code, 0);
+  EXPECT_TRUE(fs::exists(path("theirs") + "/audit.csv"));
 }
 
 TEST_F(ShardCli, BadShardFlagsAreUsageErrors) {
