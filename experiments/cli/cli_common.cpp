@@ -85,14 +85,17 @@ void ensure_directory(const std::string& dir) {
 
 void begin_output_set(const std::string& dir, const std::string& marker) {
   ensure_directory(dir);
-  std::error_code ec;
-  fs::remove(fs::path(dir) / marker, ec);
-  if (ec) throw std::runtime_error("cannot remove the previous run's " + dir + "/" + marker + ": " + ec.message());
+  remove_previous_files(dir, {marker});
 }
 
-namespace {
-// The subcommand a run record (run.json, verify.json) names ("command": ["jacond", "sweep", ...]);
-// nullopt where there is no such file or it is not a jacond record.
+void remove_previous_files(const std::string& dir, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    std::error_code ec;
+    fs::remove(fs::path(dir) / name, ec);
+    if (ec) throw std::runtime_error("cannot remove the previous run's " + dir + "/" + name + ": " + ec.message());
+  }
+}
+
 std::optional<std::string> recorded_command(const fs::path& run_json) {
   std::error_code ec;
   if (!fs::is_regular_file(run_json, ec)) return std::nullopt;
@@ -103,7 +106,6 @@ std::optional<std::string> recorded_command(const fs::path& run_json) {
     return std::nullopt;
   return j["command"][1].get<std::string>();
 }
-}  // namespace
 
 std::string assumed_pre_norm_note(const std::string& path) {
   return "note: " + path + " has no jacond config: read as pre-norm (LayerNorm before each branch, as timm's ViT); "

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -84,6 +85,14 @@ void ensure_directory(const std::string& dir);
 /// after this call leaves its tables without one (jacond merge then asks whether the shard
 /// finished), never under the previous run's. Throws std::runtime_error naming what it cannot remove.
 void begin_output_set(const std::string& dir, const std::string& marker = "run.json");
+
+/// Removes a previous run's files `names` from `dir` where they exist (a table the run now writes
+/// under another name, or not at all). Throws std::runtime_error naming what it cannot remove.
+void remove_previous_files(const std::string& dir, const std::vector<std::string>& names);
+
+/// The subcommand a run record (run.json, verify.json) names ("command": ["jacond", "sweep", ...]);
+/// nullopt where there is no such file or it is not a jacond record.
+std::optional<std::string> recorded_command(const std::filesystem::path& run_json);
 
 /// Checks, creating nothing, that `dir` can be written once the results exist: an existing
 /// directory that is writable, or a new path whose nearest existing ancestor is a writable

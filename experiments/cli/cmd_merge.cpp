@@ -271,26 +271,12 @@ class ItemRows {
   std::map<std::string, std::string> decision_dir_;
 };
 
-// True when OUT/run.json records a `jacond merge` (check_output_directory lets only a merge's
-// record, or none, through).
-bool holds_a_merge(const std::string& out_dir) {
-  std::ifstream in(fs::path(out_dir) / "run.json");
-  if (!in) return false;
-  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("command") && j["command"].is_array() && j["command"].size() >= 2 &&
-         j["command"][1] == "merge";
-}
-
 // A reused OUT that holds an earlier merge of the other command's shards: that merge's table goes
 // with its run.json (begin_output_set), or a plot of OUT would read it as this merge's. Only a
 // merge's: a table no jacond merge wrote is not ours to remove.
 void remove_other_table(const std::string& out_dir, const std::string& name) {
-  if (!holds_a_merge(out_dir)) return;
-  for (const char* other : {"sweep.csv", "audit.csv"}) {
-    std::error_code ec;
-    if (other != name) fs::remove(fs::path(out_dir) / other, ec);
-    if (ec) throw std::runtime_error("cannot remove the previous merge's " + out_dir + "/" + other + ": " + ec.message());
-  }
+  if (recorded_command(fs::path(out_dir) / "run.json") != "merge") return;
+  remove_previous_files(out_dir, {name == "sweep.csv" ? "audit.csv" : "sweep.csv"});
 }
 
 }  // namespace

@@ -231,11 +231,7 @@ int run_spectrum(int argc, char** argv) {
     if (!o.out_dir.empty() && per_matrix_dirs) om.out_dir = o.out_dir + "/" + name;
     if (!om.out_dir.empty()) {
       begin_output_set(om.out_dir);
-      for (const char* table : {"spectrum.csv", "density.csv", "nodes.csv"}) {  // a previous run's, by either method
-        std::error_code ec;
-        std::filesystem::remove(std::filesystem::path(om.out_dir) / table, ec);
-        if (ec) throw std::runtime_error("cannot remove the previous run's " + om.out_dir + "/" + table + ": " + ec.message());
-      }
+      remove_previous_files(om.out_dir, {"spectrum.csv", "density.csv", "nodes.csv"});  // by either method
     }
     std::cout << "spectrum of " << name << ": n=" << blk.tokens.rows() << " d=" << w.d << " heads=" << w.heads
               << " skip=" << skip << " logit_scale=" << w.effective_logit_scale()
