@@ -159,7 +159,11 @@ LoadedBlock load_block(const BlockSource& src) {
   std::map<std::string, std::string> meta;
   const models::TensorMap w = models::load_safetensors(src.weights, &meta);
   const FileArchitecture arch = file_architecture(src, meta);
-  out.weights = models::block_from_timm(w, src.layer, arch.heads, src.logit_scale, arch.ln_eps);
+  try {  // e.g. --layer past the file's blocks: "missing key blocks.5.norm1.weight" alone names neither
+    out.weights = models::block_from_timm(w, src.layer, arch.heads, src.logit_scale, arch.ln_eps);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(src.weights + " block " + std::to_string(src.layer) + " (--layer): " + e.what());
+  }
   out.post_norm = arch.post_norm;
   out.norm_note = arch.norm_note;
   const models::TensorMap t = models::load_safetensors(src.tokens);
@@ -179,6 +183,9 @@ LoadedBlock load_block(const BlockSource& src) {
     throw std::invalid_argument(os.str());
   }
   if (tok.size(0) < 2) throw std::invalid_argument(src.tokens + ": need at least 2 tokens");
+  if (!tok.is_floating_point())
+    throw std::invalid_argument(src.tokens + ": `tokens` has dtype " + std::string(c10::toString(tok.scalar_type())) +
+                                ", not a floating dtype");
   out.tokens = models::to_eigen(tok);
   if (!out.tokens.allFinite()) throw std::invalid_argument(src.tokens + ": `tokens` contains NaN or inf");
   return out;

@@ -3,7 +3,7 @@
 // A CKPT is a checkpoint directory written by `jacond train` (step-XXXXXXX/ with meta.json), a
 // run directory (all its checkpoints, in step order), or a timm-named ViT .safetensors file
 // (config from its "config" metadata when jacond wrote it, otherwise inferred from the shapes
-// plus --heads/--skip/--norm). With data, the probe batch is the one training uses: the first
+// plus --heads, required, and --skip/--norm). With data, the probe batch is the one training uses: the first
 // --probe-size Fashion-MNIST test images (default: the checkpoint's own probe size).
 // --data-free needs weights only: κ(W^V W^O), per head κ(W^V_h W^O_h) and κ(W^Q_h W^K_hᵀ) over
 // their rank-d_h range, and every weight matrix's σ_max / κ.
@@ -23,6 +23,7 @@
 #include "models/track/conditioning.h"
 #include "models/data/fashion_mnist.h"
 #include "models/data/token_graying.h"
+#include "models/io/error_text.h"
 #include "models/io/safetensors.h"
 
 namespace jacond::cli {
@@ -45,7 +46,7 @@ struct AuditTarget {
 std::vector<std::string> expand(const std::string& path) {
   if (fs::is_directory(path) && !fs::exists(fs::path(path) / "meta.json")) {
     std::vector<std::string> out;
-    for (const auto& e : models::list_checkpoints(path)) out.push_back(e.dir);
+    for (const auto& e : models::list_checkpoints(path, models::CheckpointParts::kModel)) out.push_back(e.dir);
     if (out.empty()) throw std::runtime_error(path + ": neither a checkpoint nor a run directory with step-*/ checkpoints");
     return out;
   }
@@ -73,48 +74,78 @@ void note_flags_against_config(const std::string& path, const models::ViTConfig&
   if (flags.norm) note("norm", models::to_string(flags.cfg.norm), models::to_string(cfg.norm));
 }
 
-AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags) {
-  const models::ViTConfig& flags_cfg = flags.cfg;
+// A checkpoint directory `jacond train` wrote: its config, weights and the run's probe settings.
+// optimizer.pt is not read (an audit of a run whose optimizer states were deleted is an audit).
+AuditTarget load_checkpoint_dir(const std::string& path, const ArchitectureFlags& flags, bool data_free) {
   AuditTarget t;
   t.path = path;
-  if (fs::is_directory(path)) {
-    models::Checkpoint c = models::read_checkpoint(path);
-    t.step = c.meta["step"].get<int64_t>();
-    if (c.meta["model"].value("arch", std::string("vit")) != "vit")
-      throw std::runtime_error(path + ": a " + c.meta["model"].value("arch", std::string()) +
-                               " checkpoint; jacond audit analyses ViT blocks (the run's conditioning.csv has its token-matrix κ)");
-    t.cfg = models::ViTConfig::from_json(c.meta["model"]);
-    note_flags_against_config(path, t.cfg, flags);
-    t.state = std::move(c.model);
-    if (c.meta.contains("train")) {
-      t.probe_size = c.meta["train"].value("probe_size", int64_t{1});
-      t.token_graying = c.meta["train"].value("token_graying", std::string("none"));
-      t.tg_eps = c.meta["train"].value("tg_eps", 1.0);
-    }
-    return t;
+  models::Checkpoint c = models::read_checkpoint(path, models::CheckpointParts::kModel);
+  t.step = c.meta["step"].get<int64_t>();
+  const std::string arch = c.meta["model"].value("arch", std::string("vit"));
+  if (arch != "vit")
+    throw std::runtime_error(path + ": a " + models::printable(arch) +
+                             " checkpoint; jacond audit analyses ViT blocks (the run's conditioning.csv has its token-matrix κ)");
+  t.cfg = models::ViTConfig::from_json(c.meta["model"]);
+  note_flags_against_config(path, t.cfg, flags);
+  t.state = std::move(c.model);
+  if (c.meta.contains("train") && !data_free) {  // the probe batch's settings; --data-free has none
+    const nlohmann::json& train = c.meta["train"];
+    t.probe_size = train.value("probe_size", int64_t{1});
+    t.token_graying = train.value("token_graying", std::string("none"));
+    t.tg_eps = train.value("tg_eps", 1.0);
   }
+  return t;
+}
+
+// A .safetensors file: jacond's "config" metadata when it has one, else the tensors' shapes plus
+// --heads (required: the tensors cannot say it, and a wrong head count gives valid-looking, wrong
+// per-head κ), --skip and --norm (notes name what is assumed). --data-free reads the blocks alone,
+// so a headless backbone or one without a class token's position is audited too.
+AuditTarget load_safetensors_file(const std::string& path, const ArchitectureFlags& flags, bool data_free) {
+  AuditTarget t;
+  t.path = path;
   std::map<std::string, std::string> meta;
   t.state = models::load_safetensors(path, &meta);
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, path);
-  if (cfg) note_flags_against_config(path, *cfg, flags);
-  if (!cfg && !flags.norm)  // as `block`: pre- and post-norm blocks have the same tensors
-    std::cout << assumed_pre_norm_note(path) << "\n";
-  try {
-    t.cfg = cfg ? *cfg : models::infer_config(t.state, flags_cfg);
-    models::fill_absent_biases(t.state, t.cfg);  // Linears built without biases: zeros, the same function
-  } catch (const std::invalid_argument& e) {
-    // The default head count, not a --heads the user typed, does not divide the width (ViTConfig's
-    // "--heads H does not divide --dim D"); any other error is the file's own.
-    if (cfg || flags.heads || std::string(e.what()).rfind("--heads ", 0) != 0) throw;
-    throw std::invalid_argument(path + " has no jacond config metadata and the default " + std::to_string(flags_cfg.heads) +
-                                " heads do not fit it (" + e.what() + "): pass --heads");
+  if (cfg) {
+    note_flags_against_config(path, *cfg, flags);
+    t.cfg = *cfg;
+  } else {
+    if (!flags.heads) throw std::invalid_argument(path + " has no jacond config metadata: pass --heads (its head count)");
+    if (!flags.norm) std::cout << assumed_pre_norm_note(path) << "\n";  // as `block`: pre- and post-norm blocks have the same tensors
+    if (!flags.skip)
+      std::cout << "note: " << path << " has no jacond config: read with every skip connection (timm's ViT); "
+                << "pass --skip for another residual layout\n";
+    t.cfg = data_free ? models::infer_block_config(t.state, flags.cfg) : models::infer_config(t.state, flags.cfg);
   }
+  models::fill_absent_biases(t.state, t.cfg);  // Linears built without biases: zeros, the same function
   if (meta.count("step")) {
     const std::optional<int64_t> step = parse_integer(meta["step"]);
-    if (!step) throw std::runtime_error(path + ": its 'step' metadata is not an integer: '" + meta["step"] + "'");
+    if (!step) throw std::runtime_error(path + ": its 'step' metadata is not an integer: '" + models::printable(meta["step"]) + "'");
     t.step = *step;
   }
   return t;
+}
+
+// Runs `load` (or an analysis) of the checkpoint `path`; an error that does not name the file
+// gets its name in front, so a failure among many checkpoints says which one.
+template <class F>
+auto naming_checkpoint(const std::string& path, F&& load) -> decltype(load()) {
+  try {
+    return load();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = models::json_error_text(e);  // nlohmann's id dropped, file text sanitized
+    if (what.find(path) != std::string::npos) throw;
+    throw std::runtime_error(path + ": " + what);
+  }
+}
+
+AuditTarget load_target(const std::string& path, const ArchitectureFlags& flags, bool data_free) {
+  return naming_checkpoint(path, [&] {
+    return fs::is_directory(path) ? load_checkpoint_dir(path, flags, data_free) : load_safetensors_file(path, flags, data_free);
+  });
 }
 
 // The flags of `jacond audit`, parsed and checked.
@@ -144,7 +175,7 @@ std::optional<AuditArgs> parse_audit(int argc, char** argv) {
       ("lanczos-seconds", number_value(&a.lanczos_seconds), "lanczos: seconds per matrix")
       ("certify", po::value(&a.certify)->default_value(a.certify), kCertifyHelp)
       ("matrices", po::value(&a.matrices)->default_value(a.matrices), "comma list of matrix names or all")
-      ("heads", po::value(&a.heads)->default_value(0), "heads, for .safetensors files without jacond config")
+      ("heads", po::value(&a.heads)->default_value(0), "heads, required for .safetensors files without jacond config")
       ("skip", po::value(&a.skip)->default_value(a.skip), "skip mode, for .safetensors files without jacond config")
       ("norm", po::value(&a.norm)->default_value(a.norm), "pre | post, for .safetensors files without jacond config")
       ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/torch threads")
@@ -225,12 +256,13 @@ void print_audit(const AuditArgs& a, const std::string& path, const AuditTarget&
 // refuses shards whose grids differ).
 void write_audit(const AuditArgs& a, const std::string& csv, size_t rows, const std::vector<std::string>& listed,
                  const std::vector<std::string>& audited, const ShardRecord& record, const nlohmann::json& decisions,
-                 int argc, char** argv) {
+                 const nlohmann::json& architectures, int argc, char** argv) {
   begin_output_set(a.out_dir);
   write_file_atomic(a.out_dir + "/audit.csv", csv);
   nlohmann::json meta = run_metadata(argc, argv);
   meta["rows"] = rows;
   meta["checkpoints"] = audited;
+  meta["architectures"] = architectures;  // what each was analysed as: its config, or the shapes plus flags
   meta["grid"] = {{"command", "audit"}, {"checkpoints", listed}, {"data_free", a.data_free},
                   {"probe_size", a.probe_size}, {"data_dir", a.data_dir}, {"method", a.method},
                   {"lanczos_seconds", a.lanczos_seconds}, {"certify", a.certify}, {"matrices", a.matrices},
@@ -267,14 +299,14 @@ int run_audit(int argc, char** argv) {
   std::string csv = "checkpoint," + models::conditioning_csv_header() + "\n";
   size_t rows = 0, not_converged = 0;
   nlohmann::json decisions = nlohmann::json::object();  // auto's choices, by block size
+  nlohmann::json architectures = nlohmann::json::array();  // the config each checkpoint was analysed with
   // One progress line per checkpoint (plain lines: the per-layer tables share the terminal).
   Progress progress("audit", audited.size(), std::cerr, /*tty=*/false, /*log_every=*/0.0);
   for (size_t item = first; item < last; ++item) {
     const std::string& path = listed[item];
-    const AuditTarget t = load_target(path, a.flags);
-    if (a.heads == 0 && !fs::is_directory(path) && !t.state.empty() && t.step < 0)
-      std::cout << "note: " << path << " has no jacond config; using --heads " << t.cfg.heads << " (the default)\n";
-    const std::vector<models::LayerReport> reports = audit_one(a, path, t, test);
+    const AuditTarget t = load_target(path, a.flags, a.data_free);
+    const std::vector<models::LayerReport> reports = naming_checkpoint(path, [&] { return audit_one(a, path, t, test); });
+    architectures.push_back({{"checkpoint", path}, {"model", t.cfg.to_json()}});
     if (!a.data_free) {
       const bool ffn = a.opts.matrices.empty() || std::count(a.opts.matrices.begin(), a.opts.matrices.end(), "K_ffn") ||
                        std::count(a.opts.matrices.begin(), a.opts.matrices.end(), "K_mlp");
@@ -292,7 +324,7 @@ int run_audit(int argc, char** argv) {
     record.item(item, reports.size());
     if (audited.size() > 1) progress.advance(fs::path(path).filename().string());
   }
-  if (!a.out_dir.empty()) write_audit(a, csv, rows, listed, audited, record, decisions, argc, argv);
+  if (!a.out_dir.empty()) write_audit(a, csv, rows, listed, audited, record, decisions, architectures, argc, argv);
   warn_not_converged("audit", not_converged, rows);
   return 0;
 }

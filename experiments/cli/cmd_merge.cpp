@@ -21,6 +21,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/shard.h"
+#include "models/io/error_text.h"
 
 namespace jacond::cli {
 
@@ -107,7 +108,7 @@ ShardOutput read_shard(const std::string& dir) {
   try {
     s.meta = json::parse(read_text(fs::path(dir) / "run.json", " (did the shard finish?)"));
   } catch (const json::exception& e) {
-    throw std::runtime_error(dir + "/run.json: malformed: " + e.what());
+    throw std::runtime_error(dir + "/run.json: malformed: " + models::json_error_text(e));
   }
   if (!s.meta.is_object() || !s.meta.contains("shard") || !s.meta.contains("grid") || !s.meta["grid"].is_object())
     throw std::runtime_error(dir + ": not a shard (run.json has no 'shard'; run sweep or audit with --shard I/N)");
@@ -115,7 +116,7 @@ ShardOutput read_shard(const std::string& dir) {
   try {
     table = table_name(s.meta["grid"]);
   } catch (const json::exception& e) {
-    throw std::runtime_error(dir + "/run.json: its grid's command is malformed: " + e.what());
+    throw std::runtime_error(dir + "/run.json: its grid's command is malformed: " + models::json_error_text(e));
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(dir + "/" + e.what());
   }
@@ -190,7 +191,7 @@ class ItemRows {
     size_t next = 0, expected = begin;
     for (const auto& entry : sh.at("item_rows")) {
       if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_unsigned() || !entry[1].is_number_unsigned())
-        throw std::runtime_error(s.dir + "/run.json: an item_rows entry " + entry.dump() + " is not [item, rows]");
+        throw std::runtime_error(s.dir + "/run.json: an item_rows entry " + models::json_snippet(entry) + " is not [item, rows]");
       const size_t item = entry[0].get<size_t>(), n = entry[1].get<size_t>();
       if (item != expected++ || n > s.rows.size() - next)
         throw std::runtime_error(s.dir + ": run.json's item_rows do not match its table");
@@ -229,7 +230,7 @@ class ItemRows {
   // A count in the shard record: a non-negative integer (a negative one would wrap in size_t).
   static size_t count_of(const ShardOutput& s, const char* key) {
     const json& v = s.meta["shard"].at(key);
-    if (!v.is_number_unsigned()) throw std::runtime_error(s.dir + "/run.json: shard '" + key + "' is " + v.dump() + ", not a count");
+    if (!v.is_number_unsigned()) throw std::runtime_error(s.dir + "/run.json: shard '" + key + "' is " + models::json_snippet(v) + ", not a count");
     return v.get<size_t>();
   }
   size_t item_count() const { return rows_of_item_.size(); }
@@ -240,7 +241,7 @@ class ItemRows {
       throw std::runtime_error(s.dir + ": its grid differs from " + ref_.dir + "'s in '" + k + "'");
     const json& sh = s.meta["shard"];
     if (sh.at("count").get<int64_t>() != count_ || count_of(s, "items") != rows_of_item_.size())
-      throw std::runtime_error(s.dir + ": shard of " + sh.at("count").dump() + " over " + sh.at("items").dump() +
+      throw std::runtime_error(s.dir + ": shard of " + models::json_snippet(sh.at("count")) + " over " + models::json_snippet(sh.at("items")) +
                                " items, but " + ref_.dir + " is one of " + std::to_string(count_) + " over " +
                                std::to_string(rows_of_item_.size()));
     if (s.header != ref_.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref_.dir + "'s");
@@ -255,8 +256,8 @@ class ItemRows {
         decisions_[size] = choice;
         decision_dir_[size] = s.dir;
       } else if (decisions_[size] != choice) {
-        throw std::runtime_error(s.dir + ": auto chose " + choice.dump() + " at " + size + " where " + decision_dir_[size] +
-                                 " chose " + decisions_[size].dump() + " (other --threads or memory): rerun the shards "
+        throw std::runtime_error(s.dir + ": auto chose " + models::json_snippet(choice) + " at " + models::printable(size) + " where " + decision_dir_[size] +
+                                 " chose " + models::json_snippet(decisions_[size]) + " (other --threads or memory): rerun the shards "
                                  "with an explicit --method and --certify");
       }
     }
@@ -294,7 +295,7 @@ int run_merge(int argc, char** argv) {
     filed.emplace(shards.front());
     for (const auto& s : shards) reading = &s, filed->add(s);
   } catch (const json::exception& e) {  // a field of the wrong type, or missing
-    throw std::runtime_error(reading->dir + "/run.json: its shard record is malformed: " + e.what());
+    throw std::runtime_error(reading->dir + "/run.json: its shard record is malformed: " + models::json_error_text(e));
   }
   const ItemRows& merged = *filed;
   merged.check_complete();

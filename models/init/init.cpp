@@ -9,6 +9,8 @@
 // Every draw is a whole fp64 tensor filled row-major. Biases and LayerNorms draw nothing.
 #include "models/init/init.h"
 
+#include "models/io/error_text.h"
+
 #include <torch/torch.h>
 
 #include <cmath>
@@ -123,7 +125,7 @@ InitScheme parse_init_scheme(const std::string& s) {
   if (s == "timm") return InitScheme::kTimm;
   if (s == "ours") return InitScheme::kOurs;
   if (s == "mimetic") return InitScheme::kMimetic;
-  throw std::invalid_argument("unknown init scheme '" + s + "' (valid: timm, ours, mimetic)");
+  throw std::invalid_argument("unknown init scheme '" + printable(s) + "' (valid: timm, ours, mimetic)");
 }
 
 std::string to_string(InitScheme s) {
@@ -138,7 +140,7 @@ std::string to_string(InitScheme s) {
 MlpInit parse_mlp_init(const std::string& s) {
   if (s == "timm") return MlpInit::kTimm;
   if (s == "dks") return MlpInit::kDks;
-  throw std::invalid_argument("unknown MLP init '" + s + "' (valid: timm, dks)");
+  throw std::invalid_argument("unknown MLP init '" + printable(s) + "' (valid: timm, dks)");
 }
 
 std::string to_string(MlpInit m) {

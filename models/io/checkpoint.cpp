@@ -27,7 +27,11 @@ bool parse_step_name(const std::string& name, int64_t* step) {
   static const std::regex re("step-([0-9]{7,})");
   std::smatch m;
   if (!std::regex_match(name, m, re)) return false;
-  *step = std::stoll(m[1].str());
+  try {
+    *step = std::stoll(m[1].str());
+  } catch (const std::out_of_range&) {  // more digits than int64: no step jacond writes
+    return false;
+  }
   return true;
 }
 
@@ -116,7 +120,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   }
 }
 
-std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir) {
+std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir, CheckpointParts parts) {
   std::vector<CheckpointEntry> out;
   std::error_code ec;
   // A missing run directory has no checkpoints; one that cannot be read is an error, not "none".
@@ -131,7 +135,8 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir) {
     int64_t step;
     if (!e.is_directory() || !parse_step_name(e.path().filename().string(), &step)) continue;
     const fs::path d = e.path();
-    if (fs::exists(d / "meta.json") && fs::exists(d / "model.safetensors") && fs::exists(d / "optimizer.pt"))
+    if (fs::exists(d / "meta.json") && fs::exists(d / "model.safetensors") &&
+        (parts == CheckpointParts::kModel || fs::exists(d / "optimizer.pt")))
       out.push_back({step, d.string()});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
@@ -202,7 +207,7 @@ void clean_partial_checkpoints(const std::string& run_dir) {
       remove_all_logged(e.path(), "partial checkpoint of an interrupted write");
 }
 
-Checkpoint read_checkpoint(const std::string& dir) {
+Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts) {
   Checkpoint c;
   c.dir = dir;
   const std::string meta_path = dir + "/meta.json";
@@ -213,7 +218,7 @@ Checkpoint read_checkpoint(const std::string& dir) {
   if (in.bad()) throw std::runtime_error(meta_path + ": read failed");
   c.meta = parse_checkpoint_meta(text.str(), meta_path);
   c.model = load_safetensors(dir + "/model.safetensors");
-  if (!fs::exists(dir + "/optimizer.pt")) throw std::runtime_error(dir + "/optimizer.pt: missing");
+  if (parts == CheckpointParts::kTrainingState && !fs::exists(dir + "/optimizer.pt")) throw std::runtime_error(dir + "/optimizer.pt: missing");
   return c;
 }
 

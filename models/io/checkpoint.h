@@ -28,12 +28,19 @@ namespace jacond::models {
 /// "step-0000100".
 std::string checkpoint_name(int64_t step);
 
-/// Complete checkpoints of a run directory (step-* directories with all three files), by step.
+/// What a reader needs of a checkpoint: a resume needs the optimizer state too; an analysis
+/// (`jacond audit`) reads the model alone, so a run whose optimizer.pt files were deleted to save
+/// space is still audited.
+enum class CheckpointParts { kTrainingState, kModel };
+
+/// Complete checkpoints of a run directory (step-* directories with meta.json, model.safetensors
+/// and, for kTrainingState, optimizer.pt), by step.
 struct CheckpointEntry {
   int64_t step;
   std::string dir;
 };
-std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir);
+std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir,
+                                              CheckpointParts parts = CheckpointParts::kTrainingState);
 
 /// Writes a checkpoint atomically (see the header comment) and returns its directory.
 /// `save_optimizer` fills the optimizer archive. meta gets "format" and "step" added.
@@ -58,9 +65,9 @@ struct Checkpoint {
 };
 
 /// Reads and validates a checkpoint directory: meta.json parses and has format/step/model
-/// config, model.safetensors is a valid file, optimizer.pt exists. Throws one line naming the
-/// file and the problem.
-Checkpoint read_checkpoint(const std::string& dir);
+/// config, model.safetensors is a valid file, and for kTrainingState optimizer.pt exists (it is
+/// read by read_optimizer_state). Throws one line naming the file and the problem.
+Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts = CheckpointParts::kTrainingState);
 
 /// Loads `dir`/optimizer.pt into `load_optimizer`, its tensors onto `device` (the resuming run's:
 /// a run trained on a GPU resumes on the CPU and the other way round); torch's errors become one

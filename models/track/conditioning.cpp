@@ -117,6 +117,7 @@ std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::T
 }
 
 std::vector<LayerReport> data_free_conditioning(const TensorMap& state, const ViTConfig& cfg) {
+  check_blocks_match(state, cfg);  // the data route's load_state refuses a mismatch; this reads blocks alone
   std::vector<LayerReport> out;
   for (int64_t l = 0; l < cfg.depth; ++l)  // the stored weights (no ReZero α or LayerScale γ folded in)
     for (auto& r : jacond::weight_reports(block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps, false)))

@@ -1,5 +1,7 @@
 #include "models/vit/vit.h"
 
+#include "models/io/error_text.h"
+
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -36,13 +38,13 @@ SkipKind parse_skip_kind(const std::string& s) {
   }
   std::string valid;
   for (SkipKind k : kSkipKinds) valid += (valid.empty() ? "" : " | ") + to_string(k);
-  throw std::invalid_argument("unknown skip mode '" + s + "' (valid: " + valid + ")");
+  throw std::invalid_argument("unknown skip mode '" + printable(s) + "' (valid: " + valid + ")");
 }
 
 NormPlacement parse_norm_placement(const std::string& s) {
   if (s == "pre") return NormPlacement::kPre;
   if (s == "post") return NormPlacement::kPost;
-  throw std::invalid_argument("norm placement must be pre | post, got '" + s + "'");
+  throw std::invalid_argument("norm placement must be pre | post, got '" + printable(s) + "'");
 }
 
 std::string to_string(NormPlacement p) { return p == NormPlacement::kPre ? "pre" : "post"; }
@@ -87,14 +89,14 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
   try {
     j = nlohmann::json::parse(it->second);
   } catch (const std::exception& e) {
-    throw std::runtime_error(file + ": malformed 'config' metadata: " + e.what());
+    throw std::runtime_error(file + ": malformed 'config' metadata: " + json_error_text(e));
   }
   // What the tensors cannot say must be there: a default would analyse the file as another model.
   if (!j.is_object()) throw std::runtime_error(file + ": malformed 'config' metadata: not a JSON object");
   if (j.contains("arch") && !j["arch"].is_string())
-    throw std::runtime_error(file + ": malformed 'config' metadata: 'arch' is " + j["arch"].dump() + ", not a name");
+    throw std::runtime_error(file + ": malformed 'config' metadata: 'arch' is " + json_snippet(j["arch"]) + ", not a name");
   if (j.value("arch", std::string("vit")) != "vit")
-    throw std::runtime_error(file + ": a " + j.value("arch", std::string()) + " model; jacond analyses ViT blocks");
+    throw std::runtime_error(file + ": a " + printable(j.value("arch", std::string())) + " model; jacond analyses ViT blocks");
   for (const char* key : {"dim", "heads"})
     if (!j.contains(key)) throw std::runtime_error(file + ": malformed 'config' metadata: no '" + key + "'");
   try {
@@ -115,7 +117,7 @@ ViTConfig ViTConfig::fields_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("model config: not a JSON object");
   for (const char* key : {"image_size", "in_chans", "patch", "num_classes", "dim", "depth", "heads"})
     if (j.contains(key) && !(j[key].is_number_integer() && j[key].get<int64_t>() > 0))  // get<int64_t>(2.5) is 2
-      throw std::invalid_argument(std::string("model config: '") + key + "' is " + j[key].dump() + ", not a positive integer");
+      throw std::invalid_argument(std::string("model config: '") + key + "' is " + json_snippet(j[key]) + ", not a positive integer");
   try {
     auto get = [&](const char* key, auto& field) {
       if (j.contains(key)) field = j.at(key).get<std::decay_t<decltype(field)>>();
@@ -142,7 +144,7 @@ ViTConfig ViTConfig::fields_from_json(const nlohmann::json& j) {
       if (i.contains("seed")) c.init.seed = i.at("seed").get<uint64_t>();
     }
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(std::string("model config: ") + e.what());
+    throw std::invalid_argument(std::string("model config: ") + json_error_text(e));
   }
   return c;
 }
@@ -345,15 +347,56 @@ ViTConfig infer_config(const TensorMap& tensors, ViTConfig base) {
                                 " tokens, not 1 + a square grid (only cls-token ViTs are supported)");
   base.image_size = grid * base.patch;
   base.num_classes = need(tensors, "head.weight", 2).size(0);
-  int64_t depth = 0;
-  while (tensors.count("blocks." + std::to_string(depth) + ".norm1.weight")) ++depth;
-  if (depth == 0) throw std::invalid_argument("checkpoint: no 'blocks.0.norm1.weight'");
-  base.depth = depth;
+  base = infer_block_config(tensors, base);
+  if (need(tensors, "blocks.0.norm1.weight", 1).size(0) != conv.size(0))
+    throw std::invalid_argument("checkpoint: blocks.0.norm1.weight has " + std::to_string(base.dim) +
+                                " entries, patch_embed.proj.weight " + std::to_string(conv.size(0)) + " channels");
+  return base;
+}
+
+namespace {
+// The i of every "blocks.{i}." key; throws unless they are 0 ... max without a gap.
+int64_t block_count(const TensorMap& tensors) {
+  std::set<int64_t> seen;
+  for (const auto& [key, value] : tensors) {
+    if (key.rfind("blocks.", 0) != 0) continue;
+    const size_t dot = key.find('.', 7);
+    const std::string index = key.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
+    if (index.empty() || index.size() > 9 || index.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("checkpoint: tensor '" + printable(key) + "' is under blocks. but not blocks.{i}.");
+    seen.insert(std::stoll(index));
+  }
+  if (seen.empty()) throw std::invalid_argument("checkpoint: no blocks.{i}. tensors");
+  const int64_t count = *seen.rbegin() + 1;
+  if (static_cast<int64_t>(seen.size()) != count) {
+    int64_t missing = 0;
+    while (seen.count(missing)) ++missing;
+    throw std::invalid_argument("checkpoint: has blocks." + std::to_string(count - 1) + ". but no blocks." +
+                                std::to_string(missing) + ". (the block indices have a gap)");
+  }
+  return count;
+}
+}  // namespace
+
+ViTConfig infer_block_config(const TensorMap& tensors, ViTConfig base) {
+  base.depth = block_count(tensors);
+  base.dim = need(tensors, "blocks.0.norm1.weight", 1).size(0);
   const int64_t hidden = need(tensors, "blocks.0.mlp.fc1.weight", 2).size(0);
   base.mlp_ratio = static_cast<double>(hidden) / static_cast<double>(base.dim);
   if (tensors.count("blocks.0.rezero_attn")) base.skip = SkipKind::kRezero;
   base.validate();
   return base;
+}
+
+void check_blocks_match(const TensorMap& tensors, const ViTConfig& cfg) {
+  const int64_t depth = block_count(tensors);
+  if (depth != cfg.depth)
+    throw std::invalid_argument("config says depth " + std::to_string(cfg.depth) + ", the tensors hold blocks.0 ... blocks." +
+                                std::to_string(depth - 1));
+  const int64_t dim = need(tensors, "blocks.0.norm1.weight", 1).size(0);
+  if (dim != cfg.dim)
+    throw std::invalid_argument("config says dim " + std::to_string(cfg.dim) + ", blocks.0.norm1.weight has " +
+                                std::to_string(dim) + " entries");
 }
 
 void fill_absent_biases(TensorMap& tensors, const ViTConfig& cfg) {

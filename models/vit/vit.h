@@ -167,6 +167,18 @@ TORCH_MODULE(VisionTransformer);
 /// naming a missing or inconsistent key.
 ViTConfig infer_config(const TensorMap& tensors, ViTConfig base);
 
+/// The block fields of a timm-named state, for analyses that read the blocks alone (audit
+/// --data-free): dim from blocks.0.norm1.weight, depth from the blocks.{i}. indices, mlp_ratio
+/// from blocks.0.mlp.fc1.weight; heads, skip, norm and eps from `base`, and the embedding's fields
+/// (image size, patch, channels, classes) left at base's, unread. A headless backbone
+/// (num_classes=0) or one without a class token's position (DeiT III) has blocks like any other.
+ViTConfig infer_block_config(const TensorMap& tensors, ViTConfig base);
+
+/// Throws one line unless the state's blocks are exactly blocks.0 ... blocks.{cfg.depth - 1} and
+/// blocks.0.norm1.weight has cfg.dim entries: a config that disagrees with its tensors would
+/// analyse another model, and a gap in the indices would silently drop the blocks after it.
+void check_blocks_match(const TensorMap& tensors, const ViTConfig& cfg);
+
 /// A timm state of a model whose Linears (and patch embedding) have no biases (timm's
 /// qkv_bias=False, bias=False) completed with those biases as zeros, shaped and typed as their
 /// weights: the same function (analysis/jacobians/timm_layout.h reads an absent Linear bias so).

@@ -570,7 +570,7 @@ TEST_F(TrainCli, PostNormRunsTrackAndAuditTheirOwnMatricesAndRefuseOthers) {
   const std::string bare = path("bare.safetensors");
   jacond::models::save_safetensors(bare, jacond::models::load_safetensors(run_dir + "/step-0000005/model.safetensors"));
   r = expect_one_line_error({"audit", bare, "--data-free", "--out", path("bare-audit")},
-                            {"bare.safetensors", "no jacond config", "default 3 heads", "pass --heads"}, path("bare-audit"));
+                            {"bare.safetensors", "no jacond config", "pass --heads"}, path("bare-audit"));
   EXPECT_EQ(r.code, 1);
   // With --heads it is audited, read as pre-norm unless --norm says post, and the assumption is
   // printed (it was silent: this post-norm model's blocks analysed with a LayerNorm in front).
@@ -591,6 +591,77 @@ TEST_F(TrainCli, PostNormRunsTrackAndAuditTheirOwnMatricesAndRefuseOthers) {
   r = run({"audit", run_dir, "--data-free", "--heads", "2", "--norm", "post", "--threads", "1"});
   EXPECT_EQ(r.code, 0) << r.describe();
   EXPECT_FALSE(contains(r.out, "applies to files without one")) << r.out;
+}
+
+// What `audit --data-free` reads is the blocks, and it reads all of them as the file holds them
+// (a review found each of these wrong):
+// - a file without jacond's config needs --heads, whatever the width: the default 3 divides 384
+//   and 768, and analysed timm's ViT-S/B as 3 heads, exit 0;
+// - a headless backbone (num_classes=0: DINOv2, MAE) or one without a class token's position is
+//   audited (it was refused for its head and pos_embed, which the weight reports never read);
+// - a gap in the block indices is refused (blocks after it were silently dropped), as is a config
+//   whose depth or width disagrees with the tensors;
+// - run.json records the architecture each checkpoint was analysed as;
+// - a checkpoint whose optimizer.pt was deleted is audited (it was skipped from a run, or refused);
+// - an error among several checkpoints names the checkpoint.
+TEST_F(TrainCli, ADataFreeAuditReadsTheBlocksTheFileHolds) {
+  const std::string run_dir = reference_run(*this);  // d 16, depth 2, heads 2
+  const std::string last = jacond::models::list_checkpoints(run_dir).back().dir;
+  const jacond::models::TensorMap state = jacond::models::load_safetensors(last + "/model.safetensors");
+  jacond::models::TensorMap blocks;
+  for (const auto& [key, tensor] : state)
+    if (key.rfind("blocks.", 0) == 0) blocks[key] = tensor;
+  const std::string backbone = path("backbone.safetensors");
+  jacond::models::save_safetensors(backbone, blocks);
+  expect_one_line_error({"audit", backbone, "--data-free"}, {"backbone.safetensors", "no jacond config", "pass --heads"});
+  RunResult r = run({"audit", backbone, "--data-free", "--heads", "2", "--threads", "1", "--out", path("backbone-audit")});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "d=16 depth=2 heads=2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "read with every skip connection")) << r.out;  // an assumption, said
+  const json record = json::parse(slurp(path("backbone-audit") + "/run.json"));
+  ASSERT_EQ(record.at("architectures").size(), 1u);
+  EXPECT_EQ(record["architectures"][0].at("model").at("heads"), 2);
+  EXPECT_EQ(record["architectures"][0].at("model").at("depth"), 2);
+  // The same values as the checkpoint with its config, layer by layer.
+  r = run({"audit", last, "--data-free", "--threads", "1", "--out", path("config-audit")});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const Csv with_config = read_csv(path("config-audit") + "/audit.csv");
+  const Csv headless = read_csv(path("backbone-audit") + "/audit.csv");
+  ASSERT_EQ(with_config.rows.size(), headless.rows.size());
+  for (size_t i = 0; i < headless.rows.size(); ++i)
+    EXPECT_EQ(headless.rows[i].at("kappa"), with_config.rows[i].at("kappa")) << headless.rows[i].at("matrix");
+
+  jacond::models::TensorMap gap;  // blocks.0 and blocks.2
+  for (const auto& [key, tensor] : blocks)
+    if (key.rfind("blocks.1.", 0) == 0) gap["blocks.2." + key.substr(9)] = tensor;
+    else gap[key] = tensor;
+  jacond::models::save_safetensors(path("gap.safetensors"), gap);
+  expect_one_line_error({"audit", path("gap.safetensors"), "--data-free", "--heads", "2"},
+                        {"gap.safetensors", "blocks.2.", "no blocks.1."});
+  jacond::models::save_safetensors(path("deeper.safetensors"), blocks, {{"config", R"({"dim": 16, "heads": 2, "depth": 3})"}});
+  expect_one_line_error({"audit", path("deeper.safetensors"), "--data-free"}, {"deeper.safetensors", "depth 3", "blocks.1"});
+  jacond::models::save_safetensors(path("wider.safetensors"), blocks, {{"config", R"({"dim": 32, "heads": 2, "depth": 2})"}});
+  expect_one_line_error({"audit", path("wider.safetensors"), "--data-free"}, {"wider.safetensors", "dim 32", "16 entries"});
+
+  const std::string stripped = path("stripped");  // a run whose optimizer states were deleted
+  fs::copy(run_dir, stripped, fs::copy_options::recursive);
+  size_t removed = 0;
+  for (const auto& c : jacond::models::list_checkpoints(stripped)) removed += fs::remove(c.dir + "/optimizer.pt");
+  ASSERT_EQ(removed, 3u);
+  r = run({"audit", stripped, "--data-free", "--threads", "1", "--out", path("stripped-audit")});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  std::set<std::string> steps;
+  for (const auto& row : read_csv(path("stripped-audit") + "/audit.csv").rows) steps.insert(row.at("step"));
+  EXPECT_EQ(steps.size(), 3u);
+  // NaN in the last checkpoint: the error names it, not only the tensor.
+  const std::string newest = jacond::models::list_checkpoints(stripped, jacond::models::CheckpointParts::kModel).back().dir;
+  std::map<std::string, std::string> meta;
+  jacond::models::TensorMap poisoned = jacond::models::load_safetensors(newest + "/model.safetensors", &meta);
+  poisoned["blocks.1.attn.proj.weight"][0][0] = std::nan("");
+  jacond::models::save_safetensors(newest + "/model.safetensors", poisoned, meta);
+  r = run({"audit", stripped, "--data-free", "--threads", "1"});  // stderr: the progress lines, then the error
+  EXPECT_EQ(r.code, 1) << r.describe();
+  EXPECT_TRUE(contains(r.err, "error: " + newest + ": blocks.1.attn.proj.weight contains NaN")) << r.describe();
 }
 
 TEST_F(TrainCli, BadInputGivesOneLineErrors) {
