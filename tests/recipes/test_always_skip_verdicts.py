@@ -3,6 +3,7 @@ without the skip), and ln κ of a singular median printed as "singular", never a
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from jacond_recipes import always_skip
 
@@ -364,3 +365,31 @@ def test_the_dose_response_correlates_the_mean_paired_changes_over_every_graying
     assert always_skip.dose_response(table) == ("Over all 3 (graying, ε) at d = 16 with 16-column patches, the mean paired "
                                                  "changes in trained ln κ_in and in accuracy correlate at +1.00 (a lower "
                                                  "κ_in goes with a lower accuracy).")
+
+
+def test_the_convmixer_table_takes_each_run_s_lower_median_with_a_singular_report_as_infinite(tmp_path):
+    """As every other ln κ of the page: at the last step, the lower median over the (probe, layer)
+    reports with a singular one at +∞ (not pandas' median with it at ln κ_lo)."""
+    e = np.e
+    rows = []
+    for step in (0, 12):
+        # mix_out: one finite report and two singular ones (κ_lo e^30): more than half singular
+        for probe, (status, kappa) in enumerate((("exact", e), ("singular", np.inf), ("singular", np.inf))):
+            rows.append(dict(step=step, probe=probe, layer=0, matrix="mix_out", status=status, kappa=kappa,
+                             kappa_lo=e ** 30 if status == "singular" else kappa))
+        # block_out: ln κ 1, 2, 3 and one singular: the lower median is 2 (pandas' with κ_lo: 2.5)
+        for probe, (status, kappa) in enumerate((("exact", e), ("exact", e ** 2), ("exact", e ** 3),
+                                                 ("singular", np.inf))):
+            rows.append(dict(step=step, probe=probe % 2, layer=probe // 2, matrix="block_out", status=status,
+                             kappa=kappa, kappa_lo=e ** 10 if status == "singular" else kappa))
+    directory = tmp_path / "none-soap"
+    directory.mkdir()
+    pd.DataFrame(rows).to_csv(directory / "conditioning.csv", index=False)
+    pd.DataFrame(dict(step=[12], test_acc=[0.875])).to_csv(directory / "eval.csv", index=False)
+    table = always_skip.control_table({("none", "ConvMixer", "soap", 0): str(directory)})
+    row = table.iloc[0]
+    assert row["accuracy (%)"] == 87.5
+    assert row["ln κ spatial mixing out"] == np.inf
+    assert row["ln κ block out"] == pytest.approx(2.0)
+    shown = always_skip.with_singular_cells(always_skip.control_summary(table), ["ln κ spatial mixing out", "ln κ block out"])
+    assert shown.iloc[0]["ln κ spatial mixing out"] == "singular" and shown.iloc[0]["ln κ block out"] == "2.00"

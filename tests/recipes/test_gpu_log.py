@@ -2,7 +2,7 @@
 on the page (the first H200 run's four segmentation faults were missing from it: only ctest's
 summary line was kept)."""
 
-from jacond_recipes import gpu
+from jacond_recipes import common, gpu
 
 LOG = """name, memory.total [MiB], driver_version
 NVIDIA H200, 143771 MiB, 580.159.04
@@ -90,3 +90,24 @@ def test_op_count_line_sums_both_routes_counts(tmp_path):
     assert with_soap == ["- ATen operations in one AdamW step (nested included): model pass jacond 10, PyTorch 10; "
                          "optimizer.step() jacond 4, PyTorch 3; SOAP's optimizer.step() jacond 27."]
     assert lines_of(gpu.op_count_line, tmp_path / "nowhere") == ["- ATen operations per step: not counted in this run."]
+
+
+def test_a_route_that_gave_no_kappa_has_no_speed_ratio(tmp_path):
+    """The dense table blanks "CPU exact s / this s" where the route's status is not-converged (its time
+    bought no κ), as reports/scale does; the exact routes keep theirs."""
+    (tmp_path / "bench-dense-t16").mkdir()
+    columns = "threads,route,method,total_s,cpu_exact_over_this,kappa,status,agree_with_cpu_exact"
+    (tmp_path / "bench-dense-t16" / "bench_dense.csv").write_text("\n".join([
+        columns,
+        "16,jacond-exact-kappa,dense-lu-lanczos,3.885,,7.194e9,exact,",
+        "16,jacond-mixed-kappa,dense-lu32-refined-lanczos,1.775,2.189,nan,not-converged,not-converged",
+        "16,jacond-exact-kappa-cuda,dense-lu-lanczos-cuda,0.3349,11.6,7.194e9,exact,PASS",
+        "16,jacond-mixed-kappa-cuda,dense-lu32-refined-lanczos-cuda,0.3587,10.83,nan,not-converged,not-converged",
+    ]) + "\n")
+    report = common.Report("gpu")
+    gpu.dense_section(Run(tmp_path), report, gpu.Log([]))
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in report.markdown().splitlines() if line.startswith("| 16 |")}
+    ratio = columns.split(",").index("cpu_exact_over_this")
+    assert rows["jacond-mixed-kappa"][ratio] == "" and rows["jacond-mixed-kappa-cuda"][ratio] == ""
+    assert rows["jacond-exact-kappa-cuda"][ratio] == "11.6"
+    assert "**11.6×** (misses the ≥ 20× target)" in report.markdown()

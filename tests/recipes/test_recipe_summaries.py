@@ -1,10 +1,13 @@
 """The recipes' summaries never take a not-converged row's `kappa` (the solver's last estimate; only
-κ ≥ κ_lo is known) as a κ: the sweep's sensitivity verdict and the audit's per-checkpoint median."""
+κ ≥ κ_lo is known) as a κ: the sweep's sensitivity verdict and the audit's per-checkpoint median. And
+where the recipes look for what they summarise: the audit recipe's training runs, the scale page's GPU
+numbers."""
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from jacond_recipes import audit, sweep
+from jacond_recipes import audit, common, scale, sweep
 
 
 def sweep_rows(status_at_choice):
@@ -53,3 +56,33 @@ def test_sensitivity_is_decided_seed_by_seed():
     flat = sweep.sensitivity(grid([0.2, 0.5, 0.9]), "K_sa")
     assert "**not highly sensitive** (< 10× in every seed)" in sweep.sensitivity_verdict(flat)
     assert "(one seed)" in sweep.sensitivity_verdict(sweep.sensitivity(grid([2.0]), "K_sa"))
+
+
+def test_the_audit_recipe_finds_the_training_runs_beside_its_own_work_folder(tmp_path, monkeypatch):
+    """With --work W the training recipe's runs are W/../training, wherever the command is started
+    (not results/recipes/training under the current directory)."""
+    runs = tmp_path / "root" / "training"
+    for slug in ("skipless-ours-adamw", "skip-adamw"):
+        (runs / slug).mkdir(parents=True)
+        (runs / slug / "config.json").write_text("{}")
+    (runs / "seed-1" / "skip-adamw").mkdir(parents=True)  # other seeds: not audited
+    (runs / "seed-1" / "skip-adamw" / "config.json").write_text("{}")
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "results" / "recipes" / "training" / "other").mkdir(parents=True)
+    (elsewhere / "results" / "recipes" / "training" / "other" / "config.json").write_text("{}")
+    monkeypatch.chdir(elsewhere)
+    r = common.Recipe("audit", str(tmp_path / "out"), str(tmp_path / "root" / "audit"), False, 1)
+    assert audit.runs_to_audit(r) == [str(runs / "skip-adamw"), str(runs / "skipless-ours-adamw")]
+    empty = common.Recipe("audit", str(tmp_path / "out"), str(tmp_path / "none" / "audit"), False, 1)
+    with pytest.raises(common.RecipeError, match=f"no training runs under {tmp_path}/none/training: run "
+                                                 f"`jacond recipe training --work {tmp_path}/none/training` first"):
+        audit.runs_to_audit(empty)
+
+
+def test_the_scale_page_points_at_the_gpu_page_for_the_gpu_numbers():
+    report = common.Report("scale")
+    scale.gpu_section(report)
+    text = report.markdown()
+    assert "## 5. On a GPU (issue 11): reports/gpu" in text
+    assert "[reports/gpu](../gpu/README.md)" in text and "**no GPU number**" in text
+    assert "no session has yet had a GPU" not in text and "not measured yet" not in text

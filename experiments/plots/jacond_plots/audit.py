@@ -4,9 +4,11 @@ One panel per matrix in the audit (data-dependent: K_sa, K_sab, softmax, …; --
 weight products W^V W^O, W^Q_h W^K_hᵀ and every weight matrix): κ against the checkpoint's
 training step, one line per layer (median over probes and heads, the band their min–max), on a
 log scale; on the complement of a structural nullspace where the audit reports one (skipless K_sab
-on LN⊥, softmax on 1⊥). An audit of a single checkpoint draws κ against the layer instead. Singular rows are
-drawn at κ_lo with hollow markers (κ ≥ κ_lo is all that is known); not-converged rows are left out
-and counted in the panel's title.
+on LN⊥, softmax on 1⊥). An audit of a single checkpoint draws κ against the layer instead, and so
+does one where checkpoints share a step (standalone .safetensors files all have step -1, two runs
+have each a step 0), with one line per checkpoint named in the legend: a median over different
+checkpoints is no one checkpoint's κ. Singular rows are drawn at κ_lo with hollow markers (κ ≥ κ_lo
+is all that is known); not-converged rows are left out and counted in the panel's title.
 """
 
 import matplotlib.pyplot as plt
@@ -40,17 +42,46 @@ def left_out(df, matrix):
     return int((matrix_rows(df, matrix)["status"] == "not-converged").sum())
 
 
-def panel(ax, sub, matrix, over_steps, omitted=0):
-    x = "step" if over_steps else "layer"
-    groups = sub.groupby("layer") if over_steps else [(None, sub)]
+def short_names(checkpoints):
+    """{checkpoint: the shortest end of its path (".safetensors" dropped) that no other one ends
+    with}: "a" for two/a.safetensors beside two/b.safetensors, "run-a/step-0000000" beside
+    run-b/step-0000000."""
+    parts = {c: str(c).removesuffix(".safetensors").split("/") for c in checkpoints}
+    names = {}
+    for c, p in parts.items():
+        k = 1
+        while k < len(p) and any(q[-k:] == p[-k:] for d, q in parts.items() if d != c):
+            k += 1
+        names[c] = "/".join(p[-k:])
+    return names
+
+
+def shares_a_step(df):
+    """Whether two checkpoints of the audit have the same step: their κ are then drawn apart."""
+    return bool((df.groupby("step")["checkpoint"].nunique() > 1).any())
+
+
+def series(sub, over_steps, by_checkpoint):
+    """(label, colour, rows) of each line of a panel: one per layer over the steps, one per
+    checkpoint against the layer (by_checkpoint), or a single unlabelled one against the layer."""
     colours = plt.get_cmap("viridis")
-    layers = max(1, sub["layer"].max() + 1)
-    for layer, g in groups:
+    if over_steps:
+        layers = max(1, sub["layer"].max() + 1)
+        return [(f"layer {layer}", colours(layer / layers), g) for layer, g in sub.groupby("layer")]
+    if by_checkpoint:
+        checkpoints = list(dict.fromkeys(sub["checkpoint"]))
+        names = short_names(checkpoints)
+        return [(names[c], f"C{i}", sub[sub["checkpoint"] == c]) for i, c in enumerate(checkpoints)]
+    return [(None, "#1f77b4", sub)]
+
+
+def panel(ax, sub, matrix, over_steps, omitted=0, by_checkpoint=False):
+    x = "step" if over_steps else "layer"
+    for label, colour, g in series(sub, over_steps, by_checkpoint):
         stats = g.groupby(x).agg(median=("drawn", "median"), lo=("drawn", "min"), hi=("drawn", "max"),
                                  singular=("singular", "any"))
-        colour = colours(layer / layers) if layer is not None else "#1f77b4"
         xs = stats.index.to_numpy()
-        ax.plot(xs, stats["median"], "-", color=colour, label=f"layer {layer}" if layer is not None else None)
+        ax.plot(xs, stats["median"], "-", color=colour, label=label)
         ax.fill_between(xs, stats["lo"], stats["hi"], color=colour, alpha=0.15)
         s = stats["singular"].to_numpy(dtype=bool)
         ax.scatter(xs[~s], stats["median"][~s], color=colour, s=12)
@@ -68,15 +99,16 @@ def plot(directory, formats):
     df = read_csv(path)
     require_columns(df, path, COLUMNS)
     matrices = [m for m in dict.fromkeys(df["matrix"]) if not rows_to_draw(df, m).empty]
-    over_steps = df["step"].nunique() > 1
+    by_checkpoint = shares_a_step(df)  # never a median over different checkpoints
+    over_steps = df["step"].nunique() > 1 and not by_checkpoint
     columns = min(4, len(matrices))
     rows = -(-len(matrices) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.8 * rows + 0.6), squeeze=False)
     for ax, matrix in zip(axes.flat, matrices):
-        panel(ax, rows_to_draw(df, matrix), matrix, over_steps, left_out(df, matrix))
+        panel(ax, rows_to_draw(df, matrix), matrix, over_steps, left_out(df, matrix), by_checkpoint)
     for ax in list(axes.flat)[len(matrices):]:
         ax.set_axis_off()
-    if over_steps:
+    if over_steps or by_checkpoint:
         axes[0][0].legend(fontsize=6)
     kind = "data-free" if (df["probe"].astype(str) == "none").all() else "on the probe batch"
     fig.suptitle(f"jacond audit ({kind}): {df['checkpoint'].nunique()} checkpoint(s); hollow: singular, at κ_lo", fontsize=10)

@@ -237,6 +237,17 @@ def kappa_scale(ax, values, label="κ"):
         ax.set_ylabel(label)
 
 
+def cell_edges(centres):
+    """Edges of heatmap cells around sorted centres (midpoints; half a step outside), for pcolormesh's
+    "flat" shading. One centre gets a cell of width 1 around it: "nearest" shading gives a single
+    value no width at all, and the heatmap is blank."""
+    c = np.asarray(centres, dtype=float)
+    if c.size == 1:
+        return np.array([c[0] - 0.5, c[0] + 0.5])
+    mid = (c[1:] + c[:-1]) / 2
+    return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
+
+
 def save(fig, directory, name, formats):
     """DIR/figures/NAME.{png,svg}, each written to a temporary name and renamed (never half-written)."""
     out_dir = os.path.join(directory, "figures")

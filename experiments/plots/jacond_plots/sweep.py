@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .common import caption, plotted_kappa, read_csv, require_columns, save
+from .common import caption, cell_edges, plotted_kappa, read_csv, require_columns, save
 
 COLUMNS = ["alpha", "beta", "c", "seed", "matrix", "space", "status", "kappa", "kappa_lo"]
 MATRICES = ["K_sa", "K_sab"]
@@ -42,15 +42,6 @@ def cell_grid(sub):
         return by_cell[column].any().unstack("alpha").reindex_like(grid).eq(True).to_numpy()
     kinds = np.where(flag("singular"), "singular", np.where(flag("lower"), "lower", "value"))
     return grid, kinds
-
-
-def cell_edges(centres):
-    """Edges of pcolormesh's "nearest" cells around sorted centres (midpoints; half a step outside)."""
-    c = np.asarray(centres, dtype=float)
-    if c.size == 1:
-        return np.array([c[0] - 0.5, c[0] + 0.5])
-    mid = (c[1:] + c[:-1]) / 2
-    return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
 
 
 def mark_cells(ax, alphas, betas, kinds):
@@ -92,7 +83,8 @@ def panel(ax, sub, matrix, c):
     top = regular.max() if regular.size else 1.0
     shown = np.where(kinds == "singular", top + 1.0, values)  # above vmax: the colormap's "over" grey
     alphas, betas = grid.columns.to_numpy(dtype=float), grid.index.to_numpy(dtype=float)
-    mesh = ax.pcolormesh(alphas, betas, shown, shading="nearest", cmap=cmap,
+    # Explicit edges ("flat"): with one α or one β "nearest" shading gives the cells no width.
+    mesh = ax.pcolormesh(cell_edges(alphas), cell_edges(betas), shown, shading="flat", cmap=cmap,
                          vmin=regular.min() if regular.size else 0.0, vmax=top)
     mark_cells(ax, alphas, betas, kinds)
     for a, b, cc, label in PAPER_CHOICES:

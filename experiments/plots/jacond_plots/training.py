@@ -2,10 +2,12 @@
 
 Top row: the training loss per logged step (train_log.jsonl) with the test loss at each
 evaluation (eval.csv), and the train / test accuracy. Below, one panel per tracked matrix
-(`--track-matrices`): log10 κ as a layer × step heatmap (median over probes). A skipless
-sub-block is singular on the whole space by construction (LayerNorm's nullspace); where the run
-reports it on the LayerNorm complement (`ln-complement`), that is what is drawn. A cell whose κ
-is only bounded below (singular: drawn at κ_lo) is hatched; not-converged cells are left blank.
+(`--track-matrices`): log10 κ as a layer × step heatmap (median over probes; for a matrix reported
+per head only, the softmax, over probes and heads, and the panel says so). A skipless sub-block is
+singular on the whole space by construction (LayerNorm's nullspace), and so is the softmax (it kills
+1); where the run reports them on the complement (`ln-complement`, `ones-complement`), that is what
+is drawn. A cell whose κ is only bounded below (singular: drawn at κ_lo) is hatched; not-converged
+cells are left blank.
 """
 
 import json
@@ -15,7 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from .common import PlotError, caption, caption_runs, has_rows, kappa_scale, plotted_kappa, read_csv, require_columns, save
+from .common import (PlotError, caption, caption_runs, cell_edges, has_rows, kappa_scale, plotted_kappa, read_csv,
+                     require_columns, save)
 
 EVAL_COLUMNS = ["step", "test_loss", "test_acc", "train_loss", "train_acc"]
 CONDITIONING_COLUMNS = ["step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
@@ -23,6 +26,8 @@ MATRIX_ORDER = ["K_sa", "K_sab", "B_sa", "E_sa", "K_mlp", "K_ffn", "softmax", "J
                 # token matrices ("Always Skip Attention"): the ViT's, then the ConvMixer control's
                 "X_in", "LN1_out", "SA_out", "SAB_out", "LN2_out", "FFN_out", "FFN_block_out",
                 "mix_out", "mix_block_out", "block_out"]
+WHOLE_MATRIX = ["all", "-1"]  # the head column of a whole-matrix report
+SPACE_NAMES = {"full": "", "ln-complement": " on LN⊥", "ones-complement": " on 1⊥"}  # in a panel's title
 
 
 def run_config(directory):
@@ -65,11 +70,18 @@ def read_train_log(directory):
 
 
 def kappa_rows(cond, matrix):
-    """The rows of `matrix` to draw: whole-matrix reports (head 'all'), on the LN complement when
-    reported there, with the κ to plot (κ_lo for singular) in column `drawn`; and how many
-    not-converged reports were left out (no κ to draw)."""
-    sub = cond[(cond["matrix"] == matrix) & (cond["head"].astype(str).isin(["all", "-1"]))]
-    space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
+    """The rows of `matrix` to draw, with the κ to plot (κ_lo for singular) in column `drawn`: its
+    whole-matrix reports (head 'all'), or every head's where it is reported per head only (the
+    softmax: one report per head, none for the whole); on the complement of a structural nullspace
+    where the run reports one (a skipless sub-block on LN⊥, the softmax on 1⊥: on the whole space they
+    are singular by construction). Also the space drawn and how many not-converged reports were left
+    out (no κ to draw)."""
+    sub = cond[cond["matrix"] == matrix]
+    whole = sub["head"].astype(str).isin(WHOLE_MATRIX)
+    if whole.any():
+        sub = sub[whole]
+    complement = sub.loc[sub["space"] != "full", "space"]
+    space = complement.iloc[0] if len(complement) else "full"
     sub = sub[sub["space"] == space]
     omitted = int((sub["status"] == "not-converged").sum())  # no κ to draw; the title counts them
     sub = sub[sub["status"] != "not-converged"].copy()
@@ -77,28 +89,38 @@ def kappa_rows(cond, matrix):
     return sub, space, omitted
 
 
+def is_per_head(sub):
+    """Whether kappa_rows gave per-head reports (the heatmap's cell is then a median over heads too)."""
+    return bool(len(sub)) and not sub["head"].astype(str).isin(WHOLE_MATRIX).any()
+
+
 def layer_step_heatmap(ax, cond, matrix, fig):
     sub, space, omitted = kappa_rows(cond, matrix)
     if sub.empty:
         ax.set_axis_off()
         return
+    per_head = is_per_head(sub)
     sub["log_kappa"] = np.log10(sub["drawn"])
     grid = sub.groupby(["layer", "step"])["log_kappa"].median().unstack("step").sort_index()
     singular = (sub.assign(s=sub["status"] == "singular").groupby(["layer", "step"])["s"].any().unstack("step")
                 .reindex_like(grid).eq(True).to_numpy())
     steps, layers = grid.columns.to_numpy(), grid.index.to_numpy()
-    mesh = ax.pcolormesh(np.arange(len(steps)), layers, grid.to_numpy(), shading="nearest", cmap="viridis")
+    # Explicit edges ("flat"): with one layer or one step "nearest" shading gives the cells no width.
+    x_edges, y_edges = cell_edges(np.arange(len(steps))), cell_edges(layers)
+    mesh = ax.pcolormesh(x_edges, y_edges, grid.to_numpy(), shading="flat", cmap="viridis")
     for li, si in zip(*np.nonzero(singular)):
-        ax.add_patch(plt.Rectangle((si - 0.5, layers[li] - 0.5), 1, 1, fill=False, hatch="//", lw=0))
+        ax.add_patch(plt.Rectangle((x_edges[si], y_edges[li]), x_edges[si + 1] - x_edges[si],
+                                   y_edges[li + 1] - y_edges[li], fill=False, hatch="//", lw=0))
     ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int))
     ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=7)
     ax.set_yticks(layers)
     ax.set_xlabel("training step")
     ax.set_ylabel("layer")
-    where = "" if space == "full" else " on LN⊥"
-    ax.set_title(f"log10 κ({matrix}){where}" + ("  (hatched: singular, at κ_lo)" if singular.any() else "")
+    ax.set_title(f"log10 κ({matrix}){SPACE_NAMES.get(space, f' on {space}')}"
+                 + (", median over heads" if per_head else "")
+                 + ("  (hatched: singular, at κ_lo)" if singular.any() else "")
                  + (f"\n{omitted} not-converged reports left blank" if omitted else ""), fontsize=9)
-    fig.colorbar(mesh, ax=ax, label="log10 κ (median over probes)")
+    fig.colorbar(mesh, ax=ax, label="log10 κ (median over probes" + (" and heads)" if per_head else ")"))
 
 
 def plot(directory, formats):

@@ -1,13 +1,13 @@
-"""jacond recipe NAME [--quick] [--out DIR] [--work DIR] [--threads N] [--jobs J]: exit 0, 1 (a step failed), 2 (usage)."""
+"""jacond recipe NAME [--quick] [--out DIR] [--work DIR] [--threads N] [--jobs J]: exit 0, 1 (a step failed, or
+the page was written and reports a failure: `main` when `verify all` failed), 2 (usage)."""
 
-import os
 import sys
 
 from jacond_plots import PlotError
 from jacond_plots.common import OneLineArgumentParser, check_writable_directory
 
 from . import always_skip, audit, depth, gpu, lemma1, main, moments, prop1, prop2, scale, sweep, training
-from .common import Recipe, RecipeError
+from .common import Recipe, RecipeError, default_out, default_work, run_recipe
 
 RECIPES = {module.NAME: module for module in (prop1, prop2, moments, lemma1, sweep, depth, training, audit, scale, always_skip, gpu, main)}
 
@@ -31,19 +31,19 @@ def main(argv=None):
     if args.threads < 1 or args.jobs < 1:
         print("jacond recipe: error: --threads and --jobs must be >= 1", file=sys.stderr)
         return 2
-    recipe = Recipe(args.name, args.out or os.path.join("reports", args.name),
-                    args.work or os.path.join("results", "recipes", args.name), args.quick, args.threads, args.reuse, args.jobs)
+    recipe = Recipe(args.name, args.out or default_out(args.name), args.work or default_work(args.name), args.quick,
+                    args.threads, args.reuse, args.jobs)
     try:
         check_writable_directory(recipe.out_dir)  # before hours of data, not after
         check_writable_directory(recipe.work_dir)
-        RECIPES[args.name].run(recipe)
+        code = run_recipe(RECIPES[args.name], recipe)  # 1: the page is written and reports a failure
     except (RecipeError, PlotError, OSError) as e:
         print(f"jacond recipe {args.name}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"jacond recipe {args.name}: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

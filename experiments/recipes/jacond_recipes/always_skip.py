@@ -292,9 +292,9 @@ for the FFN), tracked every 100 steps on 4 test images; ln κ is the median over
 **The ConvMixer control** (the paper: skip removal moves a CNN by less than ±0.2 points). The same
 7 × 7 patch tokens (d = 64, 4 blocks, `--arch convmixer --kernel 5`), mixed by a depthwise 5 × 5
 convolution (with or without its residual) and a 1 × 1 one, trained the same way; ln κ of the
-[49, 64] token matrix after the spatial mixing (as passed on) and after the block, median over
-probes and layers, at the end; per (skip, optimizer) the accuracy's mean over seeds with its range, ln κ
-the lower median over seeds:""")
+[49, 64] token matrix after the spatial mixing (as passed on) and after the block, the lower median
+over probes and layers (a singular report as ∞), at the end; per (skip, optimizer) the accuracy's mean
+over seeds with its range, ln κ the lower median over seeds:""")
     summary = control_summary(control)
     report.table(with_singular_cells(summary, [c for c in summary.columns if c.startswith("ln κ")]), floatfmt="{:.2f}")
     return gaps, kappas, control
@@ -412,16 +412,22 @@ def finite_range(values, what):
 
 def control_table(controls):
     """One row per ConvMixer run ({(skip, "ConvMixer", optimizer, seed): directory}): its final accuracy
-    and ln κ of its token matrices at the end."""
+    and ln κ of its token matrices at the end, the lower median over the (probe, layer) reports with a
+    singular one at +∞, as every other ln κ of the page (plots.sub_block_kappa)."""
     rows = []
     for (skip, _, optimizer, seed), directory in sorted(controls.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][3])):
         cond = plots.conditioning(directory)
         last = cond[cond["step"] == cond["step"].max()]
         mix = "mix_block_out" if skip == "full" else "mix_out"
         rows.append({"skip": skip, "optimizer": optimizer, "seed": seed, "accuracy (%)": plots.final_accuracy(directory),
-                     "ln κ spatial mixing out": last[last["matrix"] == mix]["ln_kappa"].median(),
-                     "ln κ block out": last[last["matrix"] == "block_out"]["ln_kappa"].median()})
+                     "ln κ spatial mixing out": run_ln_kappa(last, mix), "ln κ block out": run_ln_kappa(last, "block_out")})
     return pd.DataFrame(rows)
+
+
+def run_ln_kappa(cond, matrix):
+    """ln κ of `matrix` in a run's conditioning rows (plots.conditioning): the lower median over its
+    reports, a singular one at +∞ (+∞ when more than half are singular)."""
+    return plots.lower_median(cond[cond["matrix"] == matrix]["ln_kappa_or_inf"])
 
 
 

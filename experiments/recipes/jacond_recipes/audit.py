@@ -8,7 +8,7 @@ import shutil
 import pandas as pd
 
 from . import training
-from .common import RecipeError
+from .common import RecipeError, default_work
 
 NAME = "audit"
 SUMMARY = "jacond audit over each training run's checkpoints (the training recipe's runs), with data and data-free"
@@ -16,6 +16,12 @@ SUMMARY = "jacond audit over each training run's checkpoints (the training recip
 QUICK_RUN = ["--skip", "none", "--init", "ours", "--optimizer", "soap", "--dim", 16, "--depth", 2, "--heads", 2,
              "--patch", 7, "--batch", 32, "--steps", 12, "--warmup-steps", 3, "--data-limit", 640, "--test-limit", 200,
              "--eval-every", 6, "--track-every", 0, "--checkpoint-every", 6, "--checkpoint-init", "--print-every", 6]
+
+
+def training_work(r):
+    """The training recipe's work folder, under the same root as this recipe's --work, as the defaults
+    are (results/recipes/training beside results/recipes/audit; with --work W, W/../training)."""
+    return os.path.join(os.path.dirname(os.path.normpath(r.work_dir)), training.NAME)
 
 
 def runs_to_audit(r):
@@ -26,10 +32,11 @@ def runs_to_audit(r):
             shutil.rmtree(directory)
         r.run("train", *QUICK_RUN, "--threads", r.threads, "--out", directory)
         return [directory]
-    pattern = os.path.join("results", "recipes", "training", "*", "config.json")
-    found = sorted(os.path.dirname(p) for p in glob.glob(pattern))
+    runs = training_work(r)
+    found = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(glob.escape(runs), "*", "config.json")))
     if not found:
-        raise RecipeError("no training runs under results/recipes/training: run `jacond recipe training` first "
+        given = "" if os.path.normpath(runs) == os.path.normpath(default_work(training.NAME)) else f" --work {runs}"
+        raise RecipeError(f"no training runs under {runs}: run `jacond recipe training{given}` first "
                           "(this recipe audits its checkpoints)")
     order = [training.slug(label, opt) for opt in training.OPTIMIZERS for label, _, _ in training.MODELS]
     return sorted(found, key=lambda d: order.index(os.path.basename(d)) if os.path.basename(d) in order else len(order))

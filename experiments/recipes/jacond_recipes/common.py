@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pandas as pd
@@ -72,6 +73,26 @@ class Report:
         return "\n".join(self.parts)
 
 
+def default_out(name):
+    """Where `jacond recipe NAME` writes its report without --out."""
+    return os.path.join("reports", name)
+
+
+def default_work(name):
+    """Where `jacond recipe NAME` keeps its data without --work."""
+    return os.path.join("results", "recipes", name)
+
+
+def run_recipe(module, recipe):
+    """module.run(recipe) (its return value: an exit code, or None for 0); on a failure the figures it
+    staged are removed, as the page that would have linked them is not written."""
+    try:
+        return module.run(recipe)
+    except BaseException:
+        recipe.discard_staged()
+        raise
+
+
 class Recipe:
     """The context of one recipe run: the jacond binary, where data and the report go, --quick."""
 
@@ -86,6 +107,8 @@ class Recipe:
         self.threads = threads
         self.jacond = os.environ.get("JACOND") or shutil.which("jacond") or "jacond"
         self.commands = []  # every jacond command run, in order, as the user would type it
+        self.staged = []  # (staged path, name in OUT/figures) of the page being written: moved there by finish
+        self._staging = None  # OUT/.figures-*: where add_figure copies them until then
 
     def work(self, *parts):
         return os.path.join(self.work_dir, *parts)
@@ -107,13 +130,27 @@ class Recipe:
     def run_many(self, commands):
         """Runs independent `jacond` commands (lists of arguments), up to --jobs at a time; each one's
         output is printed whole when it ends (not interleaved), and the commands are listed in the
-        report in the order given. The first failure is raised once the running ones have ended."""
+        report in the order given. On the first failure no further command starts (the queued ones are
+        cancelled) and the failure is raised as soon as the ones already running have ended."""
         argvs = [["jacond", *[str(a) for a in args]] for args in commands]
         self.commands += [self.command_text(args) for args in commands]
         if self.jobs <= 1:
             return [self._execute(argv, (0,), stream=True) for argv in argvs]
+        failed = threading.Event()
+        def job(argv):
+            if failed.is_set():  # a worker freed by the failure takes the next queued command before it is cancelled
+                return ""
+            try:
+                return self._execute(argv, (0,), False)
+            except BaseException:
+                failed.set()
+                raise
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = [pool.submit(self._execute, argv, (0,), False) for argv in argvs]
+            futures = [pool.submit(job, argv) for argv in argvs]
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            if failed.is_set():
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise next(f.exception() for f in futures if f.done() and not f.cancelled() and f.exception())
             return [f.result() for f in futures]
 
     def _execute(self, argv, accept, stream):
@@ -191,18 +228,39 @@ class Recipe:
         return report
 
     def add_figure(self, report, png, alt, name=None, caption=None):
-        """Copies the PNG into OUT/figures (as `name`, default its own) and links it, captioned with
-        `caption` (what it shows, optional) and the recipe's command."""
-        os.makedirs(os.path.join(self.out_dir, "figures"), exist_ok=True)
+        """Links the PNG as OUT/figures/`name` (default its own name), captioned with `caption` (what it
+        shows, optional) and the recipe's command. The PNG is copied to a staging folder in OUT, and
+        finish moves it into OUT/figures with the page: a recipe that fails before then leaves the old
+        page beside its own figures, never beside new ones."""
+        if self._staging is None:
+            os.makedirs(self.out_dir, exist_ok=True)
+            self._staging = tempfile.mkdtemp(prefix=".figures-", dir=self.out_dir)
         name = name or os.path.basename(png)
-        shutil.copyfile(png, os.path.join(self.out_dir, "figures", name))
+        staged = os.path.join(self._staging, f"{len(self.staged)}-{name}")
+        shutil.copyfile(png, staged)
+        self.staged.append((staged, name))
         report.figure(f"figures/{name}", alt, self.recipe_command(), caption)
 
+    def discard_staged(self):
+        """Removes the figures add_figure staged for a page that will not be written."""
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+        self.staged, self._staging = [], None
+
     def recipe_command(self):
-        return f"jacond recipe {self.name}" + (" --quick" if self.quick else "")
+        """The command that regenerates the page: --quick, and --out and --work where they are not the
+        defaults (the page must name the folders its data came from and went to)."""
+        words = ["jacond", "recipe", self.name] + (["--quick"] if self.quick else [])
+        for flag, given, default in (("--out", self.out_dir, default_out(self.name)),
+                                     ("--work", self.work_dir, default_work(self.name))):
+            if os.path.normpath(given) != os.path.normpath(default):
+                words += [flag, given]
+        return shlex.join(words)
 
     def finish(self, report, path=None):
-        """Appends the commands and writes the page (default OUT/README.md; temporary name, then rename)."""
+        """Appends the commands and writes the page (default OUT/README.md) and the figures it links: each
+        written or staged under a temporary name first, then renamed into place, the figures before the
+        page, so that a failure before the renames leaves the old page and its old figures as they were."""
         report.section("Reproduce")
         if self.commands:
             report.text(f"`{self.recipe_command()}` regenerates this page; it ran:\n\n```\n" + "\n".join(self.commands) +
@@ -215,6 +273,11 @@ class Recipe:
         tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(report.markdown())
+        if self.staged:
+            os.makedirs(os.path.join(self.out_dir, "figures"), exist_ok=True)
+        for staged, name in self.staged:
+            os.replace(staged, os.path.join(self.out_dir, "figures", name))
+        self.discard_staged()
         os.replace(tmp, path)
         print(f"wrote {path}", file=sys.stdout, flush=True)
         return path

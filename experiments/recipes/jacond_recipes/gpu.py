@@ -150,6 +150,8 @@ def dense_section(r, report, log):
     df = pd.concat(frames, ignore_index=True) if frames else None
     if not begin(report, log, 2, "1. Exact κ(K_sa) at nd 6 400: GPU against this project's CPU route (item 2)", df):
         return
+    # A route that gave no κ has no speed to compare: its time bought nothing (as on reports/scale).
+    df.loc[df["status"] == "not-converged", "cpu_exact_over_this"] = np.nan
     report.table(blank(df[["threads", "route", "method", "total_s", "cpu_exact_over_this", "kappa", "status",
                      "agree_with_cpu_exact"]].rename(columns={"cpu_exact_over_this": "CPU exact s / this s"})))
     # The GPU's exact routes: K copied from the host, and K assembled on the device (from issue 11's

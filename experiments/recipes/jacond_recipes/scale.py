@@ -1,7 +1,7 @@
 """scale: what jacond's routes cost and reach as the matrix grows, against the routes a researcher
 would take otherwise (Python PyTorch's dense Jacobian + svdvals, SciPy's svds on autograd
-products), and which σ_min solver can bracket an ill-conditioned block (issue 10). The GPU's rows
-(issue 11) are listed as not measured until a session with a GPU measures them."""
+products), and which σ_min solver can bracket an ill-conditioned block (issue 10). The GPU's
+measurements (issue 11) have their own page, reports/gpu, which this one links."""
 
 import os
 
@@ -32,20 +32,6 @@ CERT_BLOCK_QUICK = ["--init", "ours", "--n", 8, "--d", 16, "--heads", 2, "--skip
 ROUTES = (("exact", ["--method", "dense"]),
           ("certified", ["--method", "dense", "--certify", "inertia", "--lanczos-seconds", 600]),
           ("matrix-free", ["--method", "lanczos", "--lanczos-seconds", 60]))
-# What issue 11 measures on a GPU (scripts/gpu_measure.sh, its items 2-6); none of it has been run yet.
-GPU_PENDING = [
-    ("exact κ(K_sa) at nd 6 400, GPU vs this project's CPU route on 16 and 2 threads",
-     "jacond bench dense --sizes 6400 --device cuda --skip-python --skip-full"),
-    ("exact fp64 κ of a ViT-S K_sa (nd 75 648, 46 GB) on one GPU", "jacond block --init timm --n 197 --d 384 --heads 6 "
-     "--matrices K_sa --method dense --device cuda"),
-    ("first exact κ of a ViT-B K_sa (fp32 LU + fp64 GMRES-IR, 92 GB)", "jacond block --init ours --n 197 --d 768 --heads 12 "
-     "--matrices K_sa --method dense --kappa mixed --device cuda"),
-    ("`timm` K_sab at ViT-B to 1 %, matrix-free with its products and basis on the GPU, against the host",
-     "jacond bench lanczos --sizes vit-b --inits timm --matrices K_sab --tol 0.01 --peers none --device cuda"),
-    ("training images/s on CUDA vs Python PyTorch on the same GPU", "jacond bench train --device cuda"),
-]
-
-
 def speedup_span(values):
     """'a–b' of a series of ratios, or 'a' when they are the same to 3 digits."""
     lo, hi = f"{np.nanmin(values):.3g}", f"{np.nanmax(values):.3g}"
@@ -201,12 +187,13 @@ brackets from products alone (60 s budget per matrix), what is left where no fac
 
 
 def gpu_section(report):
-    report.section("5. On a GPU (issue 11): not measured yet")
-    report.text("The CUDA back end (cuBLAS/cuSOLVER, `--device cuda`) compiles in CI and its logic is tested on the "
-                "CPU, but no session has yet had a GPU to run it on, so this report holds **no GPU number**. "
-                "`bash scripts/gpu_measure.sh` on a GPU machine runs all of these (design §11); `jacond recipe gpu` "
-                "renders what it brings back into `reports/gpu/`:\n\n" +
-                "\n".join(f"- {what}: `{cmd}`" for what, cmd in GPU_PENDING))
+    """Where the GPU's numbers are: the gpu recipe's page, made from a GPU session's files (this page runs
+    on the CPU only and names no GPU number, so that none goes stale beside the files it was read from)."""
+    report.section("5. On a GPU (issue 11): reports/gpu")
+    report.text("This page measures the CPU routes only, so it holds **no GPU number**: what `bash "
+                "scripts/gpu_measure.sh` measured on a GPU machine (design §11), rendered by `jacond recipe gpu` from "
+                "the logs and result files it brought back, is on its own page, [reports/gpu](../gpu/README.md), with "
+                "the commands it ran.")
 
 
 def run(r):
