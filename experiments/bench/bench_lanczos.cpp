@@ -429,10 +429,24 @@ PeerResult run_peer(const PeerSetup& peer, const std::string& solver, const std:
 bool jacond_reached(const Row& r) { return r.host.lz.report.status == Status::kBracket; }
 bool peer_reached(const PeerResult& p) { return p.status == "bracket"; }
 
-// "12.3x" when both reached the target width; otherwise who did not, in how many seconds.
+// Two brackets of one κ, each rigorous (the peer's from the same residual bounds, its module
+// docstring), must intersect: disjoint ones mean one side computed another matrix or a wrong
+// bound, and a speed ratio between them would compare a right answer with a wrong one.
+bool peer_agrees(const Row& r, const PeerResult& p) {
+  if (!jacond_reached(r) || !peer_reached(p)) return true;
+  const ConditionReport& c = r.host.lz.report;
+  return p.kappa_lo <= c.kappa_hi * (1 + 1e-9) && (p.kappa_hi == 0 || c.kappa_lo <= p.kappa_hi * (1 + 1e-9));
+}
+
+// "12.3x" when both reached the target width with brackets that agree; otherwise who did not,
+// in how many seconds, or that the brackets disagree.
 std::string peer_verdict(const Row& r, const PeerResult& p, double budget) {
   char buf[160];
-  if (jacond_reached(r) && peer_reached(p))
+  if (p.status == "error")
+    std::snprintf(buf, sizeof buf, "svds failed: %s", p.note.c_str());
+  else if (!peer_agrees(r, p))
+    std::snprintf(buf, sizeof buf, "DISAGREE: the brackets are disjoint (no speed ratio)");
+  else if (jacond_reached(r) && peer_reached(p))
     std::snprintf(buf, sizeof buf, "jacond %.1fx faster", p.seconds / r.host.lz.report.seconds);
   else if (jacond_reached(r))
     std::snprintf(buf, sizeof buf, "svds: %s; jacond converged in %.1f s", p.note.c_str(), r.host.lz.report.seconds);
@@ -665,6 +679,9 @@ std::optional<BenchLanczosArgs> parse_bench_lanczos(int argc, char** argv) {
     a.sizes = parse_sizes(a.sizes_spec);
     a.inits = split_commas(a.inits_spec);
     a.matrices = split_commas(a.matrices_spec);
+    for (const auto& [flag, list] : {std::pair<const char*, size_t>{"--sizes", a.sizes.size()}, {"--inits", a.inits.size()},
+                                     {"--matrices", a.matrices.size()}})
+      if (list == 0) throw std::invalid_argument(std::string(flag) + " is empty: nothing to measure");
     for (const auto& m : a.matrices)
       if (m != "K_sab" && m != "K_ffn" && m != "K_sa")
         throw std::invalid_argument("--matrices: unknown matrix '" + m + "' (K_sab | K_ffn | K_sa)");
@@ -716,9 +733,16 @@ std::vector<Row> measure_all(const BenchLanczosArgs& a, const OperatorDevice* pr
         if (!a.methods.empty()) continue;
         rows.push_back(measure(sz, init, m, w, f, gkl, {"jacond-gkl", gkl.max_basis, gkl.keep}, gkl.max_basis, truth, a.repeats));
         if (products_device) measure_on_device(rows.back(), *products_device, w, f, gkl, a.repeats);
-        for (const auto& solver : a.peer.solvers)
-          rows.back().peers.push_back(
-              run_peer(a.peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, a.threads, a.repeats));
+        for (const auto& solver : a.peer.solvers) {
+          try {
+            rows.back().peers.push_back(
+                run_peer(a.peer, solver, dir, rows.back(), w.effective_logit_scale(), gkl, a.threads, a.repeats));
+          } catch (const std::runtime_error& e) {  // recorded, and the run exits 1 once every table is written
+            PeerResult failed;
+            failed.solver = solver, failed.status = "error", failed.note = e.what();
+            rows.back().peers.push_back(failed);
+          }
+        }
         print_row(rows.back(), gkl.max_seconds);
       }
     }
@@ -751,10 +775,17 @@ void write_results(const BenchLanczosArgs& a, const std::vector<Row>& rows, cons
 }
 
 // The checks that make the run fail (exit 1) after its results are written: a dense κ outside a
-// bracket, or the host's and the device's brackets of one matrix disjoint.
+// bracket, the host's and the device's brackets of one matrix disjoint, jacond's and a peer's
+// disjoint, or a peer that failed to run.
 void check_brackets(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     if (r.dense_checked && !r.dense_inside) throw std::runtime_error("dense kappa outside the lanczos bracket for " + r.matrix);
+    for (const PeerResult& p : r.peers) {
+      const std::string which = "the svds " + p.solver + " route for " + r.matrix + " (" + r.size + ", " + r.init + ")";
+      if (p.status == "error") throw std::runtime_error(which + " failed: " + p.note);
+      if (p.dense_checked && peer_reached(p) && !p.dense_inside) throw std::runtime_error("dense kappa outside " + which + "'s bracket");
+      if (!peer_agrees(r, p)) throw std::runtime_error("jacond's bracket and " + which + "'s do not intersect");
+    }
     if (!r.device) continue;
     if (r.dense_checked && !r.device->dense_inside)
       throw std::runtime_error("dense kappa outside the " + r.device->route + " bracket for " + r.matrix);
@@ -772,7 +803,8 @@ int run_bench_lanczos(int argc, char** argv) {
   const BenchLanczosArgs& a = *parsed;
   set_threads(a.threads);
   const std::shared_ptr<const OperatorDevice> products_device = bench_operator_device(a.device, a.threads);
-  begin_output_set(a.out_dir);
+  begin_output_set(a.out_dir, "bench", {"bench_lanczos.csv", "bench_lanczos_peers.csv", "bench_lanczos_methods.csv",
+                                        "bench_lanczos_trace.csv"});  // a run without peers writes no peers table
   const std::vector<Row> rows = measure_all(a, products_device.get());
   write_results(a, rows, products_device.get(), argc, argv);
   check_brackets(rows);

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <unistd.h>
 #include <torch/cuda.h>
 
 #include "analysis/core/heap_policy.h"
@@ -64,6 +65,7 @@
 namespace jacond::cli {
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -288,10 +290,18 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
     cfg.model.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(a.init); }), 0);
     if (cfg.model.skip == models::SkipKind::kRezero && !a.skip_python)
       throw UsageError("--skip rezero: the PyTorch route has no ReZero; add --skip-python");
+    if (!a.skip_python) {  // before minutes of jacond's routes, not after
+      if (!fs::exists(a.script)) throw std::invalid_argument("--script: " + a.script + " does not exist");
+      if (::access(a.python.c_str(), X_OK) != 0) throw std::invalid_argument("--python: " + a.python + " is not executable");
+    }
     cfg.model.validate();
   });
   return a;
 }
+
+// Both modes' tables: one --out (results/bench-train) may hold either, and a run removes the other's
+// with the record that described it.
+const std::vector<std::string> kBenchTrainTables = {"bench_train.csv", "bench_train_dp.csv"};
 
 // --nproc: data-parallel scaling against PyTorch DDP instead (bench_train_dp.cpp).
 int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
@@ -313,7 +323,7 @@ int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
   dp.batch = a.cfg.batch, dp.steps = a.steps, dp.warmup = a.warmup;
   dp.threads = static_cast<int>(a.cfg.threads);
   dp.out_dir = a.out_dir, dp.python = a.python, dp.script = a.script, dp.skip_python = a.skip_python;
-  begin_output_set(a.out_dir);
+  begin_output_set(a.out_dir, "bench", kBenchTrainTables);
   return bench_data_parallel(dp, argc, argv);
 }
 
@@ -327,6 +337,7 @@ struct BenchTrainResults {
   std::map<std::string, std::pair<double, double>> graying_per_image;  // mode → (1×28×28, 3×224×224) s
   double python_images_per_s = NAN, python_step_s = NAN, python_optimizer_s = NAN, python_page_faults = NAN;
   std::string torch_version = "not run", python_device = "not run";
+  std::string python_error;  // the PyTorch route's failure: jacond's rows are still written, then exit 1
   // One AdamW step's ATen operations: "model" and "optimizer" (count_step_ops; the Python route's count_ops);
   // jacond's also "soap_optimizer", SOAP's step (its second: no eigenbasis refresh).
   std::map<std::string, AtenOpCounter::Counts> jacond_ops, python_ops;
@@ -500,6 +511,7 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
 
   nlohmann::json meta = run_metadata(argc, argv, "bench");
   meta["model"] = cfg.model.to_json();
+  if (!r.python_error.empty()) meta["python_error"] = r.python_error;
   meta["ratios"] = {{"jacond_over_pytorch_images_per_s", ta.images_per_s(cfg.batch) / r.python_images_per_s},
                     {"soap_over_adamw_step", r.soap.step_s / ta.step_s},
                     {"soap_over_adamw_optimizer", r.soap.optimizer_s / ta.optimizer_s},
@@ -535,7 +547,7 @@ int run_bench_train(int argc, char** argv) {
   const BenchTrainArgs& a = *parsed;
   if (!a.nproc_list.empty()) return run_data_parallel_bench(a, argc, argv);
   const torch::Device device = models::select_device(a.cfg);  // threads too; exit 1 without CUDA
-  begin_output_set(a.out_dir);
+  begin_output_set(a.out_dir, "bench", kBenchTrainTables);
   const models::TrainConfig& cfg = a.cfg;
   std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
             << " skip=" << a.skip << " init=" << a.init << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens()
@@ -543,9 +555,17 @@ int run_bench_train(int argc, char** argv) {
             << " timed steps after " << a.warmup << "\n";
   BenchTrainResults r;
   time_jacond_routes(a, device, r);
-  if (!a.skip_python) time_python_route(a, r);
+  if (!a.skip_python) {
+    try {
+      time_python_route(a, r);
+    } catch (const std::runtime_error& e) {
+      r.python_error = e.what();
+    }
+  }
   print_ratios(a, r);
   write_results(a, r, argc, argv);
+  if (!r.python_error.empty())
+    throw std::runtime_error(r.python_error + " (jacond's routes are in " + a.out_dir + "/bench_train.csv)");
   return 0;
 }
 

@@ -23,7 +23,7 @@ bool Verifier::check(const std::string& name, bool pass, const std::string& deta
 bool Verifier::check_cases(const std::string& name, int passed, int cases, const std::string& detail) {
   if (cases > 0) return check(name, passed == cases, detail);
   std::cout << "  [N/A] " << name << ": " << detail << " (no case met the premise)\n";
-  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", true}, {"verdict", "n/a"}, {"detail", detail}});
+  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", nullptr}, {"verdict", "n/a"}, {"detail", detail}});
   return true;
 }
 

@@ -88,6 +88,12 @@ void begin_output_set(const std::string& dir, const std::string& marker) {
   remove_previous_files(dir, {marker});
 }
 
+void begin_output_set(const std::string& dir, const std::string& command, const std::vector<std::string>& tables,
+                      const std::string& marker) {
+  if (recorded_command(fs::path(dir) / marker) == command) remove_previous_files(dir, tables);
+  begin_output_set(dir, marker);
+}
+
 void remove_previous_files(const std::string& dir, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     std::error_code ec;

@@ -90,6 +90,14 @@ void begin_output_set(const std::string& dir, const std::string& marker = "run.j
 /// under another name, or not at all). Throws std::runtime_error naming what it cannot remove.
 void remove_previous_files(const std::string& dir, const std::vector<std::string>& names);
 
+/// For commands whose runs write different subsets of `tables` (a bench with or without peers,
+/// verify of one claim or another): where DIR's `marker` records a `command` run, every one of
+/// `tables` is removed first (one this run does not write would otherwise sit beside the new
+/// record, and `jacond plot` would caption it with this run's command); a table no such run wrote
+/// is not ours to remove. Then begin_output_set(dir, marker).
+void begin_output_set(const std::string& dir, const std::string& command, const std::vector<std::string>& tables,
+                      const std::string& marker = "run.json");
+
 /// The subcommand a run record (run.json, verify.json) names ("command": ["jacond", "sweep", ...]);
 /// nullopt where there is no such file or it is not a jacond record.
 std::optional<std::string> recorded_command(const std::filesystem::path& run_json);

@@ -20,6 +20,14 @@ const std::vector<std::pair<std::string, ClaimFn>> kClaims = {
     {"prop1", verify_prop1}, {"moments", verify_moments}, {"lemma1", verify_lemma1}, {"prop2", verify_prop2},
     {"eq6", verify_eq6},     {"eq89", verify_eq89},       {"prop41", verify_prop41}, {"prop42", verify_prop42}};
 
+// Every table a claim writes with --out (the claims' write_file_atomic calls). A rerun into the same
+// DIR removes them all first: a table of a claim this run does not check would otherwise sit beside
+// the new verify.json, and `jacond plot DIR` would caption its figure with this run's command.
+const std::vector<std::string> kClaimTables = {
+    "prop1_draws.csv", "prop1_examples.csv", "moments.csv",      "lemma1.csv",        "prop2.csv",
+    "eq6_matrices.csv", "eq6_cases.csv",     "eq89_products.csv", "eq89_gradients.csv", "eq89_paths.csv",
+    "prop41.csv",      "prop41_fits.csv"};
+
 }  // namespace
 
 int run_verify(int argc, char** argv) {
@@ -47,7 +55,7 @@ int run_verify(int argc, char** argv) {
   });
   if (!out_dir.empty()) {
     check_output_directory(out_dir, "verify");
-    begin_output_set(out_dir, "verify.json");  // the claims' tables go in as they run
+    begin_output_set(out_dir, "verify", kClaimTables, "verify.json");  // the claims' tables go in as they run
   }
   set_threads(opt.threads);
   opt.out_dir = out_dir;
