@@ -65,7 +65,10 @@ void install_crash_trace(const char* program) {
   struct sigaction action {};
   action.sa_handler = on_fatal_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // the handler puts the previous disposition back itself
+  // The handler puts the previous disposition back itself. SA_ONSTACK: where the thread has an
+  // alternate signal stack (Python's faulthandler makes one), a stack overflow's SIGSEGV is handled
+  // there; on the overflowed stack this handler would fault again, and the process die silently.
+  action.sa_flags = SA_ONSTACK;
   for (const int sig : kFatalSignals) {
     struct sigaction current {};
     if (sigaction(sig, nullptr, &current) != 0 || current.sa_handler == on_fatal_signal) continue;  // ours already

@@ -84,6 +84,10 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
       block_options(method, matrices, lanczos_seconds, lanczos_tol, lanczos_basis, max_products, certify, dense_max_bytes);
   if (!(host_memory_bytes >= 0) || std::isinf(host_memory_bytes))
     throw std::invalid_argument("host_memory_bytes must be finite and >= 0 (0: 90% of physical memory)");
+  const bool host_exact = opt.route == KappaRoute::kFast || opt.route == KappaRoute::kSchur || opt.route == KappaRoute::kAuto;
+  if (host_memory_bytes > 0 && (!host_exact || device != "cpu"))  // the CLI's --host-memory rule (cmd_block.cpp)
+    throw std::invalid_argument("host_memory_bytes bounds the host's exact route (method 'dense', 'schur' or 'auto' on "
+                                "device 'cpu'), which method '" + method + "' on device '" + device + "' does not take");
   opt.host_memory_bytes = host_memory_bytes;
   opt.device = dense_device(device);  // before resolve_route: `auto` asks the device what fits
   resolve_auto(opt, tokens.rows(), w.d);
@@ -96,7 +100,7 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
   }
 }
 
-ConditionReport condition_of(const Eigen::Ref<const Mat>& A, const std::string& method, const std::string& name,
+ConditionReport condition_of(Mat A, const std::string& method, const std::string& name,
                              const std::string& device) {
   if (A.size() == 0) throw std::invalid_argument("A is empty");
   if (!A.allFinite()) throw std::invalid_argument("A contains NaN or inf");
@@ -104,9 +108,8 @@ ConditionReport condition_of(const Eigen::Ref<const Mat>& A, const std::string& 
   if (route == KappaRoute::kSchur)
     throw std::invalid_argument("method 'schur' is block_reports' route, which never holds K; an assembled A takes 'dense'");
   const auto on = dense_device(device);
-  Mat copy = A;
   py::gil_scoped_release release;
-  return condition_dense(std::move(copy), name, route, on);
+  return condition_dense(std::move(A), name, route, on);  // the routes factor in place: A is this call's copy
 }
 
 py::dict to_dict(const ConditionReport& r) {

@@ -19,7 +19,8 @@ PYBIND11_MODULE(_jacond, m) {
   m.attr("__version__") = JACOND_VERSION;
   // A fatal signal inside the C++ prints its native frames, then Python's faulthandler (where enabled)
   // its Python ones: the handler found is chained (analysis/core/crash_trace.h).
-  jacond::install_crash_trace("jacond._jacond");
+  // The handler is the process's: a crash anywhere in it is labelled so, not as jacond's.
+  jacond::install_crash_trace("a Python process that loaded jacond._jacond");
   m.def("set_threads", &jacond::set_threads, py::arg("n"),
         "Threads of the BLAS and of jacond's parallel loops (the CLI's --threads).");
   m.def("get_threads", &jacond::get_threads);

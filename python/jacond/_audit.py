@@ -15,10 +15,16 @@ VisionTransformer and jacond.vit.VisionTransformer. Per block it reads, when pre
                folded into W^O, b_O, W_2, b_2 by Block.from_timm (x + g∘(hW + b) = x + h(W diag g)
                + g∘b), analysed as a full block; any other blocks.{l}.* parameter (timm's
                attn.q_norm, ...) is a ValueError, not a silently different block
+  attn.scale   the logit scale s of softmax(s · Q_h K_hᵀ) (timm's and jacond.vit's attribute), the
+               Block's logit_scale; without one, 1/sqrt(d_h). One that is not a finite positive
+               number is a ValueError naming the block
+  norm1.eps, norm2.eps   the LayerNorms' ε (default 1e-6; ln_eps= overrides both): the Block has
+               one ε, so two different ones are a ValueError naming the block
 The number of heads comes from `heads=`, else model.num_heads / model.heads, else
 block.attn.num_heads / block.attn.heads.
 """
 
+import math
 import re
 import sys
 
@@ -46,10 +52,50 @@ def _numpy_state(state):
     return {k: as_fp64(v, k) for k, v in state.items()}
 
 
-def _block_of(state, layer, heads, ln_eps):
+def _logit_scale_of(block_module, layer):
+    """The attention's logit scale s (softmax(s · Q_h K_hᵀ)): block.attn.scale, timm's and
+    jacond.vit's multiplier of Q Kᵀ, which is the Block's logit_scale; 0 (the Block's 1/sqrt(d_h))
+    without one. ValueError naming the block for a scale that is not a finite positive number."""
+    from . import _real
+
+    missing = object()
+    value = getattr(getattr(block_module, "attn", None), "scale", missing)
+    if value is missing:
+        return 0.0
+    try:
+        s = _real(value, "attn.scale")
+    except TypeError:
+        s = None
+    if s is None or not math.isfinite(s) or s <= 0:
+        raise ValueError(f"blocks.{layer}.attn.scale must be a finite positive number (the logit scale), "
+                         f"got {_quote(value)}")
+    return s
+
+
+def _ln_eps_of(block_module, layer, ln_eps):
+    """The LayerNorms' ε: ln_eps when given, else norm1.eps (norm2.eps when only it has one; 1e-6
+    when neither has). The Block has one ε for both: different ones are a ValueError naming the block."""
+    if ln_eps is not None:
+        return ln_eps
+    eps = [getattr(getattr(block_module, name, None), "eps", None) for name in ("norm1", "norm2")]
+    eps = [e for e in eps if e is not None]
+    if len(eps) == 2 and eps[0] != eps[1]:
+        raise ValueError(f"blocks.{layer}: norm1.eps {_quote(eps[0])} and norm2.eps {_quote(eps[1])} differ; "
+                         "the analysed block has one LayerNorm eps (pass ln_eps= to analyse both with one)")
+    return eps[0] if eps else 1e-6
+
+
+def _quote(value, limit=60):
+    """repr(value) cut to `limit` characters, for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _block_of(state, layer, heads, ln_eps, logit_scale):
     """Block `layer` for analysis; from_timm folds ReZero's α and LayerScale's γ into the weights
-    (analysis/jacobians/timm_layout.h) and refuses parameters the paper's block does not have."""
-    return _jacond.Block.from_timm(state, layer=layer, heads=heads, ln_eps=ln_eps)
+    (analysis/jacobians/timm_layout.h) and refuses parameters the paper's block does not have.
+    logit_scale: the model's s of softmax(s · Q_h K_hᵀ), 0 for 1/sqrt(d_h)."""
+    return _jacond.Block.from_timm(state, layer=layer, heads=heads, logit_scale=logit_scale, ln_eps=ln_eps)
 
 
 def _progress(total, enabled, desc):
@@ -128,14 +174,15 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
         set_threads(threads)
     _jacond.device_description(device)  # a bad or unusable device fails before the forward pass
     heads = _heads_of(model, heads)
+    # Each block's ε and logit scale, checked before the forward pass: (ln_eps, logit_scale) per layer.
+    options = [(_ln_eps_of(b, l, ln_eps), _logit_scale_of(b, l)) for l, b in enumerate(model.blocks)]
     inputs = _capture_block_inputs(model, images)
     state = _numpy_state(model.state_dict())
     reports, prefix = [], []
     bar = _progress(len(model.blocks) * int(images.shape[0]), progress, "jacond audit")
     try:
         for l, block_module in enumerate(model.blocks):
-            eps = ln_eps if ln_eps is not None else getattr(getattr(block_module, "norm1", None), "eps", 1e-6)
-            block = _block_of(state, l, heads, eps)
+            block = _block_of(state, l, heads, *options[l])
             skip = getattr(block_module, "skip", "full")
             norm = getattr(block_module, "norm", "pre")
             X = inputs[l].double().cpu().numpy()

@@ -23,6 +23,7 @@ Values are not judged (NaN/inf come back as stored).
 """
 
 import json
+import math
 import os
 import struct
 import sys
@@ -44,8 +45,23 @@ DTYPES = {
 }
 
 
+# The most dimensions an array has in every numpy this runs with (1.x: 32; 2.x: 64).
+MAX_DIMS = 32
+
+
 class SafetensorsError(ValueError):
     """Any problem with a file; the message is one line: '<path>: <problem>'."""
+
+
+def _quote(value, limit=60):
+    """repr(value) cut to `limit` characters: file-derived values in a one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_count(value):
+    """A JSON integer >= 0 (not a bool, which Python counts as an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def read(path):
@@ -63,14 +79,19 @@ def read(path):
         fail(f"header length {header_len} exceeds the file ({len(blob)} bytes)")
     try:
         header = json.loads(bytes(blob[8:8 + header_len]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except RecursionError:
+        fail("header is not a safetensors header (JSON nested too deeply)")
+    except ValueError as e:  # UnicodeDecodeError, json.JSONDecodeError
         fail(f"header is not valid UTF-8 JSON ({e})")
     if not isinstance(header, dict):
         fail("header is not a JSON object")
 
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", {})  # as the C++ reader: an object of strings when present
     if not isinstance(metadata, dict):
-        fail("__metadata__ is not an object")
+        fail(f"__metadata__ is not an object of strings (got {_quote(metadata)})")
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            fail(f"__metadata__ {_quote(key)}: value {_quote(value)} is not a string")
 
     data = memoryview(blob)[8 + header_len:]
     tensors = {}
@@ -79,25 +100,29 @@ def read(path):
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
             fail(f"tensor {name!r}: entry needs dtype, shape and data_offsets")
         dtype_name = info["dtype"]
-        if dtype_name not in DTYPES:
-            fail(f"tensor {name!r}: unsupported dtype {dtype_name!r} "
+        if not isinstance(dtype_name, str) or dtype_name not in DTYPES:
+            fail(f"tensor {name!r}: unsupported dtype {_quote(dtype_name)} "
                  f"(supported: {', '.join(DTYPES)})")
         dtype = DTYPES[dtype_name]
         shape = info["shape"]
-        if not isinstance(shape, list) or any(not isinstance(s, int) or s < 0 for s in shape):
-            fail(f"tensor {name!r}: bad shape {shape!r}")
+        if (not isinstance(shape, list) or len(shape) > MAX_DIMS
+                or not all(_is_count(s) and s <= np.iinfo(np.intp).max for s in shape)):
+            fail(f"tensor {name!r}: bad shape {_quote(shape)} (at most {MAX_DIMS} integer extents in [0, 2^63))")
         offsets = info["data_offsets"]
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or any(not isinstance(o, int) for o in offsets)):
-            fail(f"tensor {name!r}: bad data_offsets {offsets!r}")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+            fail(f"tensor {name!r}: bad data_offsets {_quote(offsets)}")
         begin, end = offsets
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if not 0 <= begin <= end <= len(data):
+        if not begin <= end <= len(data):
             fail(f"tensor {name!r}: data_offsets [{begin}, {end}] outside the data buffer "
                  f"({len(data)} bytes)")
+        count = math.prod(shape)  # a Python int: no wrap-around (an int64 product of [2**62, 4] is 0)
         if end - begin != count * dtype.itemsize:
-            fail(f"tensor {name!r}: {end - begin} bytes for shape {shape} of {dtype_name} "
+            fail(f"tensor {name!r}: {end - begin} bytes for shape {_quote(shape)} of {dtype_name} "
                  f"(expected {count * dtype.itemsize})")
+        # An empty tensor's other extents are free of the bytes, but numpy refuses a shape whose
+        # nonzero extents span more than its largest size ([0, 2**62] of F64).
+        if math.prod(s for s in shape if s) * dtype.itemsize > np.iinfo(np.intp).max:
+            fail(f"tensor {name!r}: shape {_quote(shape)} of {dtype_name} is too large for an array")
         tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
         spans.append((begin, end, name))
 
@@ -110,7 +135,7 @@ def read(path):
         position = end
     if position != len(data):
         fail(f"tensors cover {position} of {len(data)} data bytes")
-    return tensors, {str(k): str(v) for k, v in metadata.items()}
+    return tensors, metadata
 
 
 def write(path, tensors, metadata=None):

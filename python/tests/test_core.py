@@ -387,6 +387,46 @@ def test_audit_folds_layerscale_and_matches_autograd_of_the_scaled_block():
             assert rows.loc[matrix, "kappa"] == pytest.approx(k, rel=1e-8), (layer, matrix)
 
 
+def test_audit_reads_the_attention_logit_scale_and_matches_autograd():
+    """attn.scale (timm's and jacond.vit's s of softmax(s · Q Kᵀ)) is the block's logit scale: κ(K_sa)
+    of the audit is the autograd Jacobian's of attn at LN1(X) (the scale was ignored, 1/sqrt(d_h)
+    taken: κ 4.84e5 at s = 0.05 where the block's is 3.36e7)."""
+    model, images = small_vit()
+    model = model.double()
+    model.blocks[0].attn.scale = 0.05  # layer 1 keeps the default 1/sqrt(d_h)
+    inputs = {}
+    hooks = [b.register_forward_pre_hook(lambda m, a, l=l: inputs.__setitem__(l, a[0][0].detach().clone()))
+             for l, b in enumerate(model.blocks)]
+    df = jacond.audit(model, images.double(), matrices="K_sa", method="dense", progress=False)
+    for h in hooks:
+        h.remove()
+    for layer, block in enumerate(model.blocks):
+        with torch.no_grad():
+            Y = block.norm1(inputs[layer][None])[0]
+        n, d = Y.shape
+        J = torch.autograd.functional.jacobian(lambda y: block.attn(y[None])[0], Y).reshape(n * d, n * d).numpy()
+        s = np.linalg.svd(J, compute_uv=False)
+        row = df[(df.layer == layer) & (df.space == "full") & (df.matrix == "K_sa")].iloc[0]
+        assert row.kappa == pytest.approx(s[0] / s[-1], rel=1e-8), layer
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.1, float("nan"), float("inf"), None, "0.1", True])
+def test_audit_refuses_a_logit_scale_that_is_not_a_finite_positive_number(scale):
+    model, images = small_vit()
+    model.blocks[1].attn.scale = scale
+    with pytest.raises(ValueError, match=r"^blocks\.1\.attn\.scale must be a finite positive number"):
+        jacond.audit(model, images, matrices="K_sa", progress=False)
+
+
+def test_audit_refuses_two_different_layernorm_eps_in_a_block():
+    """The analysed block has one LayerNorm ε: norm2's was silently taken to be norm1's."""
+    model, images = small_vit()
+    model.blocks[1].norm2.eps = 1e-5
+    with pytest.raises(ValueError, match=r"^blocks\.1: norm1\.eps 1e-06 and norm2\.eps 1e-05 differ"):
+        jacond.audit(model, images, matrices="K_sab", progress=False)
+    jacond.audit(model, images, matrices="K_sab", progress=False, ln_eps=1e-5)  # one ε for both, as asked
+
+
 def test_data_free_reports_are_of_the_stored_weights_not_the_folded_branch_scales():
     """The block's Jacobians use W^O α (ReZero) or W^O diag γ (LayerScale); the data-free weight
     reports describe the stored matrices: at ReZero's init (α = 0) W_O is not reported singular."""

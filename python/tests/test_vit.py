@@ -285,6 +285,57 @@ def test_safetensors_reader_rejects_a_truncated_file(trained, tmp_path):
         safetensors.read(path)
 
 
+def safetensors_blob(header, data=b""):
+    """A safetensors file of `header` (a JSON object, or the JSON text itself) and `data`."""
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def one_tensor(shape, data_offsets=(0, 8), dtype="F64"):
+    return {"a": {"dtype": dtype, "shape": shape, "data_offsets": list(data_offsets)}}
+
+
+MALFORMED_SAFETENSORS = {
+    "shape_bool": safetensors_blob(one_tensor([True]), b"\0" * 8),                  # was a TypeError
+    "offsets_bool": safetensors_blob(one_tensor([1], (False, 8)), b"\0" * 8),       # was read as [0, 8]
+    "int64_wraps_to_0": safetensors_blob(one_tensor([2**62, 4], (0, 0))),           # was a bare ValueError
+    "int64_wraps_to_0_too": safetensors_blob(one_tensor([2**32, 2**32], (0, 0))),   # was a bare ValueError
+    "past_int64": safetensors_blob(one_tensor([2**70], (0, 0))),                    # was an OverflowError
+    "empty_but_too_large": safetensors_blob(one_tensor([0, 2**62], (0, 0))),        # was a bare ValueError
+    "33_dimensions": safetensors_blob(one_tensor([1] * 33), b"\0" * 8),             # was a bare ValueError
+    "dtype_a_list": safetensors_blob(one_tensor([1], dtype=["F64"]), b"\0" * 8),    # was a TypeError
+    "nested_100k_deep": safetensors_blob(b"[" * 100000 + b"]" * 100000),           # was a RecursionError
+    "metadata_0": safetensors_blob({"__metadata__": 0}),                             # was read as {}
+    "metadata_empty_list": safetensors_blob({"__metadata__": []}),                   # was read as {}
+    "metadata_null": safetensors_blob({"__metadata__": None}),                       # was read as {}
+    "metadata_not_strings": safetensors_blob({"__metadata__": {"k": 1}}),            # was read as {"k": "1"}
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED_SAFETENSORS)
+def test_safetensors_reader_refuses_a_malformed_file_with_a_one_line_error(tmp_path, case):
+    """Any malformed file is a SafetensorsError '<path>: <problem>' on one line, not whatever
+    Python or numpy raised on the way."""
+    path = tmp_path / f"{case}.safetensors"
+    path.write_bytes(MALFORMED_SAFETENSORS[case])
+    with pytest.raises(safetensors.SafetensorsError) as error:
+        safetensors.read(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message, message
+
+
+def test_safetensors_reader_reads_empty_tensors_scalars_and_metadata(tmp_path):
+    path = tmp_path / "ok.safetensors"
+    header = {"__metadata__": {}, "a": {"dtype": "F64", "shape": [0, 3], "data_offsets": [0, 0]},
+              "b": {"dtype": "I8", "shape": [], "data_offsets": [0, 1]}}
+    path.write_bytes(safetensors_blob(header, b"\x07"))
+    tensors, metadata = safetensors.read(path)
+    assert tensors["a"].shape == (0, 3) and tensors["b"].shape == () and int(tensors["b"]) == 7 and metadata == {}
+    safetensors.write(path, {"x": np.arange(3.0)}, {"step": 6})
+    tensors, metadata = safetensors.read(path)
+    assert metadata == {"step": "6"} and tensors["x"].tolist() == [0.0, 1.0, 2.0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Data: the IDX reader and the normalisation
 

@@ -66,4 +66,40 @@ TEST(CrashTrace, TheHandlerItReplacedRunsAfterTheTrace) {
       testing::ExitedWithCode(7), "probe: fatal signal 11 .*previous handler ran");
 }
 
+// A stack overflow, where the thread has an alternate signal stack (Python's faulthandler sets one
+// up): the trace runs there and hands over to the previous handler. Without SA_ONSTACK the handler
+// ran on the exhausted stack, faulted again, and the process died with nothing printed (a review:
+// `import jacond` silenced faulthandler's report of a C stack overflow).
+__attribute__((noinline)) int recurse(volatile int depth) {
+  volatile char pad[1024];
+  pad[0] = static_cast<char>(depth);
+  if (depth < 0) return 0;               // never: a base case, for the compiler
+  return recurse(depth + 1) + pad[0];  // not a tail call: every frame stays
+}
+
+// As faulthandler: an alternate stack, and previous_handler on it for SIGSEGV.
+void install_handler_on_an_alternate_stack() {
+  static char alternate[1 << 16];
+  stack_t ss{};
+  ss.ss_sp = alternate;
+  ss.ss_size = sizeof alternate;
+  sigaltstack(&ss, nullptr);
+  struct sigaction onstack {};
+  onstack.sa_handler = previous_handler;
+  onstack.sa_flags = SA_ONSTACK;
+  sigaction(SIGSEGV, &onstack, nullptr);
+}
+
+TEST(CrashTrace, AStackOverflowIsTracedOnTheAlternateStack) {
+  if (!kTraceInstalled) GTEST_SKIP() << "sanitizer build: crash_trace is not installed";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        install_handler_on_an_alternate_stack();
+        jacond::install_crash_trace("probe");
+        recurse(0);
+      },
+      testing::ExitedWithCode(7), "probe: fatal signal 11 .*previous handler ran");
+}
+
 }  // namespace
