@@ -538,6 +538,9 @@ def bad_inputs():
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.nan), "dense_max_bytes must be finite"),
         (lambda: jacond.block_reports(block, X, dense_max_bytes=np.inf), "dense_max_bytes must be finite"),
         (lambda: jacond.block_reports(block, X, host_memory_bytes=-1.0), "host_memory_bytes must be finite and >= 0"),
+        (lambda: jacond.block_reports(block, X, method="lanczos", host_memory_bytes=1000.0),
+         "host_memory_bytes bounds the host's exact route"),  # ignored before, where the CLI refuses it
+        (lambda: jacond.block_reports(block, X, method="svd", host_memory_bytes=1000.0), "which method 'svd'"),
         (lambda: jacond.condition(np.eye(4), method="schur"), "method 'schur' is block_reports' route"),
         (lambda: jacond.set_threads(0), "threads must be >= 1, got 0"),
         (lambda: jacond.condition(np.ones(5)), "A must be a 2-D array, got shape (5,) (a vector: pass v[:, None]"),
