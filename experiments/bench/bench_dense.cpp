@@ -20,6 +20,7 @@
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
 #include "experiments/bench/bench_dense.h"
+#include "experiments/bench/bench_tables.h"
 #include "experiments/bench/python_route.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/device_option.h"
@@ -415,7 +416,7 @@ int run_bench_dense(int argc, char** argv) {
     o.operator_device = models::cuda_operator_device(&why);
     if (!o.operator_device) std::cerr << "jacond bench dense: --device cuda: no assembled route: " << why << "\n";
   }
-  begin_output_set(o.out_dir);
+  begin_output_set(o.out_dir, "bench", bench_tables());
   print_banner(o);
   std::vector<SizeResult> results;
   std::string error;

@@ -71,6 +71,7 @@
 #include "analysis/operators/operators.h"
 #include "analysis/core/threads.h"
 #include "experiments/cli/block_source.h"
+#include "experiments/bench/bench_tables.h"
 #include "experiments/bench/python_route.h"
 #include "experiments/cli/cli_common.h"
 #include "models/device/torch_operator_device.h"
@@ -803,8 +804,7 @@ int run_bench_lanczos(int argc, char** argv) {
   const BenchLanczosArgs& a = *parsed;
   set_threads(a.threads);
   const std::shared_ptr<const OperatorDevice> products_device = bench_operator_device(a.device, a.threads);
-  begin_output_set(a.out_dir, "bench", {"bench_lanczos.csv", "bench_lanczos_peers.csv", "bench_lanczos_methods.csv",
-                                        "bench_lanczos_trace.csv"});  // a run without peers writes no peers table
+  begin_output_set(a.out_dir, "bench", bench_tables());
   const std::vector<Row> rows = measure_all(a, products_device.get());
   write_results(a, rows, products_device.get(), argc, argv);
   check_brackets(rows);

@@ -56,6 +56,7 @@
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
 #include "experiments/bench/aten_op_counter.h"
+#include "experiments/bench/bench_tables.h"
 #include "experiments/bench/bench_train_dp.h"
 #include "experiments/bench/python_route.h"
 #include "models/data/token_graying.h"
@@ -299,10 +300,6 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
   return a;
 }
 
-// Both modes' tables: one --out (results/bench-train) may hold either, and a run removes the other's
-// with the record that described it.
-const std::vector<std::string> kBenchTrainTables = {"bench_train.csv", "bench_train_dp.csv"};
-
 // --nproc: data-parallel scaling against PyTorch DDP instead (bench_train_dp.cpp).
 int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
   DataParallelBench dp;
@@ -323,7 +320,7 @@ int run_data_parallel_bench(const BenchTrainArgs& a, int argc, char** argv) {
   dp.batch = a.cfg.batch, dp.steps = a.steps, dp.warmup = a.warmup;
   dp.threads = static_cast<int>(a.cfg.threads);
   dp.out_dir = a.out_dir, dp.python = a.python, dp.script = a.script, dp.skip_python = a.skip_python;
-  begin_output_set(a.out_dir, "bench", kBenchTrainTables);
+  begin_output_set(a.out_dir, "bench", bench_tables());
   return bench_data_parallel(dp, argc, argv);
 }
 
@@ -547,7 +544,7 @@ int run_bench_train(int argc, char** argv) {
   const BenchTrainArgs& a = *parsed;
   if (!a.nproc_list.empty()) return run_data_parallel_bench(a, argc, argv);
   const torch::Device device = models::select_device(a.cfg);  // threads too; exit 1 without CUDA
-  begin_output_set(a.out_dir, "bench", kBenchTrainTables);
+  begin_output_set(a.out_dir, "bench", bench_tables());
   const models::TrainConfig& cfg = a.cfg;
   std::cout << "ViT d=" << cfg.model.dim << " depth=" << cfg.model.depth << " heads=" << cfg.model.heads
             << " skip=" << a.skip << " init=" << a.init << " patch=" << cfg.model.patch << " (n=" << cfg.model.tokens()

@@ -154,14 +154,24 @@ Fit fit(const std::vector<const Draw*>& draws, const std::string& output, double
     x.push_back(d->kappa_x), y.push_back(k);
     f.max_ratio = std::fmax(f.max_ratio, k / std::pow(d->kappa_x, power));  // fmax skips NaN
   }
-  std::vector<double> slopes, intercepts;
+  std::vector<double> slopes, centre_x, centre_y;  // each curve's fitted line passes through its centroid
   for (const auto& [curve, xy] : curves) {
     const LogLogFit line = loglog_fit(xy.first, xy.second);
     if (line.points < 3 || !std::isfinite(line.slope)) continue;
-    slopes.push_back(line.slope), intercepts.push_back(line.intercept), f.points += line.points;
+    double mean_ln_x = 0;
+    for (double x : xy.first) mean_ln_x += std::log(x) / static_cast<double>(xy.first.size());
+    slopes.push_back(line.slope), centre_x.push_back(mean_ln_x), centre_y.push_back(line.intercept + line.slope * mean_ln_x);
+    f.points += line.points;
   }
   f.curves = static_cast<int>(slopes.size());
-  if (!slopes.empty()) f.slope = median(slopes), f.intercept = median(intercepts);
+  if (slopes.empty()) return f;
+  // The line of the median slope through the median of the curves' centroids at that slope: a slope and
+  // an intercept that belong together (the median of each curve's own intercept, extrapolated to
+  // κ(X) = 1 along its own slope, would not).
+  f.slope = median(slopes);
+  std::vector<double> intercepts;
+  for (size_t i = 0; i < slopes.size(); ++i) intercepts.push_back(centre_y[i] - f.slope * centre_x[i]);
+  f.intercept = median(intercepts);
   return f;
 }
 

@@ -90,8 +90,9 @@ void begin_output_set(const std::string& dir, const std::string& marker) {
 
 void begin_output_set(const std::string& dir, const std::string& command, const std::vector<std::string>& tables,
                       const std::string& marker) {
-  if (recorded_command(fs::path(dir) / marker) == command) remove_previous_files(dir, tables);
-  begin_output_set(dir, marker);
+  const bool ours = recorded_command(fs::path(dir) / marker) == command;
+  begin_output_set(dir, marker);  // the record first: should a table resist removal, none describes the rest
+  if (ours) remove_previous_files(dir, tables);
 }
 
 void remove_previous_files(const std::string& dir, const std::vector<std::string>& names) {

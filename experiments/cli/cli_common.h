@@ -94,7 +94,7 @@ void remove_previous_files(const std::string& dir, const std::vector<std::string
 /// verify of one claim or another): where DIR's `marker` records a `command` run, every one of
 /// `tables` is removed first (one this run does not write would otherwise sit beside the new
 /// record, and `jacond plot` would caption it with this run's command); a table no such run wrote
-/// is not ours to remove. Then begin_output_set(dir, marker).
+/// is not ours to remove. The record goes first (begin_output_set(dir, marker)), the tables after.
 void begin_output_set(const std::string& dir, const std::string& command, const std::vector<std::string>& tables,
                       const std::string& marker = "run.json");
 

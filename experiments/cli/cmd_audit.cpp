@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <iostream>
+#include <new>
 
 #include "analysis/core/progress.h"
 #include "analysis/core/threads.h"
@@ -41,6 +42,7 @@ struct AuditTarget {
   int64_t probe_size = 1;
   std::string token_graying = "none";  // the run's Token Graying, applied to the probe as in training
   double tg_eps = 1.0;
+  bool has_config = true;  // false: a .safetensors file without jacond's config (shapes plus flags)
 };
 
 std::vector<std::string> expand(const std::string& path) {
@@ -111,12 +113,14 @@ AuditTarget load_safetensors_file(const std::string& path, const ArchitectureFla
     note_flags_against_config(path, *cfg, flags);
     t.cfg = *cfg;
   } else {
+    t.has_config = false;
     if (!flags.heads) throw std::invalid_argument(path + " has no jacond config metadata: pass --heads (its head count)");
     if (!flags.norm) std::cout << assumed_pre_norm_note(path) << "\n";  // as `block`: pre- and post-norm blocks have the same tensors
-    if (!flags.skip)
+    t.cfg = data_free ? models::infer_block_config(t.state, flags.cfg) : models::infer_config(t.state, flags.cfg);
+    // The residual layout changes the tokens later blocks see, not the weights (ReZero's α is a tensor).
+    if (!flags.skip && !data_free && t.cfg.skip != models::SkipKind::kRezero)
       std::cout << "note: " << path << " has no jacond config: read with every skip connection (timm's ViT); "
                 << "pass --skip for another residual layout\n";
-    t.cfg = data_free ? models::infer_block_config(t.state, flags.cfg) : models::infer_config(t.state, flags.cfg);
   }
   models::fill_absent_biases(t.state, t.cfg);  // Linears built without biases: zeros, the same function
   if (meta.count("step")) {
@@ -127,18 +131,37 @@ AuditTarget load_safetensors_file(const std::string& path, const ArchitectureFla
   return t;
 }
 
+// The config `t` was analysed with, for run.json: a data-free audit of a file without jacond's
+// config read the blocks alone, so the embedding's fields it holds are defaults, not the file's.
+nlohmann::json recorded_architecture(const AuditTarget& t, bool data_free) {
+  nlohmann::json j = t.cfg.to_json();
+  if (data_free && !t.has_config)
+    for (const char* unread : {"image_size", "in_chans", "patch", "num_classes"}) j[unread] = nullptr;
+  return j;
+}
+
 // Runs `load` (or an analysis) of the checkpoint `path`; an error that does not name the file
-// gets its name in front, so a failure among many checkpoints says which one.
+// gets its name in front, so a failure among many checkpoints says which one. Out of memory and
+// usage errors pass as they are (main names them); LibTorch's keep their first line only.
 template <class F>
 auto naming_checkpoint(const std::string& path, F&& load) -> decltype(load()) {
+  const auto named = [&](const std::string& what) {
+    return what.find(path) != std::string::npos ? what : path + ": " + what;
+  };
   try {
     return load();
   } catch (const UsageError&) {
     throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw std::runtime_error(named(what.substr(0, what.find('\n'))));
+  } catch (const nlohmann::json::exception& e) {  // meta.json fields: nlohmann's id dropped, file text sanitized
+    throw std::runtime_error(named(models::json_error_text(e)));
   } catch (const std::exception& e) {
-    const std::string what = models::json_error_text(e);  // nlohmann's id dropped, file text sanitized
-    if (what.find(path) != std::string::npos) throw;
-    throw std::runtime_error(path + ": " + what);
+    if (std::string(e.what()).find(path) != std::string::npos) throw;
+    throw std::runtime_error(path + ": " + e.what());
   }
 }
 
@@ -306,7 +329,7 @@ int run_audit(int argc, char** argv) {
     const std::string& path = listed[item];
     const AuditTarget t = load_target(path, a.flags, a.data_free);
     const std::vector<models::LayerReport> reports = naming_checkpoint(path, [&] { return audit_one(a, path, t, test); });
-    architectures.push_back({{"checkpoint", path}, {"model", t.cfg.to_json()}});
+    architectures.push_back({{"checkpoint", path}, {"model", recorded_architecture(t, a.data_free)}});
     if (!a.data_free) {
       const bool ffn = a.opts.matrices.empty() || std::count(a.opts.matrices.begin(), a.opts.matrices.end(), "K_ffn") ||
                        std::count(a.opts.matrices.begin(), a.opts.matrices.end(), "K_mlp");

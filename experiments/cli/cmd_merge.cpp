@@ -51,7 +51,7 @@ std::string table_name(const json& grid) {
   const std::string command = grid.value("command", "");
   if (command == "sweep") return "sweep.csv";
   if (command == "audit") return "audit.csv";
-  throw std::runtime_error("run.json: grid of an unknown command '" + command + "'");
+  throw std::runtime_error("run.json: grid of an unknown command '" + models::printable(command) + "'");
 }
 
 // One CSV record (RFC 4180, as csv_escape writes: a field in double quotes may hold commas and
@@ -238,7 +238,7 @@ class ItemRows {
  private:
   void check_same_run(const ShardOutput& s) const {
     if (const std::string k = first_difference(s.meta["grid"], ref_.meta["grid"]); !k.empty())
-      throw std::runtime_error(s.dir + ": its grid differs from " + ref_.dir + "'s in '" + k + "'");
+      throw std::runtime_error(s.dir + ": its grid differs from " + ref_.dir + "'s in '" + models::printable(k) + "'");
     const json& sh = s.meta["shard"];
     if (sh.at("count").get<int64_t>() != count_ || count_of(s, "items") != rows_of_item_.size())
       throw std::runtime_error(s.dir + ": shard of " + models::json_snippet(sh.at("count")) + " over " + models::json_snippet(sh.at("items")) +
@@ -309,6 +309,15 @@ int run_merge(int argc, char** argv) {
   json meta = run_metadata(argc, argv);
   meta["grid"] = shards.front().meta["grid"];
   if (!merged.auto_decisions().empty()) meta["auto_decisions"] = merged.auto_decisions();
+  // Audit shards: the config each checkpoint was analysed with, in item order (shards by index;
+  // their indices were validated by ItemRows).
+  std::map<int64_t, const ShardOutput*> by_index;
+  for (const auto& s : shards) by_index[s.meta["shard"]["index"].get<int64_t>()] = &s;
+  json architectures = json::array();
+  for (const auto& [index, s] : by_index)
+    if (s->meta.contains("architectures") && s->meta["architectures"].is_array())
+      for (const auto& entry : s->meta["architectures"]) architectures.push_back(entry);
+  if (!architectures.empty()) meta["architectures"] = architectures;
   meta["merged_from"] = a.dirs;
   meta["rows"] = rows;
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");

@@ -366,7 +366,9 @@ class VisionTransformer(nn.Module):
 
 CHECKPOINT_FORMAT = "jacond-checkpoint/1"
 _STEP_NAME = re.compile(r"step-([0-9]{7,})")
-_CHECKPOINT_FILES = ("meta.json", "model.safetensors", "optimizer.pt")
+# What loading a model reads (models/io/checkpoint.h CheckpointParts::kModel): optimizer.pt is a
+# resume's, and a run whose optimizer states were deleted to save space still has its models.
+_CHECKPOINT_FILES = ("meta.json", "model.safetensors")
 
 
 def _safetensors():
@@ -385,7 +387,8 @@ def _safetensors():
 
 def list_checkpoints(run_dir):
     """[(step, dir)] of the complete checkpoints of a run directory, by step: the step-XXXXXXX
-    directories (7 or more digits) holding meta.json, model.safetensors and optimizer.pt."""
+    directories (7 or more digits) holding meta.json and model.safetensors (optimizer.pt, which
+    only a resume reads, need not be there)."""
     out = []
     if not os.path.isdir(run_dir):
         return out

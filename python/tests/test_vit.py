@@ -177,9 +177,11 @@ def test_old_skip_spellings_and_rezero_map_to_the_analysis_modes():
 def test_run_directory_resolves_to_the_newest_complete_checkpoint(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained("full", "pre"), run)
-    # models/io/checkpoint.cpp list_checkpoints: step-XXXXXXX (7+ digits) with all three files.
+    # models/io/checkpoint.cpp list_checkpoints(kModel): step-XXXXXXX (7+ digits) with meta.json and
+    # model.safetensors; optimizer.pt, a resume's, may have been deleted.
     shutil.copytree(run / "step-0000020", run / "step-123")  # not a checkpoint name
-    (run / "step-0000020" / "optimizer.pt").unlink()         # incomplete
+    (run / "step-0000020" / "model.safetensors").unlink()    # incomplete
+    (run / "step-0000010" / "optimizer.pt").unlink()         # a model all the same
     assert vit.load_checkpoint(run)[1]["step"] == 10
     assert [s for s, _ in vit.list_checkpoints(run)] == [10]
 

@@ -1569,7 +1569,8 @@ TEST_F(CliTest, AFailedRunLeavesNoPreviousRunsMarkerBesideItsTables) {
     ASSERT_EQ(run(with_out).code, 0);
     ASSERT_TRUE(fs::exists(marker));
     fs::remove(out + "/" + table);
-    fs::create_directory(out + "/" + table);  // the next run cannot put its table there
+    fs::create_directory(out + "/" + table);  // the next run can neither remove it (not empty) nor put its table there
+    std::ofstream(out + "/" + table + "/a user's file") << "x\n";
     const RunResult r = run(with_out);
     EXPECT_EQ(r.code, 1) << r.describe();
     EXPECT_FALSE(fs::exists(marker)) << "the previous run's marker survived a failed run\n" << r.describe();

@@ -82,6 +82,9 @@ TEST_F(ShardCli, MergedAuditShardsEqualTheUnshardedAudit) {
   std::set<std::string> checkpoints;
   for (const auto& r : merged.rows) checkpoints.insert(r.at("checkpoint"));
   EXPECT_EQ(checkpoints.size(), 3u);
+  // run.json's record of what each checkpoint was analysed as, as the unsharded audit's.
+  EXPECT_EQ(json::parse(slurp(path("merged") + "/run.json")).at("architectures"),
+            json::parse(slurp(path("whole") + "/run.json")).at("architectures"));
 }
 
 TEST_F(ShardCli, MergeRefusesShardsThatDoNotFit) {

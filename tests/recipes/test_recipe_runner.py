@@ -127,14 +127,18 @@ def test_main_writes_its_page_when_verify_fails_and_then_exits_1(tmp_path, monke
   echo "FAIL prop1"; exit 1
 fi''')
     monkeypatch.setenv("JACOND", jacond)
-    monkeypatch.setattr(main_recipe, "CLAIMS", ())  # the claim pages: their own recipes, not this test's
+    # prop1's own recipe reruns its verify, which fails the same way: no prop1 page, the main page still
+    monkeypatch.setattr(main_recipe, "CLAIMS", (importlib.import_module("jacond_recipes.prop1"),))
     out, work = tmp_path / "report", tmp_path / "work"
     assert cli.main(["main", "--quick", "--threads", "1", "--out", str(out), "--work", str(work)]) == 1
     page = (out / "README.md").read_text()
     assert "**Some checks FAILED**" in page and "| prop1 | 0/1 | FAIL |" in page
+    assert "- prop1: **no page**" in page
+    assert not (out / "prop1" / "README.md").exists()
     assert any(line.startswith("audit ") for line in calls.read_text().splitlines())  # it kept going
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"jacond recipe main: `jacond verify all` reported FAIL (see {work}/verify/verify.json): exit 1"]
+    assert err == [f"jacond recipe main: `jacond verify all` reported FAIL (see {work}/verify/verify.json); "
+                   "no page for prop1: exit 1"]
 
 
 def test_main_exits_0_when_verify_passes(tmp_path, monkeypatch, capsys):
