@@ -369,12 +369,17 @@ void measure_on_device(Row& r, const OperatorDevice& device, const BlockWeights&
   r.device = std::move(d);
 }
 
+// Whether [lo_a, hi_a] and [lo_b, hi_b] share a point, up to relative rounding 1e-9.
+bool intervals_meet(double lo_a, double hi_a, double lo_b, double hi_b) {
+  return lo_a <= hi_b * (1 + 1e-9) && lo_b <= hi_a * (1 + 1e-9);
+}
+
 // Host and device brackets of one κ must intersect: each contains it (under the solver's one
 // assumption, gkl.h), and the products differ by round-off only.
 bool brackets_intersect(const Row& r) {
   const ConditionReport &a = r.host.lz.report, &b = r.device->run.lz.report;
   if (a.status != Status::kBracket || b.status != Status::kBracket) return true;
-  return a.kappa_lo <= b.kappa_hi * (1 + 1e-9) && b.kappa_lo <= a.kappa_hi * (1 + 1e-9);
+  return intervals_meet(a.kappa_lo, a.kappa_hi, b.kappa_lo, b.kappa_hi);
 }
 
 struct PeerSetup {
@@ -436,7 +441,8 @@ bool peer_reached(const PeerResult& p) { return p.status == "bracket"; }
 bool peer_agrees(const Row& r, const PeerResult& p) {
   if (!jacond_reached(r) || !peer_reached(p)) return true;
   const ConditionReport& c = r.host.lz.report;
-  return p.kappa_lo <= c.kappa_hi * (1 + 1e-9) && (p.kappa_hi == 0 || c.kappa_lo <= p.kappa_hi * (1 + 1e-9));
+  const double peer_hi = p.kappa_hi == 0 ? std::numeric_limits<double>::infinity() : p.kappa_hi;  // 0: infinite
+  return intervals_meet(c.kappa_lo, c.kappa_hi, p.kappa_lo, peer_hi);
 }
 
 // "12.3x" when both reached the target width with brackets that agree; otherwise who did not,

@@ -335,7 +335,6 @@ at::Tensor need(const TensorMap& t, const std::string& key, int64_t dims) {
 
 ViTConfig infer_config(const TensorMap& tensors, ViTConfig base) {
   const at::Tensor conv = need(tensors, "patch_embed.proj.weight", 4);
-  base.dim = conv.size(0);
   base.in_chans = conv.size(1);
   base.patch = conv.size(2);
   if (conv.size(3) != base.patch) throw std::invalid_argument("checkpoint: non-square patch in 'patch_embed.proj.weight'");
@@ -347,8 +346,8 @@ ViTConfig infer_config(const TensorMap& tensors, ViTConfig base) {
                                 " tokens, not 1 + a square grid (only cls-token ViTs are supported)");
   base.image_size = grid * base.patch;
   base.num_classes = need(tensors, "head.weight", 2).size(0);
-  base = infer_block_config(tensors, base);
-  if (need(tensors, "blocks.0.norm1.weight", 1).size(0) != conv.size(0))
+  base = infer_block_config(tensors, base);  // dim from blocks.0.norm1.weight
+  if (base.dim != conv.size(0))
     throw std::invalid_argument("checkpoint: blocks.0.norm1.weight has " + std::to_string(base.dim) +
                                 " entries, patch_embed.proj.weight " + std::to_string(conv.size(0)) + " channels");
   return base;

@@ -31,6 +31,7 @@ import sys
 import numpy as np
 
 from . import _jacond
+from .safetensors import _quote  # repr cut short: one-line messages
 
 
 def _heads_of(model, heads):
@@ -83,12 +84,6 @@ def _ln_eps_of(block_module, layer, ln_eps):
         raise ValueError(f"blocks.{layer}: norm1.eps {_quote(eps[0])} and norm2.eps {_quote(eps[1])} differ; "
                          "the analysed block has one LayerNorm eps (pass ln_eps= to analyse both with one)")
     return eps[0] if eps else 1e-6
-
-
-def _quote(value, limit=60):
-    """repr(value) cut to `limit` characters, for a one-line message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _block_of(state, layer, heads, ln_eps, logit_scale):

@@ -351,6 +351,19 @@ def test_audit_of_a_model_with_an_in_place_residual_equals_the_out_of_place_one(
     pd.testing.assert_frame_equal(mine[columns], expected[columns], check_exact=True)
 
 
+def audit_seeing_block_inputs(model, images, **options):
+    """jacond.audit(model, images, **options) and {layer: the first image's tokens entering that
+    block}, captured by forward pre-hooks on the audit's own forward pass."""
+    inputs = {}
+    hooks = [b.register_forward_pre_hook(lambda m, a, l=l: inputs.__setitem__(l, a[0][0].detach().clone()))
+             for l, b in enumerate(model.blocks)]
+    try:
+        return jacond.audit(model, images, progress=False, **options), inputs
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def test_audit_folds_layerscale_and_matches_autograd_of_the_scaled_block():
     """timm's LayerScale (blocks.{l}.ls1.gamma / ls2.gamma: x + γ∘branch(x)) is part of the block:
     K_sab and K_ffn of the audit are the autograd Jacobians of the scaled sub-blocks (it was
@@ -366,12 +379,7 @@ def test_audit_folds_layerscale_and_matches_autograd_of_the_scaled_block():
         ffn = lambda x, b=block: x + b.ls2.gamma * b.mlp(b.norm2(x))  # noqa: E731
         block.sab, block.ffn = sab, ffn
         block.forward = lambda x, sab=sab, ffn=ffn: ffn(sab(x))
-    inputs = {}
-    hooks = [b.register_forward_pre_hook(lambda m, a, l=l: inputs.__setitem__(l, a[0][0].detach().clone()))
-             for l, b in enumerate(model.blocks)]
-    df = jacond.audit(model, images.double(), matrices="K_sab,K_ffn", method="dense", progress=False)
-    for h in hooks:
-        h.remove()
+    df, inputs = audit_seeing_block_inputs(model, images.double(), matrices="K_sab,K_ffn", method="dense")
 
     def kappa(f, x):
         n, d = x.shape
@@ -394,12 +402,7 @@ def test_audit_reads_the_attention_logit_scale_and_matches_autograd():
     model, images = small_vit()
     model = model.double()
     model.blocks[0].attn.scale = 0.05  # layer 1 keeps the default 1/sqrt(d_h)
-    inputs = {}
-    hooks = [b.register_forward_pre_hook(lambda m, a, l=l: inputs.__setitem__(l, a[0][0].detach().clone()))
-             for l, b in enumerate(model.blocks)]
-    df = jacond.audit(model, images.double(), matrices="K_sa", method="dense", progress=False)
-    for h in hooks:
-        h.remove()
+    df, inputs = audit_seeing_block_inputs(model, images.double(), matrices="K_sa", method="dense")
     for layer, block in enumerate(model.blocks):
         with torch.no_grad():
             Y = block.norm1(inputs[layer][None])[0]

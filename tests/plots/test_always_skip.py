@@ -34,14 +34,9 @@ def write_run(directory, skip, statuses_per_step):
     return str(directory)
 
 
-def drawn_figures(monkeypatch, *args, **kwargs):
+def drawn_figures(saved_figures, *args, **kwargs):
     """skip_ablation(*args, **kwargs)'s figures by name, kept as they are saved (and still written)."""
-    captured = {}
-    original = always_skip.save
-    def keep(fig, out_dir, name, formats):
-        captured[name] = fig
-        return original(fig, out_dir, name, formats)
-    monkeypatch.setattr(always_skip, "save", keep)
+    captured = saved_figures(always_skip)
     always_skip.skip_ablation(*args, **kwargs)
     return captured
 
@@ -61,28 +56,28 @@ def test_a_median_over_more_than_half_singular_reports_is_infinite_not_ln_kappa_
     assert np.isclose(t.loc[0, "x_in"], np.log(5.0))
 
 
-def test_the_figure_draws_singular_medians_hollow_and_finite_ones_filled(tmp_path, monkeypatch):
+def test_the_figure_draws_singular_medians_hollow_and_finite_ones_filled(tmp_path, saved_figures):
     runs = {("no-sab-skip", "timm", "adamw"): write_run(tmp_path / "a", "no-sab-skip", {
                 0: ["singular", "singular", "exact"], 100: ["exact", "exact", "singular"]}),  # 2 of 3, 1 of 3
             ("full", "timm", "adamw"): write_run(tmp_path / "b", "full", {
                 0: ["exact", "exact", "exact"], 100: ["exact", "exact", "exact"]})}
     for directory in runs.values():
         pd.DataFrame({"step": [100], "test_acc": [0.8]}).to_csv(f"{directory}/eval.csv", index=False)
-    ax = drawn_figures(monkeypatch, runs, str(tmp_path / "out"))["skip_ablation_kappa"].axes[0]  # the SAB row
+    ax = drawn_figures(saved_figures, runs, str(tmp_path / "out"))["skip_ablation_kappa"].axes[0]  # the SAB row
     hollow = [line for line in ax.lines if line.get_marker() == "o" and line.get_markerfacecolor() == "none"]
     hollow_steps = sorted(x for line in hollow for x in line.get_xdata())
     assert hollow_steps == [0]  # only the skipless run's step 0 has a singular median report
     assert all(np.isfinite(y) for line in ax.lines for y in line.get_ydata())
 
 
-def test_the_kappa_figure_draws_the_lower_median_over_seeds_and_each_seed_thin(tmp_path, monkeypatch):
+def test_the_kappa_figure_draws_the_lower_median_over_seeds_and_each_seed_thin(tmp_path, saved_figures):
     key = ("no-sab-skip", "timm", "adamw")
     seed_runs = [write_run(tmp_path / "s0", "no-sab-skip", {0: ["exact"], 100: ["exact"]}),                  # ln 10, ln 10
                  write_run(tmp_path / "s1", "no-sab-skip", {0: ["singular"], 100: ["exact", "exact"]}),      # ∞, ln 10
                  write_run(tmp_path / "s2", "no-sab-skip", {0: ["singular"], 100: ["exact"] * 3})]           # ∞, ln 100
     for directory in seed_runs:
         pd.DataFrame({"step": [100], "test_acc": [0.8]}).to_csv(f"{directory}/eval.csv", index=False)
-    figure = drawn_figures(monkeypatch, {key: seed_runs[0]}, str(tmp_path / "out"),
+    figure = drawn_figures(saved_figures, {key: seed_runs[0]}, str(tmp_path / "out"),
                            seeds={key: seed_runs[1:]})["skip_ablation_kappa"]
     ax = figure.axes[0]  # the SAB row
     median = next(line for line in ax.lines if line.get_label() == "w/o SAB skip")
@@ -96,14 +91,14 @@ def test_the_kappa_figure_draws_the_lower_median_over_seeds_and_each_seed_thin(t
     assert "then over 3 seeds" in figure._suptitle.get_text()
 
 
-def test_the_accuracy_figure_draws_the_mean_over_seeds_and_each_seed(tmp_path, monkeypatch):
+def test_the_accuracy_figure_draws_the_mean_over_seeds_and_each_seed(tmp_path, saved_figures):
     def run(name, accuracy):
         directory = write_run(tmp_path / name, "full", {0: ["exact"], 100: ["exact"]})
         pd.DataFrame({"step": [50, 100], "test_acc": [0.1, accuracy]}).to_csv(f"{directory}/eval.csv", index=False)
         return directory
     runs = {("full", "timm", "adamw"): run("seed0", 0.80)}
     seeds = {("full", "timm", "adamw"): [run("seed1", 0.86), run("seed2", 0.83)]}
-    ax = drawn_figures(monkeypatch, runs, str(tmp_path / "out"), seeds=seeds)["skip_ablation_accuracy"].axes[0]
+    ax = drawn_figures(saved_figures, runs, str(tmp_path / "out"), seeds=seeds)["skip_ablation_accuracy"].axes[0]
     big = [line for line in ax.lines if line.get_markersize() == 8]
     small = [line for line in ax.lines if line.get_markersize() == 3]
     assert np.allclose(big[0].get_ydata(), [83.0])  # the mean of 80, 86, 83: not seed 0's 80

@@ -78,15 +78,10 @@ def test_the_audit_figure_of_a_run_is_written(tmp_path):
     assert (tmp_path / "figures" / "audit.png").stat().st_size > 0
 
 
-def drawn_audit(tmp_path, monkeypatch, rows):
+def drawn_audit(tmp_path, saved_figures, rows):
     """audit.plot's figure of an audit.csv holding `rows`, kept as it is saved (and still written)."""
     pd.DataFrame(rows).to_csv(tmp_path / "audit.csv", index=False)
-    captured = {}
-    original = audit.save
-    def keep(fig, directory, name, formats):
-        captured[name] = fig
-        return original(fig, directory, name, formats)
-    monkeypatch.setattr(audit, "save", keep)
+    captured = saved_figures(audit)
     audit.plot(str(tmp_path), ("png",))
     return captured["audit"]
 
@@ -96,12 +91,12 @@ def k_sa(checkpoint, step, layer, kappa):
                 status="exact", kappa=kappa, kappa_lo=kappa)
 
 
-def test_checkpoints_that_share_a_step_get_a_line_each_never_a_median_of_both(tmp_path, monkeypatch):
+def test_checkpoints_that_share_a_step_get_a_line_each_never_a_median_of_both(tmp_path, saved_figures):
     """Standalone .safetensors files all have step -1: each is its own line against the layer, named
     by its file, not one median line over both with their min-max as a band."""
     rows = [k_sa("two/a.safetensors", -1, layer, k) for layer, k in ((0, 6.8e7), (1, 6.6e7))]
     rows += [k_sa("two/b.safetensors", -1, layer, k) for layer, k in ((0, 7.6e9), (1, 1.4e9))]
-    fig = drawn_audit(tmp_path, monkeypatch, rows)
+    fig = drawn_audit(tmp_path, saved_figures, rows)
     ax = fig.axes[0]
     lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
     assert lines == {"a": [6.8e7, 6.6e7], "b": [7.6e9, 1.4e9]}
@@ -110,19 +105,19 @@ def test_checkpoints_that_share_a_step_get_a_line_each_never_a_median_of_both(tm
     plt.close(fig)
 
 
-def test_two_runs_at_the_same_steps_are_drawn_apart_and_named_by_run(tmp_path, monkeypatch):
+def test_two_runs_at_the_same_steps_are_drawn_apart_and_named_by_run(tmp_path, saved_figures):
     rows = [k_sa(f"{run}/step-{step:07d}", step, 0, k * (1 + step)) for run, k in (("run-a", 10.0), ("run-b", 1e4))
             for step in (0, 6)]
-    fig = drawn_audit(tmp_path, monkeypatch, rows)
+    fig = drawn_audit(tmp_path, saved_figures, rows)
     lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
     assert lines == {"run-a/step-0000000": [10.0], "run-a/step-0000006": [70.0],
                      "run-b/step-0000000": [1e4], "run-b/step-0000006": [7e4]}
     plt.close(fig)
 
 
-def test_one_checkpoint_per_step_is_still_drawn_over_the_steps(tmp_path, monkeypatch):
+def test_one_checkpoint_per_step_is_still_drawn_over_the_steps(tmp_path, saved_figures):
     rows = [k_sa(f"run/step-{step:07d}", step, layer, 10.0 * (1 + step + layer)) for step in (0, 6) for layer in (0, 1)]
-    fig = drawn_audit(tmp_path, monkeypatch, rows)
+    fig = drawn_audit(tmp_path, saved_figures, rows)
     lines = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
     assert lines == {"layer 0": [10.0, 70.0], "layer 1": [20.0, 80.0]}
     assert fig.axes[0].get_xlabel() == "training step of the checkpoint"

@@ -17,22 +17,17 @@ from jacond_plots import spectrum  # noqa: E402
 SIGMA = [60.0, 5.0, 0.3, 2e-3, 1e-15, 3e-16]  # rank 4: the last two are rounding noise
 
 
-def drawn(tmp_path, monkeypatch, result):
+def drawn(tmp_path, saved_figures, result):
     """plot_dense's figure of SIGMA with run.json's `result`, kept as it is saved (and still written)."""
     pd.DataFrame({"index": range(len(SIGMA)), "sigma": SIGMA}).to_csv(tmp_path / "spectrum.csv", index=False)
     (tmp_path / "run.json").write_text(json.dumps({"matrix": "E_sa", "init": "ours", "skip": "none", "result": result}))
-    captured = {}
-    original = spectrum.save
-    def keep(fig, directory, name, formats):
-        captured[name] = fig
-        return original(fig, directory, name, formats)
-    monkeypatch.setattr(spectrum, "save", keep)
+    captured = saved_figures(spectrum)
     spectrum.plot_dense(str(tmp_path), ("png",))
     return captured["spectrum"]
 
 
-def test_a_singular_matrix_has_an_infinite_kappa_and_its_noise_is_drawn_apart(tmp_path, monkeypatch):
-    fig = drawn(tmp_path, monkeypatch, {"status": "singular", "rank": 4, "method": "dense-svd"})
+def test_a_singular_matrix_has_an_infinite_kappa_and_its_noise_is_drawn_apart(tmp_path, saved_figures):
+    fig = drawn(tmp_path, saved_figures, {"status": "singular", "rank": 4, "method": "dense-svd"})
     ax = fig.axes[0]
     title = ax.get_title()
     assert "κ = ∞ (singular, rank 4 of 6)" in title
@@ -50,8 +45,8 @@ def test_a_singular_matrix_has_an_infinite_kappa_and_its_noise_is_drawn_apart(tm
     plt.close(fig)
 
 
-def test_a_full_rank_matrix_keeps_its_kappa_and_one_set_of_bars(tmp_path, monkeypatch):
-    fig = drawn(tmp_path, monkeypatch, {"status": "exact", "rank": 6, "method": "dense-svd"})
+def test_a_full_rank_matrix_keeps_its_kappa_and_one_set_of_bars(tmp_path, saved_figures):
+    fig = drawn(tmp_path, saved_figures, {"status": "exact", "rank": 6, "method": "dense-svd"})
     ax = fig.axes[0]
     assert f"κ {60.0 / 3e-16:.4g}" in ax.get_title() and "∞" not in ax.get_title()
     assert ax.get_legend() is None
@@ -59,8 +54,8 @@ def test_a_full_rank_matrix_keeps_its_kappa_and_one_set_of_bars(tmp_path, monkey
     plt.close(fig)
 
 
-def test_a_singular_matrix_of_unknown_rank_says_singular_without_a_cutoff(tmp_path, monkeypatch):
-    fig = drawn(tmp_path, monkeypatch, {"status": "singular", "rank": -1})
+def test_a_singular_matrix_of_unknown_rank_says_singular_without_a_cutoff(tmp_path, saved_figures):
+    fig = drawn(tmp_path, saved_figures, {"status": "singular", "rank": -1})
     ax = fig.axes[0]
     assert ax.get_title().endswith("κ = ∞ (singular)")
     assert ax.get_legend() is None
