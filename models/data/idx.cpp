@@ -130,8 +130,18 @@ class IdxStream {
       const int ret = inflate(&z_, Z_NO_FLUSH);
       done += room - z_.avail_out;
       if (ret == Z_STREAM_END) {
-        // End of one gzip member: the input ends here, or another member follows.
-        if (z_.avail_in == 0) refill_z();
+        // End of one gzip member: the input ends here, or another member follows, after any
+        // number of zero bytes. Zero padding (tape blocks, fixed-size records) is skipped as
+        // gzip(1) ("trailing zero bytes ignored") and Python's gzip.decompress do; the Python
+        // decoder (python/jacond/data.py) uses the latter, so both accept the same files. Any
+        // other byte that does not start a member is an error in both.
+        for (;;) {
+          while (z_.avail_in > 0 && z_.next_in[0] == 0) {
+            ++z_.next_in;
+            --z_.avail_in;
+          }
+          if (z_.avail_in > 0 || !refill_z()) break;
+        }
         if (z_.avail_in == 0) {
           ended_ = true;
         } else if (z_.next_in[0] != 0x1f) {
@@ -142,7 +152,7 @@ class IdxStream {
       } else if (ret == Z_OK || ret == Z_BUF_ERROR) {
         // Room for output left means zlib wants input; none is left at the end of the input.
         if (z_.avail_out != 0 && z_.avail_in == 0 && raw_eof_)
-          throw IdxError(path_, "truncated gzip data (unexpected end of file)");
+          throw IdxError(path_, "gzip error: truncated data (unexpected end of file)");
         // zlib guarantees progress while it has input and room; guard the loop regardless.
         if (ret == Z_BUF_ERROR && z_.avail_in == had && z_.avail_out == room && had != 0)
           throw IdxError(path_, "gzip error: no progress");

@@ -4,8 +4,10 @@
 // IDX format (big-endian):  magic u32 = 0x00000803 (u8 images, 3 dims) | 0x00000801 (u8 labels,
 // 1 dim), then one u32 per dimension, then the u8 data row-major, nothing after it.
 // A file is either plain IDX or gzip (RFC 1952, starting 1f 8b; several members are read as
-// their concatenation, as gzip -d does; bytes after the last member that are not another
-// member are an error). One decoder serves files (read_idx) and memory (parse_idx).
+// their concatenation, as gzip -d does; zero bytes after a member are skipped, as gzip -d and
+// Python's gzip.decompress do; other bytes after the last member that are not another member
+// are an error). One decoder serves files (read_idx) and memory (parse_idx); the Python
+// decoder, python/jacond/data.py, accepts and rejects the same files.
 #pragma once
 
 #include <cstddef>

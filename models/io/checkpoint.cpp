@@ -76,7 +76,30 @@ class TempDirGuard {
   bool committed_ = false;
 };
 
+/// The test seam of write_checkpoint (set_checkpoint_crash_point_for_testing); empty in use.
+std::function<void(const std::string&)>& crash_point_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
+void crash_point(const char* point) {
+  if (crash_point_hook()) crash_point_hook()(point);
+}
+
+/// A checkpoint directory with the files every reader needs (list_checkpoints' kModel test).
+bool has_model_files(const fs::path& d) {
+  std::error_code ec;
+  return fs::exists(d / "meta.json", ec) && fs::exists(d / "model.safetensors", ec);
+}
+
+constexpr const char* kTmpPrefix = ".tmp-";  // .tmp-step-N.<pid>: a write in progress
+constexpr const char* kOldPrefix = ".old-";  // .old-step-N.<pid>: a replaced step, set aside
+
 }  // namespace
+
+void set_checkpoint_crash_point_for_testing(std::function<void(const std::string& point)> hook) {
+  crash_point_hook() = std::move(hook);
+}
 
 std::string checkpoint_name(int64_t step) {
   char buf[32];
@@ -148,7 +171,9 @@ std::string write_checkpoint(const std::string& run_dir, int64_t step, const Ten
                              nlohmann::json meta) {
   const std::string name = checkpoint_name(step);
   const fs::path final_dir = fs::path(run_dir) / name;
-  const fs::path tmp_dir = fs::path(run_dir) / (".tmp-" + name + "." + std::to_string(::getpid()));
+  const std::string pid = std::to_string(::getpid());
+  const fs::path tmp_dir = fs::path(run_dir) / (kTmpPrefix + name + "." + pid);
+  const fs::path old_dir = fs::path(run_dir) / (kOldPrefix + name + "." + pid);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) throw std::runtime_error(run_dir + ": cannot create the run directory: " + ec.message());
@@ -176,10 +201,34 @@ std::string write_checkpoint(const std::string& run_dir, int64_t step, const Ten
   }
   write_text_atomic((tmp_dir / "meta.json").string(), meta.dump(2) + "\n");
   fsync_path(tmp_dir.string());
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a stale checkpoint of the same step
-  fs::rename(tmp_dir, final_dir);
+  crash_point("new-complete");
+  // A checkpoint of the same step already there (a stale one) is replaced without a moment in
+  // which no complete copy of the step has its final or a recoverable name: it is renamed aside
+  // to .old-step-N.<pid> (which clean_partial_checkpoints renames back while step-N is missing,
+  // and removes once step-N is in place), the new one is renamed in, the run directory is
+  // fsync'ed, and only then is the old one removed. Removing it first, as before, left only
+  // .tmp-step-N after a crash between the two steps, which the next start deleted: the step was
+  // lost.
+  bool replacing = false;
+  if (fs::exists(final_dir)) {
+    fs::remove_all(old_dir);  // a leftover of an earlier process with the same pid
+    fs::rename(final_dir, old_dir);
+    replacing = true;
+    crash_point("old-set-aside");
+  }
+  try {
+    fs::rename(tmp_dir, final_dir);
+  } catch (const fs::filesystem_error&) {
+    if (replacing) {
+      std::error_code back;
+      fs::rename(old_dir, final_dir, back);  // else clean_partial_checkpoints restores it
+    }
+    throw;
+  }
   guard.commit();
   fsync_path(run_dir);
+  crash_point("new-installed");
+  if (replacing) remove_all_logged(old_dir, "replaced checkpoint of the same step");
   return final_dir.string();
 }
 
@@ -196,15 +245,53 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep) {
 void clean_partial_checkpoints(const std::string& run_dir) {
   std::error_code ec;
   if (!fs::is_directory(run_dir, ec)) return;
-  fs::directory_iterator it(run_dir, ec);
-  if (ec) {
-    std::cerr << "jacond: warning: cannot list " << run_dir << " to clean partial checkpoints: " << ec.message()
-              << "\n";
-    return;
+  std::vector<fs::path> tmp, old;  // collected first: the loop below renames and removes entries
+  {
+    fs::directory_iterator it(run_dir, ec);
+    if (ec) {
+      std::cerr << "jacond: warning: cannot list " << run_dir << " to clean partial checkpoints: " << ec.message()
+                << "\n";
+      return;
+    }
+    for (const auto& e : it) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(std::string(kTmpPrefix) + "step-", 0) == 0) tmp.push_back(e.path());
+      if (n.rfind(std::string(kOldPrefix) + "step-", 0) == 0) old.push_back(e.path());
+    }
   }
-  for (const auto& e : it)
-    if (e.path().filename().string().rfind(".tmp-step-", 0) == 0)
-      remove_all_logged(e.path(), "partial checkpoint of an interrupted write");
+  // A .tmp-step-N is never the only copy of a step: write_checkpoint moves the old step-N aside
+  // (.old-step-N) before renaming the new one in, so a .tmp-* is at most a newer duplicate.
+  for (const fs::path& p : tmp) remove_all_logged(p, "partial checkpoint of an interrupted write");
+  // A .old-step-N.<pid> is a complete checkpoint that was being replaced. It may be removed only
+  // once a complete step-N is in place; while step-N is missing (a crash between the two
+  // renames) it is the only copy of the step and is renamed back. Anything else is left alone.
+  for (const fs::path& p : old) {
+    const std::string n = p.filename().string().substr(std::string(kOldPrefix).size());
+    const std::string step_name = n.substr(0, n.rfind('.'));
+    int64_t step;
+    if (!parse_step_name(step_name, &step)) continue;  // not a name write_checkpoint makes
+    const fs::path final_dir = fs::path(run_dir) / step_name;
+    std::error_code e2;
+    if (has_model_files(final_dir)) {
+      remove_all_logged(p, "replaced checkpoint of an interrupted write");
+    } else if (!fs::exists(final_dir, e2) && !e2) {
+      fs::rename(p, final_dir, e2);
+      if (e2)
+        std::cerr << "jacond: warning: cannot restore " << p.string() << " as " << final_dir.string() << ": "
+                  << e2.message() << "\n";
+      else
+        std::cerr << "jacond: warning: restored " << final_dir.string() << " from " << p.filename().string()
+                  << " (a replacement of it was interrupted)\n";
+    } else {
+      std::cerr << "jacond: warning: kept " << p.string() << ": " << final_dir.string()
+                << " exists but is not a complete checkpoint\n";
+    }
+  }
+  try {
+    if (!old.empty()) fsync_path(run_dir);
+  } catch (const std::runtime_error& e) {
+    std::cerr << "jacond: warning: " << e.what() << "\n";
+  }
 }
 
 Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts) {
@@ -236,6 +323,9 @@ void read_optimizer_state(const std::string& dir, const torch::Device& device,
 
 std::string resolve_resume_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "meta.json")) return path;
+  // A crash while a step was being replaced leaves it set aside as .old-step-N with no step-N:
+  // put it back first, or the newest step would be skipped and then restored as the run's future.
+  if (fs::is_directory(path)) clean_partial_checkpoints(path);
   auto all = list_checkpoints(path);
   if (all.empty()) throw std::runtime_error(path + ": no complete checkpoint (step-XXXXXXX/) to resume from");
   return all.back().dir;

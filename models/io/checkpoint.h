@@ -7,8 +7,11 @@
 // A checkpoint is written into RUN/.tmp-step-0000100.<pid>/, every file is fsync'ed, and the
 // directory is renamed onto RUN/step-0000100 (then RUN is fsync'ed). rename(2) of a directory is
 // atomic, so killing the writer at any moment leaves either no step-0000100 or a complete one;
-// leftovers .tmp-* are removed by clean_partial_checkpoints. Retention (keep K) deletes the
-// oldest complete checkpoints only after the new one is in place.
+// leftovers .tmp-* are removed by clean_partial_checkpoints. A step-0000100 already there is
+// first renamed aside to RUN/.old-step-0000100.<pid> and removed only once the new one is in
+// place; clean_partial_checkpoints renames such a leftover back while step-0000100 is missing
+// (a crash between the renames), so no crash loses a step that was complete. Retention (keep K)
+// deletes the oldest complete checkpoints only after the new one is in place.
 #pragma once
 
 #include <cstdint>
@@ -54,8 +57,17 @@ std::string write_checkpoint(const std::string& run_dir, int64_t step, const Ten
 /// and left in place.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 
-/// Removes .tmp-* leftovers of interrupted writes; a failure is reported on stderr (one line).
+/// Removes .tmp-* leftovers of interrupted writes, and .old-step-N.* leftovers once a complete
+/// step-N is in place; a .old-step-N.* whose step-N is missing is renamed back to step-N (it is
+/// the only copy). A failure is reported on stderr (one line).
 void clean_partial_checkpoints(const std::string& run_dir);
+
+/// Test seam: `hook(point)` is called inside write_checkpoint at each point where a crash leaves
+/// a distinct state on disk ("new-complete": the new one written under .tmp-*; "old-set-aside":
+/// a replaced step-N renamed to .old-*; "new-installed": step-N in place, the old not yet
+/// removed). Tests copy the run directory there: the copy is what a crash would leave. An empty
+/// function (the default) turns it off.
+void set_checkpoint_crash_point_for_testing(std::function<void(const std::string& point)> hook);
 
 /// A checkpoint read back: its meta.json and model state (tensors as stored).
 struct Checkpoint {
@@ -76,7 +88,8 @@ void read_optimizer_state(const std::string& dir, const torch::Device& device,
                           const std::function<void(torch::serialize::InputArchive&)>& load_optimizer);
 
 /// The checkpoint to resume from: `path` itself when it is a checkpoint directory, otherwise the
-/// newest complete checkpoint under the run directory `path`. Throws when there is none.
+/// newest complete checkpoint under the run directory `path`, after clean_partial_checkpoints
+/// (a step set aside by a crash mid-replacement is the newest). Throws when there is none.
 std::string resolve_resume_checkpoint(const std::string& path);
 
 /// fsync of a file or directory; throws naming the path.

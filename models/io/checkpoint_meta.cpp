@@ -10,6 +10,11 @@
 namespace jacond::models {
 
 nlohmann::json parse_checkpoint_meta(const std::string& text, const std::string& meta_path) {
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest, so
+  // "{..}\0garbage" would parse; Python's json (and any strict reader) rejects it.
+  const std::size_t nul = text.find('\0');
+  if (nul != std::string::npos)
+    throw std::runtime_error(meta_path + ": malformed JSON: NUL byte at offset " + std::to_string(nul));
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(text);

@@ -92,6 +92,19 @@ bool byte_count(const std::vector<int64_t>& shape, DType dtype, uint64_t* out) {
   return !__builtin_mul_overflow(n, static_cast<uint64_t>(element_size(dtype)), out);
 }
 
+constexpr const char* kExtentsRule = "its non-zero extents times the element size overflow int64";
+
+/// The non-zero extents times the element size fit int64. byte_count is 0 whenever one extent
+/// is 0, however large the others are; but numel(), at::empty and numpy multiply every extent
+/// in int64 and throw for [2, 2^63-1, 0], an exception no caller expects from a reader. The
+/// rule of jacond's Python reader (python/jacond/safetensors.py), kept by reader and writer.
+bool extents_fit_int64(const std::vector<int64_t>& shape, DType dtype) {
+  int64_t span = static_cast<int64_t>(element_size(dtype));
+  for (int64_t d : shape)
+    if (d < 0 || (d != 0 && __builtin_mul_overflow(span, d, &span))) return false;
+  return true;
+}
+
 // ------------------------------------------------------------------------------------------
 // Small floats: sign | exponent (E bits, bias 2^(E-1)-1) | mantissa (M bits).
 //   binary16: E=5, M=10.  bfloat16: E=8, M=7 (the top 16 bits of a binary32).
@@ -291,6 +304,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
                   std::to_string(out.end - out.begin) + " bytes but " + to_string(out.dtype) +
                   " shape " + shape_str(out.shape) + " needs " +
                   (ok ? std::to_string(need) : std::string("more than 2^64 bytes")));
+  if (!extents_fit_int64(out.shape, out.dtype))
+    throw SafetensorsError(path, tensor_label(name) + ": shape " + shape_str(out.shape) + " of " +
+                                     to_string(out.dtype) + " is too large (" + kExtentsRule + ")");
   return out;
 }
 
@@ -307,12 +323,11 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   return out;
 }
 
-/// The tensors' non-empty byte ranges must tile [0, data_size): no overlaps, no holes.
-/// (Empty tensors occupy no bytes and take no part.)
+/// The tensors' byte ranges, sorted by offset, must tile [0, data_size): each begins where the
+/// previous one ended. Empty tensors take part: one at [4, 4) inside a tensor at [0, 8) is an
+/// overlap. (That is the rule of HF's reader and of jacond's Python reader; dropping empty
+/// tensors from the check accepted files both reject.)
 void check_layout(const std::string& path, std::vector<Entry> entries, uint64_t data_size) {
-  entries.erase(std::remove_if(entries.begin(), entries.end(),
-                               [](const Entry& e) { return e.begin == e.end; }),
-                entries.end());
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
   });
@@ -414,6 +429,13 @@ json parse_header_json(const std::string& path, ByteSource& src, uint64_t n) {
   std::string text(n, '\0');
   if (!src.read_at(8, text.data(), n))
     throw SafetensorsError(path, "cannot read the " + std::to_string(n) + "-byte header");
+  // nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest, so
+  // "{..}\0garbage" would parse; HF's reader and jacond's Python reader reject it (a NUL is
+  // never valid JSON outside a string, nor raw inside one).
+  const std::size_t nul = text.find('\0');
+  if (nul != std::string::npos)
+    throw SafetensorsError(path, "header is not valid JSON: NUL byte in the header at offset " +
+                                     std::to_string(nul));
   json header;
   try {
     header = json::parse(text);
@@ -460,12 +482,29 @@ SafetensorsFile read_source(const std::string& path, ByteSource& src) {
 // Writing
 // ------------------------------------------------------------------------------------------
 
-/// The header JSON for tensors laid out back to back in name order, padded with spaces so
+/// The order of the tensors in the data buffer: element size descending, then name (HF's
+/// writer does the same). The header pads the data start to 8 bytes, and every tensor is a
+/// whole number of elements, so each tensor then begins at a multiple of its element size:
+/// zero-copy loaders (mmap + torch.frombuffer, numpy views) need that alignment, and name order
+/// put an F64 after an F16[3] at an odd offset. The header's keys stay in name order.
+std::vector<const std::pair<const std::string, RawTensor>*> layout_order(const SafetensorsFile& f) {
+  std::vector<const std::pair<const std::string, RawTensor>*> order;
+  for (const auto& entry : f.tensors) order.push_back(&entry);
+  // Stable: equal sizes keep std::map's name order.
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return element_size(a->second.dtype) > element_size(b->second.dtype);
+  });
+  return order;
+}
+
+/// The header JSON for tensors laid out back to back in layout_order, padded with spaces so
 /// that 8 + N is a multiple of 8 (the data buffer then starts 8-byte aligned).
 std::string build_header(const std::string& path, const SafetensorsFile& f) {
   json header = json::object();
   uint64_t offset = 0;
-  for (const auto& [name, t] : f.tensors) {  // std::map: sorted by name
+  for (const auto* item : layout_order(f)) {
+    const std::string& name = item->first;
+    const RawTensor& t = item->second;
     if (name == kMetadataKey)
       throw SafetensorsError(path, "a tensor may not be named " + quoted(kMetadataKey));
     uint64_t need = 0;
@@ -475,6 +514,9 @@ std::string build_header(const std::string& path, const SafetensorsFile& f) {
                                        " bytes but " + to_string(t.dtype) + " shape " +
                                        shape_str(t.shape) + " needs " +
                                        (ok ? std::to_string(need) : std::string("a valid shape")));
+    if (!extents_fit_int64(t.shape, t.dtype))  // a file the reader would reject
+      throw SafetensorsError(path, tensor_label(name) + ": shape " + shape_str(t.shape) + " of " +
+                                       to_string(t.dtype) + " is too large (" + kExtentsRule + ")");
     json entry = json::object();
     entry["dtype"] = to_string(t.dtype);
     entry["shape"] = json::array();
@@ -523,6 +565,20 @@ bool sync_file(const std::string& name) {
   if (fd < 0) return false;
   const bool ok = ::fsync(fd) == 0;
   return ::close(fd) == 0 && ok;
+}
+
+/// Flush the directory holding `path`, so that the rename onto it survives a crash (the data's
+/// fsync alone leaves the new directory entry in the page cache: after a power loss the file
+/// may come back as the old version, or absent). Returns errno, 0 on success; a filesystem
+/// without directory fsync (EINVAL) counts as success, there is nothing more to flush.
+int sync_parent_directory(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return errno;
+  int err = (::fsync(fd) == 0 || errno == EINVAL) ? 0 : errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  return err;
 }
 
 void write_bytes(const std::string& path, std::ofstream& out, const char* data, std::size_t n) {
@@ -694,8 +750,9 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
     encode_u64_le(header.size(), len);
     write_bytes(path, out, len, 8);
     write_bytes(path, out, header.data(), header.size());
-    for (const auto& [name, t] : file.tensors)  // same (name) order as the offsets
-      write_bytes(path, out, reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+    for (const auto* item : layout_order(file))  // the order build_header gave the offsets
+      write_bytes(path, out, reinterpret_cast<const char*>(item->second.bytes.data()),
+                  item->second.bytes.size());
     out.close();
     if (!out) throw SafetensorsError(path, std::string("write failed: ") + std::strerror(errno));
   }
@@ -706,6 +763,10 @@ void write_safetensors(const std::string& path, const SafetensorsFile& file) {
     throw SafetensorsError(path, "cannot rename " + quoted(tmp.name()) + " onto it: " +
                                      std::strerror(errno));
   tmp.commit();
+  if (const int err = sync_parent_directory(path))
+    throw SafetensorsError(path, std::string("written, but fsync of its directory failed (the "
+                                             "rename may not survive a crash): ") +
+                                     std::strerror(err));
 }
 
 TensorMap to_tensor_map(SafetensorsFile&& file) {

@@ -9,8 +9,10 @@
 //                     "__metadata__": {"<key>": "<string value>", ..} }   (optional)
 //   [8+N, EOF)    data buffer; tensor bytes live at [begin, end) relative to its start,
 //                 row-major (C order), little-endian.
-// Rules enforced on read: end - begin == prod(shape) * element_size(dtype); the tensors'
-// byte ranges neither overlap nor leave holes, and together cover the whole data buffer.
+// Rules enforced on read: the header holds no NUL byte; end - begin == prod(shape) *
+// element_size(dtype), and the shape's non-zero extents times the element size fit int64; the
+// tensors' byte ranges, sorted by offset, each begin where the previous one ended (empty tensors
+// included: none sits inside another tensor) and together cover the whole data buffer.
 // Values are never judged (NaN/inf are read as stored); callers validate.
 //
 // Two layers: a Torch-free core (RawTensor: dtype + shape + bytes) and a LibTorch layer
@@ -80,8 +82,10 @@ SafetensorsFile parse_safetensors(const void* data, std::size_t size,
                                   const std::string& name = "<memory>");
 
 /// Write a file atomically: the bytes go to "<path>.tmp.<pid>", which is then renamed onto
-/// path, so a reader sees either the old file or the complete new one. Tensors are laid out
-/// in name order; the header is padded with spaces so that 8 + N is a multiple of 8.
+/// path, so a reader sees either the old file or the complete new one; the file and then its
+/// directory are fsync'ed. The data buffer holds the tensors by element size descending, then
+/// name, and the header is padded with spaces so that 8 + N is a multiple of 8: every tensor
+/// starts at a file offset that is a multiple of its element size (zero-copy loaders need it).
 /// Throws SafetensorsError (and leaves no temporary file) on any failure.
 void write_safetensors(const std::string& path, const SafetensorsFile& file);
 

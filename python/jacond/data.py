@@ -11,16 +11,15 @@ What matches what (C++ -> here):
 
 Files (Debian's dataset-fashion-mnist): DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz, the
 names the C++ opens; the content may be gzip (starts 1f 8b; several members are read as their
-concatenation) or plain IDX. IDX, big-endian: magic u32 0x00000803 (u8 images, 3 dims) or
-0x00000801 (u8 labels, 1 dim), one u32 per dimension (each >= 1), then the u8 data row-major and
-nothing after it.
+concatenation, zero bytes after a member are skipped) or plain IDX. IDX, big-endian: magic u32
+0x00000803 (u8 images, 3 dims) or 0x00000801 (u8 labels, 1 dim), one u32 per dimension (each >= 1,
+at most 2^34 elements in all), then the u8 data row-major and nothing after it.
 
 Normalisation, in fp32 and in this order (the C++ expression, same torch ops):
     x = (float32(pixel) / 255 − 0.2860) / 0.3530
 (mean and std of the training split, models/data/fashion_mnist.h).
 """
 
-import gzip
 import os
 import struct
 import zlib
@@ -29,6 +28,7 @@ import numpy as np
 import torch
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"  # kFashionMnistDir
+MAX_ELEMENTS = 1 << 34  # kIdxMaxElements (models/data/idx.h): 16 Gi; Fashion-MNIST's train images are 47 Mi
 MEAN = 0.2860  # kFashionMnistMean
 STD = 0.3530   # kFashionMnistStd
 _STEMS = {"train": "train", "test": "t10k"}
@@ -44,11 +44,29 @@ def read_idx(path, rank):
     with open(path, "rb") as f:
         blob = f.read()
     if blob[:2] == b"\x1f\x8b":
-        try:
-            blob = gzip.decompress(blob)
-        except (OSError, EOFError, zlib.error) as e:
-            raise ValueError(f"{path}: gzip error: {e}") from None
+        blob = _gunzip(blob, path)
     return parse_idx(blob, rank, path)
+
+
+def _gunzip(blob, name):
+    """The decompressed bytes of gzip data, by the rules of the C++ decoder (models/data/idx.cpp),
+    with the same zlib checks (header, CRC-32, length) and the same messages: several members are
+    read as their concatenation; zero bytes after a member are skipped (padding, as gzip -d and
+    gzip.decompress do); any other byte after a member that does not start one is an error, as is
+    a member cut short."""
+    out, rest = [], blob
+    while rest:
+        member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip wrapper only, as inflateInit2(15 + 16)
+        try:
+            out.append(member.decompress(rest))
+        except zlib.error as e:  # "Error -3 while decompressing data: <zlib's msg>": the C++ shows zlib's msg
+            raise ValueError(f"{name}: gzip error: {str(e).split('while decompressing data: ')[-1]}") from None
+        if not member.eof:
+            raise ValueError(f"{name}: gzip error: truncated data (unexpected end of file)")
+        rest = member.unused_data.lstrip(b"\x00")
+        if rest and rest[0] != 0x1f:
+            raise ValueError(f"{name}: trailing bytes after the gzip data")
+    return b"".join(out)
 
 
 def parse_idx(blob, rank, name="<memory>"):
@@ -59,13 +77,20 @@ def parse_idx(blob, rank, name="<memory>"):
     expected = 0x800 | rank
     if magic != expected:
         raise ValueError(f"{name}: bad IDX magic 0x{magic:08x}, expected 0x{expected:08x} (u8 data, {rank} dims)")
-    if len(blob) < 4 + 4 * rank:
-        raise ValueError(f"{name}: truncated IDX header")
-    dims = struct.unpack(f">{rank}I", blob[4:4 + 4 * rank])
-    for k, d in enumerate(dims):
+    # Dimension by dimension, in the C++ decoder's order (parse_stream), so that both give the same
+    # first error. The count is capped as there: np.prod(dims, uint64) wrapped (2^17 * 2^17 * 2^30
+    # = 2^64 -> 0) and the header then met numpy's reshape error, without the path.
+    dims, total = [], 1
+    for k in range(rank):
+        if len(blob) < 8 + 4 * k:
+            raise ValueError(f"{name}: truncated IDX header")
+        (d,) = struct.unpack(">I", blob[4 + 4 * k:8 + 4 * k])
         if d == 0:
             raise ValueError(f"{name}: IDX dimension {k} is zero")
-    total = int(np.prod(dims, dtype=np.uint64))
+        dims.append(d)
+        total *= d  # a Python int: no wrap-around
+        if total > MAX_ELEMENTS:
+            raise ValueError(f"{name}: IDX dimensions too large (more than 2^34 elements)")
     data = blob[4 + 4 * rank:]
     if len(data) < total:
         raise ValueError(f"{name}: truncated: expected {total} data bytes, got {len(data)}")

@@ -3,8 +3,8 @@
 This is `jacond.safetensors` (the package reads checkpoints with it, python/jacond/vit.py) and is
 also loaded by file path, with no package around it, by experiments/bench/torch_dense_route.py and
 scipy_svds_route.py (which must not import the compiled extension): so it imports nothing
-package-relative. The writer is C++, models/io/safetensors.cpp; this reads what it writes (and any
-other safetensors file of the dtypes below).
+package-relative. The C++ side is models/io/safetensors.cpp; each reads what the other writes, and
+this reads any other safetensors file of the dtypes below.
 
 Debian packages no python3-safetensors, so this reads the format directly:
 
@@ -22,6 +22,7 @@ The arrays are writable views into one bytearray read from the file (no per-tens
 Values are not judged (NaN/inf come back as stored).
 """
 
+import errno
 import json
 import math
 import os
@@ -139,27 +140,67 @@ def read(path):
 
 
 def write(path, tensors, metadata=None):
-    """Writes {name: array} (and optional {str: str} metadata) at `path`, tensors in name order,
-    header padded with spaces to a multiple of 8; through a temporary name and a rename, so a
-    reader never sees half a file. Arrays keep their dtype (one of DTYPES) and C order."""
+    """Writes {name: array} (and optional {str: str} metadata) at `path`. Arrays keep their dtype
+    (one of DTYPES) and C order. Through a temporary name and a rename, so a reader never sees half
+    a file; the file and then its directory are fsync'ed, and on any failure the temporary file is
+    removed (the destination is left as it was).
+
+    Layout, as models/io/safetensors.cpp writes it: the header (keys in name order) is padded with
+    spaces so that the data starts at a multiple of 8, and the data holds the tensors by element
+    size descending, then name (HF's writer does the same). Every tensor then starts at a file
+    offset that is a multiple of its element size, which zero-copy loaders need (torch: "storage_
+    offset() must be divisible by 8"); name order put an F64 after an F16[3] at an odd offset."""
     names = {dtype: name for name, dtype in DTYPES.items()}
-    header, chunks, offset = {}, [], 0
+    arrays = {}
     for name in sorted(tensors):
         a = np.ascontiguousarray(tensors[name])
         if a.dtype.newbyteorder("<") not in names:
             raise SafetensorsError(f"{path}: tensor {name!r} has dtype {a.dtype}, not one of {', '.join(DTYPES)}")
-        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        arrays[name] = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    header, offset = {}, 0
+    order = sorted(arrays, key=lambda name: (-arrays[name].dtype.itemsize, name))
+    for name in order:
+        a = arrays[name]
         header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        chunks.append(a.tobytes())
         offset += a.nbytes
+    header = dict(sorted(header.items()))
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text)
+            for name in order:
+                f.write(arrays[name].reshape(-1).view(np.uint8))
+            f.flush()
+            os.fsync(f.fileno())  # the data on disk before the rename can expose it
+        os.replace(temporary, path)
+    except BaseException:
+        # A failed write (disk full, a bad path, an interrupt) leaves no *.tmp-<pid> behind.
+        try:
+            os.remove(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def _fsync_directory(directory):
+    """fsync of a directory, so that a rename into it survives a crash (POSIX; elsewhere a
+    directory cannot be opened for it and there is nothing to do). EINVAL means the filesystem
+    has no directory fsync: nothing more to flush."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
 
 
 def main(argv):

@@ -73,6 +73,15 @@ def st_seeds():
     put("fuzz_safetensors", "bad_truncated.safetensors",
         safetensors({"x": ("F32", [2, 3], f32)})[:-5])
     put("fuzz_safetensors", "bad_header_length.safetensors", struct.pack("<Q", 1000) + b"{}      ")
+    # A NUL after valid JSON (nlohmann stopped there), a zero extent beside extents whose product
+    # overflows int64, an empty tensor inside another.
+    put("fuzz_safetensors", "bad_nul_in_header.safetensors", safetensors({}, raw_header=
+        b'{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}\x00garbage') + bytes(8))
+    put("fuzz_safetensors", "bad_numel_overflow.safetensors", safetensors({}, raw_header=
+        b'{"x":{"dtype":"F64","shape":[2,9223372036854775807,0],"data_offsets":[0,0]}}'))
+    put("fuzz_safetensors", "bad_empty_inside.safetensors", safetensors({}, raw_header=
+        b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+        b'"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}') + bytes(8))
 
 
 # --- IDX: big-endian magic 0x0000080<rank>, u32 dims, u8 data; gzip or plain -----------------
@@ -96,6 +105,8 @@ def idx_seeds():
     put("fuzz_idx", "bad_trailing.idx", labels + b"\x00")
     put("fuzz_idx", "bad_truncated.idx.gz", gz(images)[:-9])
     put("fuzz_idx", "bad_trailing_garbage.idx.gz", gz(labels) + b"junk")
+    put("fuzz_idx", "labels_zero_padded.idx.gz", gz(labels[:6]) + bytes(5) + gz(labels[6:]) + bytes(11))
+    put("fuzz_idx", "bad_zero_padding_then_garbage.idx.gz", gz(labels) + bytes(4) + b"junk")
     put("fuzz_idx", "bad_huge_dims.idx", idx(3, [1 << 17, 1 << 17, 1 << 30], []))
     put("fuzz_idx", "bad_magic.idx", idx(2, [2, 2], range(4)))
 
@@ -120,6 +131,7 @@ def meta_seeds():
     put("fuzz_checkpoint_meta", "bad_utf8.json", b'{"format":"jacond-checkpoint/1\xff\x1b[31m","step":0}')
     put("fuzz_checkpoint_meta", "bad_truncated.json", b'{"format": "jacond-checkpoint/1", "step": ')
     put("fuzz_checkpoint_meta", "bad_deep.json", b'{"format":' + b"[" * 200 + b"]" * 200 + b"}")
+    put("fuzz_checkpoint_meta", "bad_nul.json", b'{"format":"jacond-checkpoint/1","step":0,"model":{}}\x00junk')
 
 
 if __name__ == "__main__":

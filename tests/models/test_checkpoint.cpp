@@ -22,7 +22,11 @@ class Checkpoints : public ::testing::Test {
     run_ = (fs::temp_directory_path() / ("jacond_ckpt_" + std::to_string(::getpid()))).string();
     fs::remove_all(run_);
   }
-  void TearDown() override { fs::remove_all(run_); }
+  void TearDown() override {
+    models::set_checkpoint_crash_point_for_testing({});
+    fs::remove_all(run_);
+    fs::remove_all(run_ + ".crash");
+  }
   std::string write(int64_t step) {
     models::TensorMap state{{"w", torch::full({2, 3}, static_cast<float>(step))}};
     auto saver = [&](torch::serialize::OutputArchive& a) { a.write("moment", torch::full({4}, 0.5 * step)); };
@@ -59,6 +63,67 @@ TEST_F(Checkpoints, NewestCompleteRetentionAndPartialCleanup) {
   EXPECT_EQ(kept.front().step, 20);
   models::clean_partial_checkpoints(run_);
   EXPECT_FALSE(fs::exists(fs::path(run_) / ".tmp-step-0000040.999"));
+}
+
+// Replacing a step that exists (a stale checkpoint of the same step) removed the old step-N
+// before renaming the new one in: a crash between the two left only .tmp-step-N.<pid>, which
+// clean_partial_checkpoints deletes at the next start, and the step was gone. A crash is
+// simulated by copying the run directory at each point of write_checkpoint where the disk state
+// changes (what a crash there would leave); after clean_partial_checkpoints every copy must hold
+// a complete step-N, old or new, and no leftover.
+TEST_F(Checkpoints, ReplacingAStepSurvivesACrashAtEveryPoint) {
+  write(5);  // the old step-0000005, note "x"
+  const fs::path crash = run_ + ".crash";
+  fs::create_directories(crash);
+  std::vector<std::string> points;
+  models::set_checkpoint_crash_point_for_testing([&](const std::string& point) {
+    points.push_back(point);
+    fs::copy(run_, crash / point, fs::copy_options::recursive);
+  });
+  models::TensorMap state{{"w", torch::full({2, 3}, 50.0f)}};
+  auto saver = [](torch::serialize::OutputArchive& a) { a.write("moment", torch::zeros({4})); };
+  models::write_checkpoint(run_, 5, state, saver, {{"model", {{"dim", 8}}}, {"note", "new"}});
+  models::set_checkpoint_crash_point_for_testing({});
+  EXPECT_EQ(points, (std::vector<std::string>{"new-complete", "old-set-aside", "new-installed"}));
+
+  auto expect_one_complete_step = [](const fs::path& run, const std::string& note) {
+    models::clean_partial_checkpoints(run.string());
+    const auto all = models::list_checkpoints(run.string());
+    ASSERT_EQ(all.size(), 1u) << run;
+    EXPECT_EQ(all[0].step, 5) << run;
+    const models::Checkpoint c = models::read_checkpoint(all[0].dir);
+    EXPECT_EQ(c.meta["note"], note) << run;
+    EXPECT_TRUE(torch::equal(c.model.at("w"), torch::full({2, 3}, note == "new" ? 50.0f : 5.0f))) << run;
+    for (const auto& e : fs::directory_iterator(run))
+      EXPECT_EQ(e.path().filename().string().rfind('.', 0), std::string::npos) << "left behind: " << e.path();
+  };
+  expect_one_complete_step(crash / "new-complete", "x");   // the new one not yet in: the old stays
+  expect_one_complete_step(crash / "old-set-aside", "x");  // only the set-aside copy: restored
+  expect_one_complete_step(crash / "new-installed", "new");
+  expect_one_complete_step(run_, "new");  // no crash: the old one removed by write_checkpoint itself
+}
+
+TEST_F(Checkpoints, SetAsideStepIsKeptWhileItsReplacementIsIncomplete) {
+  // A .old-step-N beside a step-N that is not a complete checkpoint (no model files): neither
+  // copy is known good, so the set-aside one is left for the user, not deleted.
+  write(5);
+  const fs::path run(run_);
+  fs::rename(run / "step-0000005", run / ".old-step-0000005.999");
+  fs::create_directories(run / "step-0000005");
+  models::clean_partial_checkpoints(run_);
+  EXPECT_TRUE(fs::exists(run / ".old-step-0000005.999" / "model.safetensors"));
+}
+
+// --resume RUN after a crash mid-replacement of the newest step (step-5 set aside as .old-step-5,
+// its replacement not yet in place) resumes step 5, not step 3: the set-aside step is put back
+// before the newest is chosen (it was restored only afterwards, as a step past the resumed one).
+TEST_F(Checkpoints, ResumeAfterACrashMidReplacementTakesTheSetAsideNewestStep) {
+  write(3);
+  write(5);
+  const fs::path run(run_);
+  fs::rename(run / "step-0000005", run / ".old-step-0000005.999");
+  EXPECT_EQ(fs::path(models::resolve_resume_checkpoint(run_)).filename(), "step-0000005");
+  EXPECT_FALSE(fs::exists(run / ".old-step-0000005.999"));
 }
 
 TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {
@@ -118,6 +183,9 @@ TEST_F(Checkpoints, MetaJsonFieldsAreValidatedWithOneLineErrors) {
             "m.json: 'step' 18446744073709551615 is outside [0, 2^63)");
   EXPECT_EQ(err("{\"format\": \"jacond-checkpoint/1\", \"step\": 2.5, \"model\": {}}"), "m.json: no integer 'step'");
   EXPECT_EQ(err("{\"format\": \"jacond-checkpoint/1\", \"step\": 2, \"model\": 7}"), "m.json: no 'model' config");
+  // nlohmann's lexer stops at a NUL byte: "{valid}\0garbage" was accepted as "{valid}".
+  EXPECT_EQ(err(ok + std::string(1, '\0') + "garbage"),
+            "m.json: malformed JSON: NUL byte at offset " + std::to_string(ok.size()));
   // A number beyond double: nlohmann's out_of_range, found by tests/fuzz (escaped uncaught).
   const std::string big = err("{\"x\": 1e400}");
   EXPECT_EQ(big.rfind("m.json: malformed JSON: ", 0), 0u) << big;

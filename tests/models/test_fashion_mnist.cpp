@@ -179,7 +179,52 @@ TEST_F(IdxFiles, GzipMembersConcatenateAndTrailingGarbageIsAnError) {
   EXPECT_EQ(a.data, std::vector<uint8_t>(5, 3));
   EXPECT_EQ(parse_error(gzip_of(raw) + "junk", 1), "mem.idx: trailing bytes after the gzip data");
   const std::string gz = gzip_of(raw);
-  EXPECT_EQ(parse_error(gz.substr(0, gz.size() - 4), 1), "mem.idx: truncated gzip data (unexpected end of file)");
+  EXPECT_EQ(parse_error(gz.substr(0, gz.size() - 4), 1), "mem.idx: gzip error: truncated data (unexpected end of file)");
+}
+
+// The files below are the same bytes as in python/tests/test_io.py (test_idx_decoders_agree...):
+// the C++ and Python decoders must accept and reject the same files, with the same messages.
+// G is gzip (zlib, mtime 0) of the label file {0x801, 5} + five 3s; G1 and G2 of its first 7 and
+// last 6 bytes.
+std::string from_hex(const std::string& h) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  return out;
+}
+const std::string kG = from_hex("1f8b08000000000002036360e06064606060650601005434cfef0d000000");
+const std::string kG1 = from_hex("1f8b08000000000002036360e0606460600000daf3a01507000000");
+const std::string kG2 = from_hex("1f8b080000000000020363650601000e59780406000000");
+
+TEST_F(IdxFiles, GzipZeroPaddingIsSkippedAsByPythonAndOtherTrailingBytesAreErrors) {
+  // The C++ decoder rejected zero padding after the gzip data, which Python's decoder
+  // (gzip.decompress) accepted: one file, two verdicts. Zero bytes after a member are now
+  // skipped by both (as gzip -d does); anything else after a member stays an error in both.
+  for (const std::string& ok : {kG, kG + std::string(16, '\0'), kG1 + std::string(4, '\0') + kG2}) {
+    EXPECT_EQ(parse_error(ok, 1), "");
+    const auto a = models::parse_idx(reinterpret_cast<const uint8_t*>(ok.data()), ok.size(), 1);
+    EXPECT_EQ(a.data, std::vector<uint8_t>(5, 3));
+  }
+  EXPECT_EQ(parse_error(kG + std::string(4, '\0') + "junk", 1), "mem.idx: trailing bytes after the gzip data");
+  EXPECT_EQ(parse_error(kG + "junk", 1), "mem.idx: trailing bytes after the gzip data");
+  EXPECT_EQ(parse_error(kG + std::string(3, '\0') + "\x1f", 1), "mem.idx: gzip error: truncated data (unexpected end of file)");
+  std::string bad_crc = kG;
+  bad_crc[bad_crc.size() - 8] ^= 0x5a;
+  EXPECT_EQ(parse_error(bad_crc, 1), "mem.idx: gzip error: incorrect data check");  // zlib's message
+  // Zero bytes after plain IDX data are data, not padding: trailing bytes.
+  EXPECT_EQ(parse_error(idx_bytes({0x801, 5}, 5, 3) + std::string(4, '\0'), 1),
+            "mem.idx: trailing bytes after the IDX data");
+  // Through a file as well (read_idx streams the input in 64 KiB pieces: padding longer than one).
+  const std::string path = (dir_ / "padded.gz").string();
+  { std::ofstream(path, std::ios::binary) << kG + std::string(200000, '\0'); }
+  EXPECT_EQ(models::read_idx(path, 1).data, std::vector<uint8_t>(5, 3));
+}
+
+TEST_F(IdxFiles, DimensionCapIsCheckedDimensionByDimensionAsInPython) {
+  // [2^20, 2^20, 0]: the count passes 2^34 at the second dimension, before the zero is read.
+  // The Python decoder checks in the same order (it checked every zero first).
+  EXPECT_EQ(parse_error(idx_bytes({0x803, 1u << 20, 1u << 20, 0}, 0), 3),
+            "mem.idx: IDX dimensions too large (more than 2^34 elements)");
+  EXPECT_EQ(parse_error(idx_bytes({0x803, 0, 1u << 20, 1u << 20}, 0), 3), "mem.idx: IDX dimension 0 is zero");
 }
 
 TEST_F(IdxFiles, DimensionProductThatWouldWrapIsRejected) {

@@ -46,10 +46,11 @@ class SafetensorsTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
 
-  /// Names in the test directory that look like leftover temporary files.
+  /// Names under the test directory (subdirectories included) that look like leftover
+  /// temporary files.
   std::vector<std::string> temp_leftovers() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) {
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
       const std::string name = e.path().filename().string();
       if (name.find(".tmp.") != std::string::npos) out.push_back(name);
     }
@@ -221,7 +222,8 @@ TEST_F(SafetensorsTest, OverwriteReplacesWholeFile) {
 // ---------------------------------------------------------------------------------------------
 
 /// Data buffer: b (F64 [1] = 0.1) at [0, 8), a (F32 [2] = 1.0, -2.5) at [8, 16),
-/// h (F16 [3] = 1.0, -2.0, 65504) at [16, 22). Stored out of name order on purpose.
+/// h (F16 [3] = 1.0, -2.0, 65504) at [16, 22). Out of name order: by element size, as the
+/// writer lays them out.
 std::string hand_data() {
   std::string d;
   const unsigned char b[] = {0x9A, 0x99, 0x99, 0x99, 0x99, 0x99, 0xB9, 0x3F};  // 0x3FB999999999999A
@@ -263,7 +265,8 @@ TEST_F(SafetensorsTest, HandBuiltFileReads) {
 }
 
 TEST_F(SafetensorsTest, WriterOutputMatchesSpecLayout) {
-  // Same tensors as the hand-built file: the writer lays them out in name order a, b, h.
+  // Same tensors as the hand-built file: the writer lays them out by element size descending,
+  // then name (b F64, a F32, h F16), the hand-built order; the header keys stay in name order.
   SafetensorsFile f;
   const std::string d = hand_data();
   f.tensors["b"] = raw_of_bytes(DType::F64, {1}, d.substr(0, 8));
@@ -283,17 +286,67 @@ TEST_F(SafetensorsTest, WriterOutputMatchesSpecLayout) {
   EXPECT_EQ(header.front(), '{');
   EXPECT_EQ(header.find_last_not_of(' '), header.find_last_of('}')) << "padding is spaces";
   const json expect = {
-      {"a", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0, 8}}}},
-      {"b", {{"dtype", "F64"}, {"shape", {1}}, {"data_offsets", {8, 16}}}},
+      {"a", {{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {8, 16}}}},
+      {"b", {{"dtype", "F64"}, {"shape", {1}}, {"data_offsets", {0, 8}}}},
       {"h", {{"dtype", "F16"}, {"shape", {3}}, {"data_offsets", {16, 22}}}},
       {"__metadata__", {{"format", "pt"}}}};
   EXPECT_EQ(json::parse(header), expect);
-  EXPECT_EQ(bytes.substr(8 + n), d.substr(8, 8) + d.substr(0, 8) + d.substr(16, 6));
+  EXPECT_LT(header.find("\"a\""), header.find("\"b\"")) << "header keys in name order";
+  EXPECT_EQ(bytes.substr(8 + n), d);
 
   // Deterministic: the same input gives the same bytes.
   const std::string path2 = file("writer2.safetensors");
   jacond::models::write_safetensors(path2, f);
   EXPECT_EQ(read_file(path2), bytes);
+}
+
+/// The data offsets [begin, end) and element size of every tensor of a written file, with the
+/// header length N, read from the bytes (independent of the reader).
+struct Placed {
+  std::string name;
+  uint64_t begin;
+  std::size_t element_size;
+};
+std::vector<Placed> placements(const std::string& bytes, uint64_t* n) {
+  *n = 0;
+  for (int i = 7; i >= 0; --i) *n = (*n << 8) | static_cast<unsigned char>(bytes[i]);
+  std::vector<Placed> out;
+  const json header = json::parse(bytes.substr(8, *n));
+  for (const auto& [name, e] : header.items())
+    if (name != "__metadata__")
+      out.push_back({name, e["data_offsets"][0].get<uint64_t>(),
+                     jacond::models::element_size(jacond::models::parse_dtype(e["dtype"]))});
+  return out;
+}
+
+TEST_F(SafetensorsTest, WriterKeepsEveryTensorAlignedToItsElementSize) {
+  // Laid out in name order, an F64 after an F16[3] started 6 bytes into the data: zero-copy
+  // loaders (torch.frombuffer on an mmap: "storage_offset() must be divisible by 8") refuse it.
+  // Each tensor must start at a file offset (8 + N + begin) that its element size divides.
+  SafetensorsFile f;
+  f.tensors["a"] = jacond::models::from_doubles({1, 2, 3}, {3}, DType::F16);
+  f.tensors["b"] = jacond::models::from_doubles({4, 5}, {2}, DType::F64);
+  f.tensors["c"] = jacond::models::from_doubles({6}, {1}, DType::U8);
+  f.tensors["d"] = jacond::models::from_doubles({7}, {1}, DType::F32);
+  f.tensors["e"] = jacond::models::from_doubles({8}, {1}, DType::I64);
+  f.metadata["k"] = "v";  // the metadata lengthens the header: N stays a multiple of 8
+  const std::string path = file("aligned.safetensors");
+  jacond::models::write_safetensors(path, f);
+  uint64_t n = 0;
+  const auto placed = placements(read_file(path), &n);
+  ASSERT_EQ(placed.size(), 5u);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  for (const Placed& p : placed)
+    EXPECT_EQ((8 + n + p.begin) % p.element_size, 0u) << p.name << " at data offset " << p.begin;
+  const SafetensorsFile g = jacond::models::read_safetensors(path);
+  for (const auto& [name, t] : f.tensors) EXPECT_EQ(g.tensors.at(name).bytes, t.bytes) << name;
+
+  // The LibTorch layer writes through the same writer.
+  const std::string path2 = file("aligned_torch.safetensors");
+  jacond::models::save_safetensors(path2, {{"a", at::ones({3}, at::kHalf)}, {"b", at::ones({2}, at::kDouble)}});
+  const auto placed2 = placements(read_file(path2), &n);
+  for (const Placed& p : placed2)
+    EXPECT_EQ((8 + n + p.begin) % p.element_size, 0u) << p.name << " at data offset " << p.begin;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,6 +358,61 @@ std::string one_tensor_header(const std::string& dtype, const std::string& shape
                               const std::string& offsets) {
   return "{\"x\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":" +
          offsets + "}}";
+}
+
+TEST_F(SafetensorsTest, RejectsNulByteInHeader) {
+  // nlohmann's lexer stops at a NUL: "{valid}\0garbage" parsed as "{valid}". HF's reader and
+  // jacond's Python reader reject it; so must this one, naming the offset.
+  const std::string valid = one_tensor_header("F32", "[2]", "[0,8]");
+  const std::string path = file("nul.safetensors");
+  write_file(path, make_file(valid + std::string(1, '\0') + "garbage", zeros(8)));
+  expect_read_error(path, {"NUL byte in the header at offset " + std::to_string(valid.size())});
+  // NUL padding instead of spaces: the same.
+  const std::string path2 = file("nulpad.safetensors");
+  write_file(path2, make_file(valid + std::string(8 - valid.size() % 8, '\0'), zeros(8), false));
+  expect_read_error(path2, {"NUL byte in the header at offset " + std::to_string(valid.size())});
+  const std::string bytes = make_file(valid + std::string(1, '\0') + "]]", zeros(8));
+  EXPECT_THROW(jacond::models::parse_safetensors(bytes.data(), bytes.size()), SafetensorsError);
+}
+
+TEST_F(SafetensorsTest, RejectsShapeWhoseElementCountOverflowsInt64) {
+  // One zero extent makes the byte count 0, however large the others; numel() then threw
+  // std::invalid_argument (not a SafetensorsError, so the fuzz target and callers missed it).
+  const std::string path = file("numel.safetensors");
+  write_file(path, make_file(one_tensor_header("F64", "[2,9223372036854775807,0]", "[0,0]"), zeros(0)));
+  expect_read_error(path, {"'x'", "shape [2, 9223372036854775807, 0] of F64 is too large",
+                           "overflow int64"});
+  EXPECT_THROW(jacond::models::load_safetensors(path), SafetensorsError);
+  // The largest extents numpy and LibTorch index: accepted.
+  const std::string ok = file("numel_ok.safetensors");
+  write_file(ok, make_file(one_tensor_header("F64", "[1152921504606846975,0]", "[0,0]"), zeros(0)));
+  EXPECT_EQ(jacond::models::read_safetensors(ok).tensors.at("x").shape,
+            (std::vector<int64_t>{1152921504606846975, 0}));
+  EXPECT_EQ(jacond::models::load_safetensors(ok).at("x").numel(), 0);
+  // The writer refuses to make a file its reader rejects.
+  SafetensorsFile f;
+  f.tensors["x"] = RawTensor{DType::F64, {2, 9223372036854775807, 0}, {}};
+  EXPECT_THROW(jacond::models::write_safetensors(file("numel_w.safetensors"), f), SafetensorsError);
+  EXPECT_FALSE(fs::exists(file("numel_w.safetensors")));
+}
+
+TEST_F(SafetensorsTest, RejectsEmptyTensorInsideAnother) {
+  // Sorted by offset, each tensor begins where the previous ended, empty ones included (HF's
+  // rule and jacond's Python reader's): an empty tensor at [4, 4) sits inside a at [0, 8).
+  const std::string path = file("empty_inside.safetensors");
+  write_file(path, make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                             "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}",
+                             zeros(8)));
+  expect_read_error(path, {"tensor 'e' data_offsets [4, 4) overlap tensor 'a' [0, 8)"});
+  // At a boundary an empty tensor is fine: before, between and after the others.
+  const std::string ok = file("empty_between.safetensors");
+  write_file(ok, make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                           "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+                           "\"e0\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                           "\"e4\":{\"dtype\":\"F64\",\"shape\":[3,0],\"data_offsets\":[4,4]},"
+                           "\"e8\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,8]}}",
+                           zeros(8)));
+  EXPECT_EQ(jacond::models::read_safetensors(ok).tensors.size(), 5u);
 }
 
 TEST_F(SafetensorsTest, RejectsTruncatedFile) {
@@ -535,11 +643,18 @@ TEST_F(SafetensorsTest, ParseFromMemoryIsTheSameParser) {
 // Writing: atomicity and validation
 // ---------------------------------------------------------------------------------------------
 
-TEST_F(SafetensorsTest, WriteIntoMissingDirectoryThrowsAndLeavesNoTempFile) {
+TEST_F(SafetensorsTest, WriteIntoMissingDirectoryThrowsAndCreatesNothing) {
+  // The temporary file would go next to the destination, in the missing directory: the writer
+  // must fail on opening it, naming the destination, and create nothing in the directory that
+  // exists (no missing directories made on the way, no temporary file elsewhere).
   const std::string path = file("no/such/dir/w.safetensors");
-  EXPECT_THROW(jacond::models::save_safetensors(path, {{"x", at::ones({2})}}), SafetensorsError);
-  EXPECT_FALSE(fs::exists(dir_ / "no"));
-  EXPECT_TRUE(temp_leftovers().empty());
+  try {
+    jacond::models::save_safetensors(path, {{"x", at::ones({2})}});
+    ADD_FAILURE() << "expected SafetensorsError";
+  } catch (const SafetensorsError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": cannot open temporary file", 0), 0u) << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));
 }
 
 TEST_F(SafetensorsTest, FailedRenameRemovesTempFile) {

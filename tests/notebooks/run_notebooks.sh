@@ -4,8 +4,9 @@
 # A tiny sweep, a tiny training run with tracking, its audit (data-dependent and data-free); then
 # `jupyter nbconvert --execute` of each notebook in notebooks/ with JACOND_* pointing at them. A
 # cell that raises fails the test (nbconvert exits nonzero); the executed copies are checked for
-# the outputs the notebooks promise (a PNG per figure cell, the sensitivity verdict, the audit's
-# agreement with the tracking). PYTHON_PACKAGE_DIR (<build>/python) holds the in-tree Python module
+# the outputs the notebooks promise (a PNG per figure cell, the sensitivity verdict with a finite
+# ratio or an explicit "cannot decide", the audit's agreement with the tracking, python_api's
+# statuses as its prose states them). PYTHON_PACKAGE_DIR (<build>/python) holds the in-tree Python module
 # for python_api.ipynb; without it (a build without pybind11) that notebook is skipped.
 set -euo pipefail
 JACOND=$1
@@ -31,7 +32,7 @@ for nb in "$SOURCE"/notebooks/*.ipynb; do
 done
 # What the notebooks promise, in their executed copies.
 /usr/bin/python3 - "$WORK/executed" <<'PY'
-import json, sys, os
+import json, math, os, re, sys
 d = sys.argv[1]
 def outputs(name):
     nb = json.load(open(os.path.join(d, name + ".ipynb")))
@@ -43,7 +44,14 @@ def pngs(outs):
 failures = []
 sweep = outputs("sweep")
 if pngs(sweep) < 2: failures.append(f"sweep: {pngs(sweep)} figures, expected the jacond plot heatmap and the line plot")
-if "verdict:" not in text(sweep): failures.append("sweep: no sensitivity verdict")
+# The verdict's ratio must be a number: medians of singular (inf) or bracket rows printed "ratio inf" and
+# "kappa moves nanx". Where bounds cannot decide, the notebook must say so instead.
+t = text(sweep)
+if "verdict:" in t:
+    ratio = re.search(r"\(ratio (?:>= |<= )?([^)\s]+)\)", t)
+    if not ratio: failures.append("sweep: a verdict without its ratio")
+    elif not math.isfinite(float(ratio.group(1))): failures.append(f"sweep: the verdict's ratio is {ratio.group(1)}, not a finite number")
+elif "cannot decide:" not in t: failures.append("sweep: neither a sensitivity verdict nor 'cannot decide'")
 audit = outputs("training_audit")
 if pngs(audit) < 3: failures.append(f"training_audit: {pngs(audit)} figures, expected 3")
 t = text(audit)
@@ -59,6 +67,24 @@ if os.path.exists(os.path.join(d, "python_api.ipynb")):
     t = text(api)
     if pngs(api) < 1: failures.append("python_api: no figure")
     if "ln-complement" not in t or "K_sab" not in t: failures.append("python_api: the audit table is missing")
+    # What its prose says about the statuses (printed by its statuses() cell, at init and trained): every row
+    # dense, exact or singular; with residuals none singular; without, K_sab and K_ffn singular over the full
+    # space at every layer, and K_sa (full) and K_sab (ln-complement) singular at layers 2 and 3; the block
+    # taken by hand (layer 2, trained, skipless) has a singular K_sa.
+    for when in ("at init", "trained"):
+        for skip in ("full", "none"):
+            line = re.search(rf"{when}, skip={skip}: (.*) \(routes: (.*)\)\n  singular: (.*)", t)
+            if not line:
+                failures.append(f"python_api: no status line for {when}, skip={skip}"); continue
+            counts, routes, singular = line.groups()
+            if any(not r.startswith("dense") for r in routes.split(", ")): failures.append(f"python_api: {when}, skip={skip}: a route that is not dense: {routes}")
+            if any(c.split()[1] not in ("exact", "singular") for c in counts.split(", ")): failures.append(f"python_api: {when}, skip={skip}: statuses {counts}")
+            named = set(singular.split(", "))
+            if skip == "full" and singular != "none": failures.append(f"python_api: {when}, skip=full: singular rows {singular}")
+            expected = {f"{m} full layer {l}" for m in ("K_sab", "K_ffn") for l in range(4)} | \
+                       {f"{m} layer {l}" for m in ("K_sa full", "K_sab ln-complement") for l in (2, 3)}
+            if skip == "none" and named != expected: failures.append(f"python_api: {when}, skip=none: singular rows {singular}, the prose says {sorted(expected)}")
+    if "(dense-lu-lanczos, singular)" not in t: failures.append("python_api: the block by hand is not the singular K_sa its prose describes")
     if "relative difference " not in t: failures.append("python_api: svds on the operator not compared")
     else:
         diff = float(t.split("relative difference ")[1].split()[0])
