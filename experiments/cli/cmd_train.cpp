@@ -2,6 +2,7 @@
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -56,6 +57,22 @@ void refuse_flags_of_the_other_arch(const std::string& arch, const std::set<std:
   } else if (typed.count("kernel")) {
     throw UsageError("--kernel is the ConvMixer's depthwise kernel: it goes with --arch convmixer");
   }
+}
+
+// A model flag the chosen ViT ignores is a usage error, as the other architecture's are: an α
+// sweep under --init timm, or a drop-path sweep without residual branches, would train identical
+// runs recorded as different. The init's knobs must also be finite (init_block's check, earlier).
+void refuse_ignored_model_flags(const models::ViTConfig& m, const std::set<std::string>& typed) {
+  const std::pair<const char*, double> knobs[] = {{"alpha", m.init.alpha}, {"beta", m.init.beta}, {"c", m.init.c}};
+  for (const auto& [flag, value] : knobs) {
+    if (!typed.count(flag)) continue;
+    if (m.init.scheme != models::InitScheme::kOurs)
+      throw UsageError(std::string("--") + flag + " is a knob of --init ours; --init " + models::to_string(m.init.scheme) +
+                       " ignores it");
+    if (!std::isfinite(value)) throw UsageError(std::string("--") + flag + " must be finite, got " + fmt(value));
+  }
+  if (typed.count("drop-path") && m.drop_path > 0 && m.skip == models::SkipKind::kNone)
+    throw UsageError("--drop-path drops residual branches; --skip none has none");
 }
 
 // The flags; std::nullopt after --help. Values are checked here, before any file is read or
@@ -126,6 +143,7 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
       if (a.typed.count("seed")) throw UsageError("--seed: the checkpoint fixes the seed; leave it out when resuming");
     }
     refuse_flags_of_the_other_arch(c.arch, a.typed);
+    if (c.arch == "vit") refuse_ignored_model_flags(m, a.typed);
     models::for_each_train_field(c, [&](const models::TrainField& f, const auto& field) {
       // Negative is the "optimizer's default" these fields hold until finalize(): typed, it is an error.
       if constexpr (std::is_same_v<std::decay_t<decltype(field)>, double>)

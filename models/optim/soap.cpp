@@ -23,12 +23,15 @@ torch::Tensor as_matrix(const torch::Tensor& t) {
 }
 
 // Eigenvectors of each symmetric S[b] of a batch [B, n, n], columns ordered by descending
-// eigenvalue (fp64 eigh).
+// eigenvalue (fp64 eigh), row-major. eigh returns column-major strides, which the refresh's copy_
+// would keep for the whole run while a loaded state comes back row-major: the same products then
+// take other BLAS transpose paths, round differently, and a resumed run leaves the uninterrupted
+// one. Every eigenbasis is contiguous, live or loaded (Soap.EigenbasesAreRowMajorLiveAndLoaded).
 torch::Tensor eigenbases_desc(const torch::Tensor& S) {
   auto S64 = S.to(torch::kFloat64);
   S64 = S64 + 1e-30 * torch::eye(S64.size(-1), S64.options());
   auto eig = torch::linalg_eigh(S64);
-  return std::get<1>(eig).flip({-1}).to(S.dtype());
+  return std::get<1>(eig).flip({-1}).to(S.dtype()).contiguous();
 }
 
 // Q_Lᵀ G Q_R and Q_L G Q_Rᵀ over a batch [B, m, k]; an undefined side is the identity.

@@ -63,22 +63,41 @@ std::vector<LayerReport> state_conditioning(const TensorMap& state, const ViTCon
   return track_conditioning(model, probe_images, options);
 }
 
+namespace {
+
+// The weights-only reports of layer l among `names` (empty: all), from the stored weights (no
+// ReZero α or LayerScale γ folded in), probe -1.
+void append_weight_reports(const TensorMap& state, const ViTConfig& cfg, int64_t l, const std::vector<std::string>& names,
+                           std::vector<LayerReport>& out) {
+  for (auto& r : jacond::weight_reports(block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps, false)))
+    if (wanted(names, r.matrix)) out.push_back({-1, l, std::move(r)});
+}
+
+}  // namespace
+
 std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torch::Tensor& probe_images,
                                             const TrackOptions& options) {
   check_matrices_for(model->config().norm, options.matrices);
-  // Only the wanted block matrices are built and solved; data-free names select none here.
+  // Only the wanted block matrices are built and solved. The data-free names (W_VO, ...) are
+  // reported per layer, from the weights alone, when named: "all" means the block matrices, as
+  // in `jacond audit` with data.
   TrackOptions selected = options;
+  std::vector<std::string> weight_names;
   if (!options.matrices.empty()) {
     selected.block.matrices.clear();
     for (const auto& name : jacond::block_matrix_names())
       if (wanted(options.matrices, name)) selected.block.matrices.push_back(name);
-    if (selected.block.matrices.empty()) return {};
+    for (const auto& name : jacond::weight_matrix_names())
+      if (wanted(options.matrices, name)) weight_names.push_back(name);
   }
   const ViTConfig& cfg = model->config();
-  std::vector<torch::Tensor> inputs;
-  in_eval_mode(*model, [&] { model->forward_with_block_inputs(probe_images, inputs); });
   const TensorMap state = model->state();
   std::vector<LayerReport> out;
+  for (int64_t l = options.layer_offset; !weight_names.empty() && l < cfg.depth; l += options.layer_stride)
+    append_weight_reports(state, cfg, l, weight_names, out);
+  if (!options.matrices.empty() && selected.block.matrices.empty()) return out;
+  std::vector<torch::Tensor> inputs;
+  in_eval_mode(*model, [&] { model->forward_with_block_inputs(probe_images, inputs); });
   for (int64_t l = options.layer_offset; l < cfg.depth; l += options.layer_stride) {
     jacond::SkipMode mode;
     const jacond::BlockWeights w = analysis_block(state, cfg, l, &mode);
@@ -119,9 +138,7 @@ std::vector<LayerReport> convmixer_conditioning(ConvMixer& model, const torch::T
 std::vector<LayerReport> data_free_conditioning(const TensorMap& state, const ViTConfig& cfg) {
   check_blocks_match(state, cfg);  // the data route's load_state refuses a mismatch; this reads blocks alone
   std::vector<LayerReport> out;
-  for (int64_t l = 0; l < cfg.depth; ++l)  // the stored weights (no ReZero α or LayerScale γ folded in)
-    for (auto& r : jacond::weight_reports(block_from_timm(state, l, cfg.heads, 0.0, cfg.ln_eps, false)))
-      out.push_back({-1, l, std::move(r)});
+  for (int64_t l = 0; l < cfg.depth; ++l) append_weight_reports(state, cfg, l, {}, out);
   return out;
 }
 

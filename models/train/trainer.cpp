@@ -514,16 +514,20 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   else
     loss.backward();
   const double grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_grad > 0 ? cfg_.clip_grad : INFINITY);
-  optimizer_->step();
   double loss_value = loss.item<double>();
   double acc = logits.argmax(1).eq(labels).to(torch::kFloat64).mean().item<double>();
   if (ranks_) {  // the global batch's mean loss and accuracy (equal shards: the mean of the ranks')
     const auto sums = ranks_->allreduce_sum({loss_value, acc});
     loss_value = sums[0] / ranks_->size(), acc = sums[1] / ranks_->size();
   }
-  if (!std::isfinite(loss_value))
-    throw std::runtime_error("loss is " + std::to_string(loss_value) + " at step " + std::to_string(step) +
-                             " (diverged; lower --lr)");
+  // Before the update: NaN gradients would reach the optimizer (SOAP's first eigh fails on them
+  // with LAPACK's text). The norm is of the averaged gradients and the loss of the global batch,
+  // so every rank reaches the same verdict.
+  if (!std::isfinite(loss_value) || !std::isfinite(grad_norm))
+    throw std::runtime_error((std::isfinite(loss_value) ? "gradient norm is " + std::to_string(grad_norm)
+                                                        : "loss is " + std::to_string(loss_value)) +
+                             " at step " + std::to_string(step) + " (diverged; lower --lr, or the init's scale)");
+  optimizer_->step();
   return {loss_value, acc, grad_norm};
 }
 

@@ -742,6 +742,24 @@ TEST_F(TrainCli, NegativeOrNonFiniteOptimizerValuesAreUsageErrors) {
   }
 }
 
+// A model flag the chosen ViT ignores is a usage error naming it, before any file: --init timm
+// trained its usual init with config.json saying "alpha": 5, and --skip none gave the same losses
+// with --drop-path 0.5 as 0. A non-finite knob of `ours` names its flag (was exit 1, "init_block:
+// alpha must be finite").
+TEST_F(TrainCli, ModelFlagsTheModelIgnoresAreUsageErrors) {
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--init", "timm", "--alpha", "5"}, {"--alpha", "--init ours", "timm ignores it"}},
+      {{"--init", "mimetic", "--c", "2"}, {"--c", "--init ours", "mimetic"}},
+      {{"--skip", "none", "--drop-path", "0.5"}, {"--drop-path", "--skip none"}},
+      {{"--init", "ours", "--alpha", "nan"}, {"--alpha must be finite", "nan"}}};
+  for (const auto& [flags, needles] : cases) {
+    std::vector<std::string> args = {"train", "--steps", "1", "--out", path("ignored")};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const RunResult r = expect_one_line_error(args, needles, path("ignored"));
+    EXPECT_EQ(r.code, 2) << r.describe();
+  }
+}
+
 // A step whose own loss is finite can leave NaN weights behind (AdamW at --lr 1e30: the first
 // update is ±lr on every weight). The test loss is then the first to see it: exit 1 naming the test
 // loss, its eval.csv row kept, and no checkpoint of the NaN weights (was: tracking failed with
@@ -759,6 +777,45 @@ TEST_F(TrainCli, ALastStepThatDivergesStopsAtTheTestLoss) {
     std::getline(eval, header), std::getline(eval, row);
     EXPECT_EQ(row.rfind("1,0,nan,", 0), 0u) << "eval.csv row: " << row;
   }
+}
+
+// A data-free name in --track-matrices is tracked, per layer from the weights (probe "none"),
+// beside the block matrices: it was accepted and gave no row ("[track] step 0: 0 reports"). The
+// oracle is the init: `ours` sets W^V = cU, W^O = cVᵀ, so κ(W^V W^O) = 1 at step 0 (fp32 weights).
+TEST_F(TrainCli, ADataFreeMatrixIsTrackedPerLayerBesideTheBlockMatrices) {
+  const std::string dir = path("track-wvo");
+  const RunResult r = run(tiny_run(dir, {"--track-matrices", "W_VO,softmax", "--steps", "5", "--checkpoint-every", "0"}));
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const Csv cond = read_csv(dir + "/conditioning.csv");
+  std::set<std::pair<std::string, std::string>> weight_rows;  // (step, layer)
+  int softmax_rows = 0;
+  for (const auto& row : cond.rows) {
+    SCOPED_TRACE(row.at("step") + " " + row.at("layer") + " " + row.at("matrix"));
+    if (row.at("matrix") == "softmax") {
+      ++softmax_rows;
+      continue;
+    }
+    ASSERT_EQ(row.at("matrix"), "W_VO");
+    EXPECT_EQ(row.at("probe"), "none");
+    EXPECT_TRUE(weight_rows.insert({row.at("step"), row.at("layer")}).second) << "one row per (step, layer)";
+    const double kappa = to_double(row.at("kappa"));
+    if (row.at("step") == "0") EXPECT_NEAR(kappa, 1.0, 1e-5);
+    else EXPECT_GT(kappa, 1.0 + 1e-5) << "the weights moved";
+  }
+  EXPECT_EQ(weight_rows.size(), 2u * 2u);  // steps 0 and 5, layers 0 and 1
+  EXPECT_GT(softmax_rows, 0);
+}
+
+// Non-finite gradients stop the run before the optimizer sees them: SOAP's first eigh failed on
+// them with LAPACK's "ill-conditioned" text (--c 1e20 overflows the attention logits), where AdamW
+// stopped at the loss check after its step.
+TEST_F(TrainCli, NonFiniteGradientsStopTheRunBeforeTheUpdate) {
+  const std::string dir = path("c1e20");
+  const RunResult r = expect_one_line_error(tiny_run(dir, {"--c", "1e20", "--steps", "3", "--track-every", "0"}),
+                                            {"at step 1", "diverged"});
+  EXPECT_EQ(r.code, 1) << r.describe();
+  EXPECT_EQ(r.err.find("eigh"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/step-0000001"));
 }
 
 // bench train against the Python PyTorch route (torch_train_route.py, Debian's python3-torch) on the
