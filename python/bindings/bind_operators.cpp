@@ -145,6 +145,22 @@ Mat dense_jacobian(const BlockWeights& w, const Eigen::Ref<const Mat>& X, const 
   return attention_jacobian(p.w, p.f.attn, part_of(name));
 }
 
+// numpy casts a complex array to fp64 with only a ComplexWarning, dropping its imaginary part, so a
+// complex operand is refused by name (jacond.linear_operator applies K to Re and Im separately).
+template <typename Dense>
+Dense real_operand(const py::object& v, const char* name) {
+  const py::array a = py::array::ensure(v);
+  if (a && a.dtype().kind() == 'c')
+    throw py::value_error(std::string(name) + " is complex; K is real: apply it to " + name + ".real and " + name +
+                          ".imag (jacond.linear_operator does)");
+  try {
+    return py::cast<Dense>(v);
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(name) + (Dense::ColsAtCompileTime == 1 ? " must be a real vector" : " must be a real matrix") +
+                         ", got " + py::str(py::type::of(v)).cast<std::string>());
+  }
+}
+
 }  // namespace
 
 void bind_operators(py::module_& m) {
@@ -161,9 +177,12 @@ j + b*n is token j, complement coordinate b. Holds its own copy of the weights a
       .def_property_readonly("shape", [](const JacobianOperator& op) { return py::make_tuple(op.rows(), op.cols()); })
       .def_property_readonly("matrix", &JacobianOperator::matrix)
       .def_property_readonly("space", &JacobianOperator::space)
-      .def("matvec", &JacobianOperator::matvec, py::arg("x"), "K x")
-      .def("rmatvec", &JacobianOperator::rmatvec, py::arg("y"), "Kᵀ y")
-      .def("matmat", &JacobianOperator::matmat, py::arg("X"), "K X, column by column");
+      .def("matvec", [](const JacobianOperator& op, const py::object& x) { return op.matvec(real_operand<Vec>(x, "x")); },
+           py::arg("x"), "K x (x real)")
+      .def("rmatvec", [](const JacobianOperator& op, const py::object& y) { return op.rmatvec(real_operand<Vec>(y, "y")); },
+           py::arg("y"), "Kᵀ y (y real)")
+      .def("matmat", [](const JacobianOperator& op, const py::object& X) { return op.matmat(real_operand<Mat>(X, "X")); },
+           py::arg("X"), "K X, column by column (X real)");
   m.def("dense_jacobian", &dense_jacobian, py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full",
         py::arg("space") = "full",
         "The Jacobian assembled densely from its closed form (nd x nd; rows and columns in vec order; "
