@@ -20,6 +20,11 @@ class Verifier {
   /// and "[N/A]" when no case met the premise. A check over nothing cannot fail, so it is never
   /// a PASS; it is recorded (verdict "n/a" in run.json) and is not a failure.
   bool check_cases(const std::string& name, int passed, int cases, const std::string& detail);
+  /// A paper's conclusion measured against jacond's numbers, not a property of jacond: prints
+  /// "[HOLDS] name: detail" or "[DOES NOT HOLD] ...", records it (verdict "holds" / "does not hold",
+  /// "pass" null) and is never a failure: a conclusion the numbers do not support is a finding
+  /// about the paper, reported as such beside the checks that test jacond and the theorems.
+  void finding(const std::string& name, bool holds, const std::string& detail);
   void note(const std::string& text);  // an informational line (no verdict)
   bool all_passed() const { return failures_ == 0; }
   nlohmann::json to_json() const;

@@ -27,6 +27,12 @@ bool Verifier::check_cases(const std::string& name, int passed, int cases, const
   return true;
 }
 
+void Verifier::finding(const std::string& name, bool holds, const std::string& detail) {
+  std::cout << (holds ? "  [HOLDS] " : "  [DOES NOT HOLD] ") << name << ": " << detail << "\n";
+  checks_.push_back({{"claim", claim_}, {"check", name}, {"pass", nullptr}, {"verdict", holds ? "holds" : "does not hold"},
+                     {"detail", detail}});
+}
+
 void Verifier::note(const std::string& text) {
   std::cout << "  " << text << "\n";
   notes_.push_back(text);

@@ -7,7 +7,13 @@
 //  * With γ = min_i (M_ii − max_{j≠i} M_ij) and ε_i = 1 − A_ii ≤ (n−1)e^{−γ}, each softmax row
 //    Jacobian J_i = diag(p) − ppᵀ has ‖J_i‖₂ ≤ max_k Σ_l |J_i[k,l]| = max_k 2p_k(1 − p_k) ≤ 2ε_i,
 //    hence  ‖∂vec A/∂vec M‖₂ = max_i ‖J_i‖₂ ≤ 2(n−1)e^{−γ}        (explicit constant; checked)
-//  * ‖∂vec A/∂vec M‖₂ decays exponentially in β (fitted slope on the tail; checked < 0 clearly)
+//  * ‖∂vec A/∂vec M‖₂ decays as e^{−γ}: on the tail β ≥ 4, the fitted slope of ln‖∂A/∂M‖ against β
+//    is within 15 % of the slope of −γ against β (both fitted on the same β, means over seeds). As
+//    β grows, γ = gβ + a per draw (g the diagonal's margin over the row's nearest token, a the αZ
+//    part), and ‖J_i‖₂ ≈ 2ε_i ≈ 2Σ_{j≠i} e^{−(M_ii − M_ij)} is dominated by the smallest gap, so
+//    d ln‖∂A/∂M‖/dβ → −dγ/dβ; the 15 % allow for the O(1) count of near-nearest tokens and for
+//    the rows trading places as the smallest gap: over 15 base seeds at 5 seeds per (α, β) the two
+//    slopes differed by at most 7 %. (The old check, slope < −0.3, asked only that it decay.)
 //  * ‖∂vec A/∂vec X‖₂ itself (dense SVD of the n² × nd matrix of analysis/jacobians/jacobians.h) is
 //    reported: it carries the extra ‖∂M/∂X‖ ∝ β and decays only once e^{−γ} wins.
 // Setting: one head (W^Q W^Kᵀ = T exactly), no biases, tokens normalised per row as after a
@@ -142,10 +148,12 @@ bool verify_lemma1(const VerifyOptions& opt, Verifier& v) {
   v.check("||dA/dM||_2 <= 2(n-1) exp(-gamma) (Eqs. 22-28 with the constant made explicit)",
           bound_cases > 0 && bound_ok == bound_cases,
           std::to_string(bound_ok) + "/" + std::to_string(bound_cases) + " diagonally dominant cases (alpha = 2)");
-  const double sm = slope(betas, log_dA_dM, 4.0);
-  v.check("||dA/dM||_2 decays exponentially in beta", sm < -0.3,
-          "fitted d log||dA/dM|| / d beta = " + num(sm, 3) + " on beta in [4, 12] at alpha = 2 (e^-gamma predicts about " +
-              num(-gap_over_beta.back(), 3) + ")");
+  const auto mean_gamma = mean_per_beta(draws, kPaperAlpha, betas, [](const Draw& d) { return d.gamma; });
+  const double sm = slope(betas, log_dA_dM, 4.0), predicted = -slope(betas, mean_gamma, 4.0);
+  v.check("||dA/dM||_2 decays as exp(-gamma): its slope in beta within 15% of -d gamma / d beta",
+          predicted < 0 && std::abs(sm - predicted) <= 0.15 * std::abs(predicted),
+          "fitted d log||dA/dM|| / d beta = " + num(sm, 3) + " against -d gamma / d beta = " + num(predicted, 3) +
+              " on beta in [4, 12] at alpha = 2 (the lemma's e^-beta: -1)");
   const double sx = slope(betas, log_dA_dX, 4.0);
   v.note("FINDING: ||dA/dX||_2 decays with fitted slope " + num(sx, 3) +
          " on [4, 12]: Eq. 21 omits ||dM/dX|| <= 2 ||T|| ||X|| / d ~ 2 beta ||X|| / d, so the full derivative is O(beta e^-gamma), "

@@ -128,21 +128,24 @@ FileArchitecture file_architecture(const BlockSource& src, const std::map<std::s
 
 }  // namespace
 
+void refuse_forward_that_cannot_fit(int64_t n, int64_t d, int64_t heads, int64_t mlp_ratio) {
+  // The forward pass alone keeps heads n × n attention maps, and the MLP's two d × r·d weights and
+  // its n × r·d hidden activations.
+  const double hidden = static_cast<double>(mlp_ratio) * d;
+  const double forward_bytes = 8.0 * n * (static_cast<double>(heads) * n + 8.0 * d) + 8.0 * hidden * (2.0 * d + 2.0 * n);
+  if (forward_bytes > physical_memory_bytes())
+    throw std::invalid_argument("--n " + std::to_string(n) + " --d " + std::to_string(d) + " --mlp-ratio " +
+                                std::to_string(mlp_ratio) + ": the forward pass alone needs " +
+                                fmt(std::round(forward_bytes / 1e9)) + " GB, more than this machine's " +
+                                fmt(std::round(physical_memory_bytes() / 1e9)) + " GB");
+}
+
 LoadedBlock load_block(const BlockSource& src) {
   LoadedBlock out;
   if (!src.from_files()) {
     if (!src.tokens.empty()) throw std::invalid_argument("--tokens needs --weights (or drop both to use --init)");
     if (src.n < 2) throw std::invalid_argument("--n must be at least 2");
-    // The forward pass alone keeps heads n × n attention maps, and the MLP's two d × r·d weights and
-    // its n × r·d hidden activations: refuse what cannot fit, at once.
-    const double hidden = static_cast<double>(src.mlp_ratio) * src.d;
-    const double forward_bytes = 8.0 * src.n * (static_cast<double>(src.init_heads()) * src.n + 8.0 * src.d) +
-                                 8.0 * hidden * (2.0 * src.d + 2.0 * src.n);
-    if (forward_bytes > physical_memory_bytes())
-      throw std::invalid_argument("--n " + std::to_string(src.n) + " --d " + std::to_string(src.d) + " --mlp-ratio " +
-                                  std::to_string(src.mlp_ratio) + ": the forward pass alone needs " +
-                                  fmt(std::round(forward_bytes / 1e9)) + " GB, more than this machine's " +
-                                  fmt(std::round(physical_memory_bytes() / 1e9)) + " GB");
+    refuse_forward_that_cannot_fit(src.n, src.d, src.init_heads(), src.mlp_ratio);
     out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.init_heads(),
                                src.mlp_ratio * src.d, src.logit_scale);
     out.tokens = gaussian_tokens(src.n, src.d, src.seed ^ 0x5eedULL);

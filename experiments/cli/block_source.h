@@ -54,6 +54,11 @@ struct LoadedBlock {
 /// Builds the block and tokens; throws with a one-line message naming the bad input.
 LoadedBlock load_block(const BlockSource& src);
 
+/// Refuses (std::invalid_argument naming the flags and sizes) an initialised block whose forward
+/// pass alone cannot fit this machine's memory, before anything is allocated: `block`, `spectrum`
+/// (through load_block) and `sweep` (once for its grid).
+void refuse_forward_that_cannot_fit(int64_t n, int64_t d, int64_t heads, int64_t mlp_ratio);
+
 /// Block 0 of the `ours`/`timm`/`mimetic` init for a given (α, β, c, seed), as timm-named tensors
 /// (what `save_safetensors` writes for the Python routes).
 models::TensorMap init_tensors(const std::string& init, double alpha, double beta, double c, const std::string& mlp_init,

@@ -263,10 +263,14 @@ std::vector<double> parse_range(const std::string& spec, const std::string& flag
   const double a0 = number(parts[0]), a1 = number(parts[1]), step = number(parts[2]);
   if (step <= 0 || a1 < a0) throw std::invalid_argument("--" + flag + ": need A0 <= A1 and STEP > 0 in '" + spec + "'");
   std::vector<double> v;
+  // Grid values are a0 + k·step rounded to 12 significant digits of the range's scale, then
+  // printed back to the nearest double: 0.2 + 1·0.4 is 0.6000000000000001 in binary, and -0.3 +
+  // 3·0.1 is 5.55e-17, where the grid value a user typed (and a CSV reader compares against) is
+  // 0.6 and 0. (Rounding x's own 12 digits left the second one as it was; + 0.0 makes -0 plain 0.)
+  const double quantum = std::pow(10.0, std::floor(std::log10(std::max({std::abs(a0), std::abs(a1), step}))) - 11);
   for (long k = 0;; ++k) {
-    // a0 + k·step rounded to 12 significant digits: 0.2 + 1·0.4 is 0.6000000000000001 in binary,
-    // and the grid value a user typed (and a CSV reader compares against) is 0.6.
-    const double x = std::stod(format_number_digits(a0 + static_cast<double>(k) * step, 12));
+    const double snapped = std::round((a0 + static_cast<double>(k) * step) / quantum) * quantum + 0.0;
+    const double x = std::stod(format_number_digits(snapped, 12));
     if (x > a1 + step * 1e-6) break;
     v.push_back(x);
     if (v.size() > 100000) throw std::invalid_argument("--" + flag + ": range '" + spec + "' has too many points");

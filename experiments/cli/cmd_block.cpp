@@ -42,7 +42,8 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
   desc.add_options()
       ("skip", po::value(&a.skip)->default_value(a.skip), "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only)")
       ("matrices", po::value(&a.matrices)->default_value(a.matrices),
-       "comma list of K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention; only these are computed")
+       "comma list of K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention and the token matrices X_in LN1_out SA_out "
+       "SAB_out LN2_out FFN_out FFN_block_out, or all; only these are computed")
       ("method", po::value(&a.method)->default_value(a.method),
        "auto (dense when its memory fits half of RAM and its predicted time fits --lanczos-seconds, "
         "else the host's schur route when it fits them, else lanczos; K_mlp/K_ffn exact by their per-token blocks wherever those fit) | dense (exact) | lanczos (matrix-free certified bracket; exit code 3 if a bracket did not "
@@ -73,9 +74,7 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
     if (!(gkl.max_seconds > 0) || !(gkl.tolerance > 0) || gkl.max_basis < 2)
       throw std::invalid_argument("--lanczos-seconds and --lanczos-tol must be > 0 and --lanczos-basis >= 2");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1, got " + std::to_string(a.threads));
-    if (a.kappa == "schur" && a.device != "cpu")
-      throw std::invalid_argument("--kappa schur is the host's route; --device " + a.device +
-                                  " takes its own Schur route where its LU does not fit");
+    check_kappa_on_device(a.kappa, a.device);
     if (!(a.host_memory_gb >= 0) || !std::isfinite(a.host_memory_gb))
       throw std::invalid_argument("--host-memory must be >= 0 GB (0: 90% of RAM), got " + fmt(a.host_memory_gb));
     a.opt.host_memory_bytes = a.host_memory_gb * 1e9;

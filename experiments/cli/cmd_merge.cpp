@@ -245,6 +245,17 @@ class ItemRows {
                                " items, but " + ref_.dir + " is one of " + std::to_string(count_) + " over " +
                                std::to_string(rows_of_item_.size()));
     if (s.header != ref_.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref_.dir + "'s");
+    // One table, one build: a shard rerun after an upgrade (or on a node with an older install)
+    // would mix two versions of the algorithms in rows that read as one run's.
+    for (const char* key : {"jacond_version", "git_revision"})
+      if (s.meta.value(key, json()) != ref_.meta.value(key, json()))
+        throw std::runtime_error(s.dir + ": made by jacond " + build_of(s) + ", " + ref_.dir + " by " + build_of(ref_) +
+                                 ": the shards of one table come from one build (rerun them with one)");
+  }
+
+  static std::string build_of(const ShardOutput& s) {
+    return models::json_snippet(s.meta.value("jacond_version", json())) + " (revision " +
+           models::json_snippet(s.meta.value("git_revision", json())) + ")";
   }
 
   // auto's choices, keyed by the size they were made for: two shards that chose differently at one
@@ -319,6 +330,8 @@ int run_merge(int argc, char** argv) {
       for (const auto& entry : s->meta["architectures"]) architectures.push_back(entry);
   if (!architectures.empty()) meta["architectures"] = architectures;
   meta["merged_from"] = a.dirs;
+  meta["shards_made_by"] = {{"jacond_version", shards.front().meta.value("jacond_version", json())},
+                            {"git_revision", shards.front().meta.value("git_revision", json())}};
   meta["rows"] = rows;
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << a.out_dir << "/" << name << " (" << rows << " rows from " << merged.shard_count()

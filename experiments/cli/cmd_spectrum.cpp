@@ -153,6 +153,10 @@ std::vector<std::string> requested_matrices(const std::string& matrix, const std
   const std::string spec = matrices.empty() ? matrix : matrices;
   std::vector<std::string> out =
       parse_flag(matrices.empty() ? "--matrix" : "--matrices", [&] { return parse_matrix_names(spec, spectrum_matrix_names()); });
+  // --matrix writes flat into DIR, so a second matrix would replace the first's files: one name.
+  if (!per_matrix_dirs && out.size() != 1)
+    throw std::invalid_argument("--matrix " + matrix + ": --matrix takes one matrix; for several, or all, use --matrices "
+                                "(each into DIR/<matrix>)");
   if (out.empty()) out = spectrum_matrix_names();  // "all"
   return out;
 }

@@ -47,7 +47,7 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
       ("alpha", po::value(&a.alpha_spec)->default_value(a.alpha_spec), "A0:A1:STEP or a value")
       ("beta", po::value(&a.beta_spec)->default_value(a.beta_spec), "B0:B1:STEP or a value")
       ("c", po::value(&a.c_spec)->default_value(a.c_spec), "C0:C1:STEP or a value")
-      ("init", po::value(&a.init)->default_value(a.init), "ours | mimetic | timm (alpha/beta/c only affect ours)")
+      ("init", po::value(&a.init)->default_value(a.init), "ours | mimetic | timm (alpha/beta/c shape ours only: another init's grid is its seeds, alpha/beta/c nan)")
       ("seeds", po::value(&a.seeds)->default_value(a.seeds), "seeds per grid point (0..K-1)")
       ("n", po::value(&a.n)->default_value(a.n), "tokens")
       ("d", po::value(&a.d)->default_value(a.d), "embedding dimension")
@@ -89,7 +89,15 @@ std::optional<SweepArgs> parse_sweep(int argc, char** argv) {
     a.cs = parse_range(a.c_spec, "c");
     a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
     parse_flag("--init", [&] { return models::parse_init_scheme(a.init); });
+    if (a.init != "ours") {  // α, β, c shape `ours` only: another init's grid is its seeds
+      for (const char* knob : {"alpha", "beta", "c"})
+        if (!vm[knob].defaulted())
+          throw std::invalid_argument(std::string("--") + knob + " is a knob of --init ours; --init " + a.init +
+                                      " ignores it (its sweep is over --seeds)");
+      a.alphas = a.betas = a.cs = {NAN};  // the table's alpha, beta, c: nan (no value)
+    }
     validate_device_name(a.device);
+    check_kappa_on_device(a.kappa, a.device);
     a.shard = parse_flag("--shard", [&] { return parse_shard(a.shard_spec); });
   });
   return a;
@@ -137,6 +145,7 @@ int run_sweep(int argc, char** argv) {
   if (!parsed) return 0;
   const SweepArgs& a = *parsed;
   set_threads(a.threads);
+  refuse_forward_that_cannot_fit(a.n, a.d, a.heads, a.mlp_ratio);  // the same at every grid point
   check_output_directory(a.out_dir, "sweep");  // made when the table is written (nothing is left on a failure)
   BlockReportOptions opt = sweep_options(a);
   std::map<std::string, GklWarmStart> warm;  // chained along the grid (lanczos route)
@@ -154,18 +163,29 @@ int run_sweep(int argc, char** argv) {
         for (int s = 0; s < a.seeds; ++s, ++item) {
           if (item < first || item >= last) continue;
           const size_t rows_before = table.size();
-          const BlockWeights w =
-              init_weights(a.init, alpha, beta, c, "default", s, a.d, a.heads, a.mlp_ratio * a.d, a.logit_scale);
-          const Mat X = gaussian_tokens(a.n, a.d, static_cast<uint64_t>(s) ^ 0x5eedULL);
+          const std::string point = "alpha=" + fmt(alpha) + " beta=" + fmt(beta) + " c=" + fmt(c) + " seed=" + std::to_string(s);
+          const auto knob = [](double v) { return std::isnan(v) ? 0.0 : v; };  // timm, mimetic: ignored
+          std::vector<ConditionReport> reports;
+          double logit_scale = 0;
+          try {  // a point's failure (e.g. an overflowing c) names the point
+            const BlockWeights w = init_weights(a.init, knob(alpha), knob(beta), knob(c), "default", s, a.d, a.heads,
+                                                a.mlp_ratio * a.d, a.logit_scale);
+            logit_scale = w.effective_logit_scale();
+            reports = block_reports(w, gaussian_tokens(a.n, a.d, static_cast<uint64_t>(s) ^ 0x5eedULL), a.mode, opt);
+          } catch (const std::bad_alloc&) {
+            throw;
+          } catch (const std::exception& e) {
+            throw std::runtime_error("sweep point " + point + ": " + e.what());
+          }
           const std::vector<std::string> knobs = {a.init, fmt(alpha), fmt(beta), fmt(c), std::to_string(s), a.skip,
                                                   std::to_string(a.n), std::to_string(a.d), std::to_string(a.heads),
-                                                  fmt(w.effective_logit_scale())};
-          for (const auto& r : block_reports(w, X, a.mode, opt)) {
+                                                  fmt(logit_scale)};
+          for (const auto& r : reports) {
             table.add(knobs, r);
             not_converged += r.status == Status::kNotConverged;
           }
           record.item(item, table.size() - rows_before);
-          progress.advance("alpha=" + fmt(alpha) + " beta=" + fmt(beta) + " c=" + fmt(c) + " seed=" + std::to_string(s));
+          progress.advance(point);
         }
   progress.finish();
   write_sweep(a, table, opt, total, record, argc, argv);

@@ -58,6 +58,12 @@ std::vector<std::string> cuda_module_candidates() {
 }  // namespace
 #endif
 
+void check_kappa_on_device(const std::string& kappa, const std::string& device) {
+  if (kappa == "schur" && device != "cpu")
+    throw std::invalid_argument("--kappa schur is the host's route; --device " + device +
+                                " takes its own Schur route where its LU does not fit");
+}
+
 std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device) {
   validate_device_name(device);
 #ifdef JACOND_HAVE_CUDA

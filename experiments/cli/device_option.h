@@ -23,6 +23,11 @@ void add_device_option(boost::program_options::options_description& desc, std::s
 /// value otherwise (a usage error: exit 2).
 void validate_device_name(const std::string& device);
 
+/// Refuses (std::invalid_argument: exit 2) a --kappa flavour the --device does not run: schur is
+/// the host's block LU, and a GPU takes its own Schur route where its LU does not fit (a sweep
+/// with both ran the host's route while run.json said cuda).
+void check_kappa_on_device(const std::string& kappa, const std::string& device);
+
 /// The DenseDevice for a validated --device value. "cuda" without a usable GPU throws
 /// std::runtime_error naming the reason (exit 1: the flag is right, this machine has no device).
 std::shared_ptr<const DenseDevice> select_dense_device(const std::string& device);

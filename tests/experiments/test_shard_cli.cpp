@@ -215,6 +215,28 @@ TEST_F(ShardCli, MergeRefusesShardsOnWhichAutoChoseDifferently) {
   EXPECT_TRUE(fs::exists(path("theirs") + "/audit.csv"));
 }
 
+// Shards of one table come from one build: a shard whose record names another jacond version or
+// revision (rerun after an upgrade, or on a node with an older install) is refused by name, and a
+// merge records the build its shards came from (its own run_metadata names merge's).
+TEST_F(ShardCli, MergeRefusesShardsOfAnotherBuild) {
+  const auto dirs = shards(with(kSweep, {"--method", "dense", "--certify", "none"}), 2, "b");
+  const RunResult same = run({"merge", dirs[0], dirs[1], "--out", path("same")});
+  ASSERT_EQ(same.code, 0) << same.describe();
+  const json first = json::parse(slurp(dirs[0] + "/run.json"));
+  EXPECT_EQ(json::parse(slurp(path("same") + "/run.json")).at("shards_made_by").at("git_revision"), first.at("git_revision"));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{{"git_revision", "deadbee"},
+                                                                                   {"jacond_version", "0.0.9"}}) {
+    json other = json::parse(slurp(dirs[1] + "/run.json"));
+    const json kept = other[key];
+    other[key] = value;
+    std::ofstream(dirs[1] + "/run.json", std::ios::trunc) << other.dump(2);
+    const std::string out = path("mixed-" + key);
+    expect_one_line_error({"merge", dirs[0], dirs[1], "--out", out}, {dirs[1], value, "one build"}, out);
+    other[key] = kept;
+    std::ofstream(dirs[1] + "/run.json", std::ios::trunc) << other.dump(2);
+  }
+}
+
 TEST_F(ShardCli, BadShardFlagsAreUsageErrors) {
   for (const std::string spec : {"4/4", "-1/2", "1/0", "1", "a/b", "1/2x"}) {
     const RunResult r = expect_one_line_error(with(kSweep, {"--shard", spec, "--out", path("x")}), {"--shard: must be I/N", spec}, path("x"));

@@ -123,6 +123,25 @@ def test_sweep_figure_colour_bar_for_a_one_seed_table(tmp_path):
     assert captured["labels"] == ["log10 κ (1 seed)"]
 
 
+def test_a_sweep_of_an_init_without_knobs_draws_kappa_per_seed(tmp_path, saved_figures):
+    """timm's sweep has nan alpha, beta, c (its grid is the seeds): the heatmap had no cell and
+    failed with an IndexError; per_seed draws each seed's κ by status (a singular one at κ_lo)."""
+    rows = [dict(init="timm", alpha=np.nan, beta=np.nan, c=np.nan, seed=s, matrix=m, space="full", status=st,
+                 kappa=k, kappa_lo=lo, kappa_hi=k, n=4, d=8, heads=2, skip="none")
+            for s, st, k, lo in ((0, "exact", 1e5, 1e5), (1, "singular", INF, 3e12), (2, "exact", 2e6, 2e6))
+            for m in ("K_sa", "K_sab")]
+    pd.DataFrame(rows).to_csv(tmp_path / "sweep.csv", index=False)
+    figures = saved_figures(sweep)
+    paths = sweep.plot(str(tmp_path), ["png"])
+    assert list(figures) == ["sweep_seeds"] and paths
+    for ax in figures["sweep_seeds"].axes:
+        assert ax.get_yscale() == "log" and ax.get_xlabel() == "seed"
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["exact", "singular (κ ≥ κ_lo)"]
+        exact, singular = ax.collections[:2]
+        assert np.allclose(exact.get_offsets(), [[0, 1e5], [2, 2e6]])
+        assert np.allclose(singular.get_offsets(), [[1, 3e12]])
+
+
 def prop2_rows():
     rows = []
     for seed in (1, 2):

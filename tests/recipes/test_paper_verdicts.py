@@ -73,3 +73,12 @@ def test_an_na_check_is_not_counted_as_passed():
     claim = {"claim": "prop2", "passed": True, "checks": [{"pass": True, "verdict": "pass"}, {"pass": True, "verdict": "n/a"},
                                                           {"pass": True}]}
     assert main.claim_row(claim) == {"claim": "prop2", "checks passed": "2/2 (1 N/A)", "verdict": "PASS"}
+
+
+def test_a_finding_about_the_papers_conclusion_is_counted_apart_from_the_checks():
+    claim = {"claim": "prop2", "passed": True,
+             "checks": [{"pass": True, "verdict": "pass"}, {"pass": False, "verdict": "fail"},
+                        {"pass": None, "verdict": "does not hold"}, {"pass": None, "verdict": "n/a"},
+                        {"pass": None, "verdict": "holds"}]}
+    assert main.claim_row(claim)["checks passed"] == \
+        "1/2 (1 N/A; 1 paper conclusion does not hold; 1 paper conclusion holds)"

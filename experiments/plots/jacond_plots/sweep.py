@@ -11,6 +11,9 @@ singular by construction (LayerNorm's nullspace); when the sweep reports it on t
 complement, that is what is drawn. The paper's choices (α = 2, β = 0.6 and α = 1.8, β = 1, both at
 c = 3) are marked where the grid covers them.
 
+A sweep of an init without knobs (`timm`, `mimetic`: the alpha, beta, c columns are nan) has
+only seeds: per_seed draws κ per seed and matrix instead (sweep_seeds).
+
 When the sweep ran matrix-free (`--method lanczos`, the route at ViT sizes) its rows are
 brackets, not points, and a second figure (sweep_brackets) draws them: per matrix and c, κ against β
 with one series per α, a marker at κ_lo and a bar up to κ_hi; an arrow where κ_hi is unbounded
@@ -19,6 +22,7 @@ with one series per α, a marker at κ_lo and a bar up to κ_hi; an arrow where 
 
 import matplotlib.patheffects as patheffects
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
@@ -132,6 +136,8 @@ def plot(directory, formats):
     df = read_csv(path)
     require_columns(df, path, COLUMNS)
     matrices = [m for m in MATRICES if (df["matrix"] == m).any()]
+    if df["alpha"].isna().all():  # timm, mimetic: no α, β, c; the grid is the seeds
+        return per_seed(directory, df, matrices, formats)
     cs = sorted(df["c"].unique())
     fig, axes = plt.subplots(len(cs), len(matrices), figsize=(5.6 * len(matrices), 4.2 * len(cs) + 0.6), squeeze=False)
     for i, c in enumerate(cs):
@@ -149,6 +155,46 @@ def plot(directory, formats):
     if df["status"].isin(["bracket", "not-converged"]).any():
         paths += brackets(directory, df, matrices, cs, formats)
     return paths
+
+
+def per_seed(directory, df, matrices, formats):
+    """A sweep of an init without knobs (`timm`, `mimetic`: alpha, beta and c are nan): κ per seed,
+    one panel per matrix, on a log scale. An exact κ is a dot; a bracket a bar from κ_lo to κ_hi
+    (an arrow where κ_hi is unbounded); a singular κ a triangle at κ_lo, its lower bound."""
+    fig, axes = plt.subplots(1, len(matrices), figsize=(5.2 * len(matrices), 4.2), squeeze=False)
+    for ax, matrix in zip(axes[0], matrices):
+        sub = df[df["matrix"] == matrix]
+        space = "ln-complement" if (sub["space"] == "ln-complement").any() else "full"
+        sub = sub[sub["space"] == space].sort_values("seed")
+        seed, lo = sub["seed"].to_numpy(float), sub["kappa_lo"].to_numpy(float)
+        hi = sub["kappa_hi"].to_numpy(float) if "kappa_hi" in sub else sub["kappa"].to_numpy(float)
+        exact = (sub["status"] == "exact").to_numpy()
+        singular = (sub["status"] == "singular").to_numpy()
+        ranged = ~exact & ~singular
+        bounded = ranged & np.isfinite(hi)
+        if exact.any():
+            ax.scatter(seed[exact], sub["kappa"].to_numpy(float)[exact], color="C0", s=22, zorder=3, label="exact")
+        if singular.any():
+            ax.scatter(seed[singular], lo[singular], color="grey", marker="^", s=30, zorder=3, label="singular (κ ≥ κ_lo)")
+        if ranged.any():
+            ax.vlines(seed[bounded], lo[bounded], hi[bounded], color="C1", lw=2.5, label="bracket (arrow: κ_hi unbounded)")
+        top = np.nanmax(np.where(np.isfinite(hi), hi, lo)) * 10
+        for x, y in zip(seed[ranged & ~bounded], lo[ranged & ~bounded]):
+            ax.annotate("", xy=(x, top * 0.8), xytext=(x, y), arrowprops=dict(arrowstyle="->", color="C1", lw=1))
+        ax.set_yscale("log")
+        ax.set_xlabel("seed")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("κ (log scale)")
+        where = "" if space == "full" else " on LN⊥"
+        ax.set_title(f"κ({matrix}){where} per seed", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    first = df.iloc[0]
+    fig.suptitle(f"jacond sweep, {first['init']} init (no α, β, c): n {first['n']}, d {first['d']}, heads {first['heads']}, "
+                 f"skip {first['skip']}, {seed_count(df['seed'].nunique())}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    caption(fig, directory)
+    return save(fig, directory, "sweep_seeds", formats)
 
 
 def brackets(directory, df, matrices, cs, formats):

@@ -35,9 +35,16 @@ def blank(df):
 
 
 def check_verdict(check):
-    """One check of verify.json: "pass", "fail" or "n/a" (no case met its premise: it tested nothing);
-    older files carry only `pass`."""
+    """One check of verify.json: "pass", "fail", "n/a" (no case met its premise: it tested nothing), or
+    a finding about a paper's conclusion, "holds" / "does not hold" (never a failure of jacond); older
+    files carry only `pass`."""
     return check.get("verdict", "pass" if check["pass"] else "fail")
+
+
+def tested_verdicts(verdicts):
+    """The verdicts of checks that tested something in jacond or a theorem: pass or fail (not N/A,
+    not a finding about a paper's conclusion)."""
+    return [v for v in verdicts if v in ("pass", "fail")]
 
 
 def signed(points):
@@ -210,8 +217,9 @@ class Recipe:
             raise RecipeError(f"{path}: unreadable ({str(e).splitlines()[0]})") from None
 
     def checks_table(self, verify):
-        """verify.json's checks as a Markdown-ready table (verdict, check, measured): PASS, FAIL, or
-        N/A for a check whose premise no case met (it tested nothing)."""
+        """verify.json's checks as a Markdown-ready table (verdict, check, measured): PASS, FAIL, N/A
+        for a check whose premise no case met (it tested nothing), HOLDS / DOES NOT HOLD for a paper's
+        conclusion measured (a finding, not a failure)."""
         rows = [{"verdict": check_verdict(c).upper(), "check": c["check"],
                  "measured": c["detail"]}
                 for claim in verify["claims"] for c in claim["checks"]]

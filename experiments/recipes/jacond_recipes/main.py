@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 
 from . import depth, lemma1, moments, prop1, prop2
-from .common import Recipe, RecipeError, check_verdict, run_recipe
+from .common import Recipe, RecipeError, check_verdict, run_recipe, tested_verdicts
 
 NAME = "main"
 SUMMARY = "the main job: verify all, the claim reports, a small sweep, a tracked skipless training run, its audit"
@@ -27,11 +27,13 @@ TRAIN_QUICK = ["--dim", 16, "--depth", 2, "--heads", 2, "--patch", 7, "--batch",
 
 def claim_row(claim):
     """One claim of verify.json as a row: its checks counted by verdict; an N/A check (no case met its
-    premise) tested nothing, so it is counted apart, never as passed."""
+    premise) tested nothing, and a finding judges the paper's conclusion, not jacond, so both are
+    counted apart, never as passed."""
     verdicts = [check_verdict(k) for k in claim["checks"]]
-    na = verdicts.count("n/a")
+    apart = [f"{verdicts.count(v)} {label}" for v, label in (("n/a", "N/A"), ("does not hold", "paper conclusion does not hold"),
+                                                           ("holds", "paper conclusion holds")) if v in verdicts]
     return {"claim": claim["claim"],
-            "checks passed": f"{verdicts.count('pass')}/{len(verdicts) - na}" + (f" ({na} N/A)" if na else ""),
+            "checks passed": f"{verdicts.count('pass')}/{len(tested_verdicts(verdicts))}" + (f" ({'; '.join(apart)})" if apart else ""),
             "verdict": "PASS" if claim["passed"] else "FAIL"}
 
 

@@ -74,7 +74,8 @@ column-by-column assembly (`analysis/jacobians`), checks the bracket wherever th
 measures how often it does.""")
     report.section("Verdict")
     report.text(f"Each check names its setting; the checks use {check_seeds} seeds per setting, the β sweep below "
-                f"{sweep_seeds}. N/A: no case met the check's premise, so it tested nothing.")
+                f"{sweep_seeds}. N/A: no case met the check's premise, so it tested nothing. HOLDS / DOES NOT HOLD: "
+                "the paper's conclusion measured, a finding about the paper, not a failure of jacond.")
     report.table(r.checks_table(verify))
     report.section("Figure")
     for png in figures:
