@@ -2,8 +2,9 @@
 # The main job, end to end on a fresh Debian machine (4 min 41 s on 2 cores after the build, measured
 # 2026-11-27 with `time jacond recipe main --out results/report --work results --threads 2`):
 # install, build, then `jacond recipe main` (experiments/recipes/jacond_recipes/main.py):
-#   - jacond verify all: every claim of the papers, PASS/FAIL per check;
-#   - the reports of the claims (prop1, prop2, moments, depth) with their figures;
+#   - jacond verify all: every claim of the papers, PASS/FAIL per check (N/A where no case met a
+#     premise; HOLDS / DOES NOT HOLD for a paper's conclusion measured, never a failure);
+#   - the reports of the claims (prop1, prop2, moments, lemma1, depth) with their figures;
 #   - a small alpha x beta sweep of the `ours` init (dense, exact);
 #   - a skipless ViT trained on Fashion-MNIST (Debian's dataset-fashion-mnist) with the `ours` init
 #     and SOAP, its conditioning tracked, then jacond audit of its checkpoints (with data, data-free);
