@@ -562,9 +562,15 @@ const char* to_string(LuSolves solves) {
   return "getrs";
 }
 
-bool device_available() {
+bool device_available(std::string* why) {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  const cudaError_t s = cudaGetDeviceCount(&count);
+  if (why) {
+    *why = s != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(s)
+           : count > 0      ? ""
+                            : "no CUDA device";
+  }
+  return s == cudaSuccess && count > 0;
 }
 
 int current_device() {
@@ -663,23 +669,27 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
   const LuSolves solves = lu_solves_from_env();
   const Index n = map.n() * map.d_out();
   if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
-  // The matrix, the LU's workspace and the assembly's batch, which LibTorch's cache keeps afterwards;
-  // where that does not fit, the Schur route in the fewest pieces that do (their D_k, the panels and
-  // the largest piece's LU workspace): two hold ViT-B's K_sa on an H200, three on an H100.
-  bool whole = false;
-  std::optional<SchurPlan> pieces;
+  // The whole LU, else the Schur route in the fewest pieces, else a host copy's LU, else a refusal
+  // naming the sizes: choose_device_lu (schur_lu.h), tested on the CPU; `extra` is what Xgetrf holds
+  // beyond the matrix (getrf_device_bytes' vectors, pivots and workspace). Two pieces hold ViT-B's
+  // K_sa on an H200, three on an H100.
+  DeviceLuChoice choice;
+  double free_bytes = 0;
   {
     Handles h;
-    const double free_bytes = static_cast<double>(free_device_bytes());
-    whole = static_cast<double>(getrf_device_bytes(h, n)) + map.assembly_bytes() <= free_bytes;
-    for (Index p = 2; !whole && !pieces && p <= kMaxSchurPieces; ++p) {
-      const SchurPlan plan = SchurPlan::for_order(n, 2e9, p);
-      const Index s = plan.largest_piece();
-      const size_t lu_workspace = getrf_device_bytes(h, s) - sizeof(double) * s * s;
-      if (plan.bytes() + static_cast<double>(lu_workspace) + map.assembly_bytes() <= free_bytes) pieces = plan;
-    }
+    free_bytes = static_cast<double>(free_device_bytes());
+    const auto extra = [&](Index m) {
+      return static_cast<double>(getrf_device_bytes(h, m) - sizeof(double) * static_cast<size_t>(m) * m);
+    };
+    choice = choose_device_lu(n, free_bytes, map.assembly_bytes(), extra);
   }
-  if (!whole) return pieces ? cuda::condition_schur(map, *pieces, matrix, checkpoint) : std::nullopt;
+  switch (choice.route) {
+    case DeviceLuChoice::Route::kWhole: break;
+    case DeviceLuChoice::Route::kSchur: return cuda::condition_schur(map, choice.plan, matrix, checkpoint);
+    case DeviceLuChoice::Route::kHostCopy: return std::nullopt;  // the caller assembles on the host (block_report.cpp)
+    case DeviceLuChoice::Route::kNone:
+      throw CudaError(device_lu_refusal(matrix, n, choice, free_bytes, device_description(current_device())));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const auto assembled = [&](double* seconds) {
     require_free_memory(sizeof(double) * static_cast<size_t>(n) * n, matrix + " on the GPU");

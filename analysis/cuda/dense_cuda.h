@@ -41,8 +41,10 @@ class CudaError : public DeviceError {
   using DeviceError::DeviceError;
 };
 
-/// True when a CUDA device can be used (driver present, at least one device).
-bool device_available();
+/// True when a CUDA device can be used (driver present, at least one device); else `why` (when
+/// given) says why not: cudaGetDeviceCount's error (e.g. "CUDA driver version is insufficient for
+/// CUDA runtime version", what a GPU machine with an old driver says) or "no CUDA device".
+bool device_available(std::string* why = nullptr);
 
 /// The calling thread's current CUDA device (cudaGetDevice): where the free functions below run.
 int current_device();
@@ -94,8 +96,12 @@ ConditionReport condition_fast(Mat A, const std::string& matrix);
 /// condition_fast (method dense-lu-lanczos-cuda, noted "assembled on the GPU …" with the assembly's
 /// seconds). Where the whole LU does not fit the free device memory but the Schur route in some
 /// number of pieces does, condition_schur below in the fewest (SchurPlan::for_order), with
-/// `checkpoint`. nullopt where neither runs here: a rectangular or small map (condition_fast's
-/// CPU-route sizes), too little free device memory for either, or a map that cannot assemble.
+/// `checkpoint`: choose_device_lu (analysis/spectral/schur_lu.h) decides. nullopt where neither runs
+/// here but the caller's host copy may: a rectangular or small map (condition_fast's CPU-route
+/// sizes), a map that cannot assemble, or free memory for condition_fast's LU of a host copy but
+/// not for the map's assembly batch beside it. CudaError, naming the order, both routes' bytes and
+/// the free memory (device_lu_refusal), where not even that fits: a host copy would only be refused
+/// by condition_fast after the host assembled it (8 n² bytes: an out-of-memory kill at ViT-B).
 std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
                                                         const std::function<void()>& checkpoint = {});
 

@@ -352,7 +352,8 @@ ConditionReport mixed_report(const Op& op, const std::string& name, const BlockR
 // kFast on a dense device that assembles the matrix itself from the operator device's twin of
 // `name` (DenseDevice::condition_fast_assembled, design §10): no host matrix, no copy. nullopt
 // where it does not (another route; no operator device; a certificate, whose counts need K on the
-// host; or the device declines): the caller assembles on the host.
+// host; or the device declines): the caller assembles on the host, where it fits (host_schur_plan
+// refuses by name where not).
 std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const BlockForward& f, const std::string& name,
                                               KappaRoute route, const BlockReportOptions& opt) {
   const Index nd = f.X.rows() * w.d;
@@ -375,11 +376,29 @@ std::optional<ConditionReport> fast_on_device(const BlockWeights& w, const Block
 // is taken (another route or device; it fits); throws naming the sizes where nothing fits. The
 // skipless K_sab never comes here (its LayerNorm-complement row restricts a host matrix: kFast
 // assembles it, kSchur brackets both its rows matrix-free).
+// On another device (kFast): the device did not take the matrix itself (fast_on_device: it declined,
+// e.g. a GPU whose free memory holds neither the whole LU nor any Schur plan beside the map's batch,
+// or was not asked: no operator device, a certificate), so the caller assembles K on the host and
+// hands it over: the full route's host bytes again. Past what the host may hold that assembly is a
+// bad_alloc or an out-of-memory kill (ViT-B: 366 GB), so it is refused by name like the host's own,
+// before anything is assembled; the device's description says its free memory (a GPU's). Not the
+// host's Schur route instead: the caller asked for the device, and on the host that route takes
+// hours at the sizes a device declines (N 57 600 took 17 minutes on 2 threads, design §10; ViT-B's
+// N 151 296 is 18 times its flops); device cpu takes it. Guarded by TorchOperatorDevice.
+// ADeclinedDenseRowPastTheHostsMemoryIsRefusedByName_n8_d16_h2 (tests/models/test_operator_device.cpp).
 std::optional<SchurPlan> host_schur_plan(Index N, const std::string& name, KappaRoute route, const BlockReportOptions& opt) {
   const double memory = host_memory(opt);
   const double full = fast_route_cost(N, N, get_threads()).bytes;  // named in the error below
   if (route == KappaRoute::kFast) {
-    if (opt.device && opt.device->name() != "cpu") return std::nullopt;
+    if (opt.device && opt.device->name() != "cpu") {
+      if (memory > 0 && full > memory)
+        throw std::runtime_error(name + " (" + std::to_string(N) + " x " + std::to_string(N) + "): " +
+                                 opt.device->description() + " did not assemble it, and a host copy for it holds " +
+                                 gigabytes(full) + " (K and its assembly's copy), more than the " + gigabytes(memory) +
+                                 " this machine gives it; the lanczos route brackets it matrix-free (device cpu: "
+                                 "the host's Schur route)");
+      return std::nullopt;
+    }
     if (memory <= 0 || full <= memory) return std::nullopt;  // 0: sysconf could not say
   } else if (route != KappaRoute::kSchur) {  // kSchur: asked for (or auto's choice), on the host
     return std::nullopt;

@@ -92,7 +92,9 @@ struct BlockReportOptions {
   /// kFast whose full route (fast_route_cost: K and a copy) exceeds it takes the Schur route on the
   /// host instead (analysis/spectral/schur_lu.h: the fewest pieces whose Schur complements fit,
   /// N²/p entries; where dense_max_bytes is set, it caps them too), and one for which nothing fits
-  /// is refused naming the sizes.
+  /// is refused naming the sizes. On another dense device (`device`) such a matrix, when the device
+  /// does not assemble it itself (condition_fast_assembled), is refused naming the sizes and the
+  /// device: its host copy would not fit.
   double host_memory_bytes = 0;
   /// Inertia-count certificates (analysis/spectral/inertia.h) of the nd × nd matrices: kInertia
   /// always, kAuto when three counts fit the same budget (memory and 3 × predicted seconds).

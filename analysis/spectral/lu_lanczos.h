@@ -65,8 +65,11 @@ class NonFiniteSolve : public std::runtime_error {
   NonFiniteSolve() : std::runtime_error("(A^T A)^-1 x overflowed: A is numerically singular") {}
 };
 
-/// A back end's own failure (a CUDA call, analysis/cuda/dense_cuda.h): never an outcome of the
-/// algorithm, so top_eigenvalue lets it through instead of reporting "did not converge".
+/// A back end's own failure (a CUDA call, analysis/cuda/dense_cuda.h; a LibTorch product of a
+/// device's map, models/device/torch_operator_device.cpp, which the Schur route runs inside
+/// Lanczos): never an outcome of the algorithm, so top_eigenvalue lets it through instead of
+/// reporting "did not converge". A device's failure thrown as a plain std::runtime_error would be
+/// read as that outcome (`finished` below).
 class DeviceError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -160,6 +160,74 @@ struct SchurPlan {
   }
 };
 
+/// Where a dense device runs the exact κ of an N × N map it assembles itself
+/// (condition_fast_assembled, analysis/cuda/dense_cuda.cpp; docs/design.md §10), decided from its
+/// free memory F alone, in this order:
+///   kWhole     the whole LU:  8 N² + extra(N) + assembly ≤ F;
+///   kSchur     the Schur route in the fewest pieces p = 2 … kMaxSchurPieces whose plan
+///              (SchurPlan::for_order, 2 GB of panels) fits: bytes() + extra(largest piece) +
+///              assembly ≤ F. Fewest, because each piece more adds 2^p − 2 products to every solve;
+///   kHostCopy  the whole LU of a copy the host assembles (condition_fast):  8 N² + extra(N) ≤ F.
+///              It holds no batch of the map's intermediates on the device, and at small N the
+///              plans' 2 GB of panels outweigh the matrix itself (N 6 400: 0.33 GB), so a device
+///              can hold this where it holds neither of the above;
+///   kNone      none of these: the device refuses, naming the sizes (device_lu_refusal), before
+///              anything is assembled: a host copy would not fit it either (kHostCopy's test).
+/// `assembly` = TokenMap::assembly_bytes() (LibTorch's cache keeps the batch's memory after the
+/// assembly, and the free memory does not count it free); `lu_extra(m)` = what an m × m LU holds
+/// beyond its m² matrix: pivots, vectors and the library's workspace (on the GPU, cuSOLVER's
+/// Xgetrf buffer-size query). Pure, so the GPU's decision, which no GPU test reaches (their maps
+/// are small enough for the whole LU), is tested on the CPU: DeviceLuChoice.* in
+/// tests/analysis/spectral/test_schur_host.cpp (ViT-B on an H200 and on an H100, nd 6 400, the
+/// boundaries of each outcome).
+struct DeviceLuChoice {
+  enum class Route { kWhole, kSchur, kHostCopy, kNone } route = Route::kNone;
+  SchurPlan plan;                  // kSchur: the plan taken
+  double whole_bytes = 0;          // 8 N² + extra(N) + assembly
+  double least_schur_bytes = 0;    // the smallest plan tried, as its test counts it
+  Index least_schur_pieces = 0;    // and its pieces
+};
+
+inline DeviceLuChoice choose_device_lu(Index order, double free_bytes, double assembly_bytes,
+                                       const std::function<double(Index)>& lu_extra_bytes) {
+  DeviceLuChoice c;
+  const double N = static_cast<double>(order), host_copy = 8.0 * N * N + lu_extra_bytes(order);
+  c.whole_bytes = host_copy + assembly_bytes;
+  if (c.whole_bytes <= free_bytes) {
+    c.route = DeviceLuChoice::Route::kWhole;
+    return c;
+  }
+  for (Index p = 2; p <= std::min(kMaxSchurPieces, order); ++p) {
+    const SchurPlan plan = SchurPlan::for_order(order, 2e9, p);
+    const double need = plan.bytes() + lu_extra_bytes(plan.largest_piece()) + assembly_bytes;
+    if (c.least_schur_pieces == 0 || need < c.least_schur_bytes) {
+      c.least_schur_bytes = need;
+      c.least_schur_pieces = p;
+    }
+    if (need <= free_bytes) {
+      c.route = DeviceLuChoice::Route::kSchur;
+      c.plan = plan;
+      return c;
+    }
+  }
+  c.route = host_copy <= free_bytes ? DeviceLuChoice::Route::kHostCopy : DeviceLuChoice::Route::kNone;
+  return c;
+}
+
+/// The one-line refusal of a kNone choice for `matrix` on `device` (its description, which on a GPU
+/// names its free memory too): the order, what the whole LU and the least Schur plan need, the
+/// free memory, and the way out.
+inline std::string device_lu_refusal(const std::string& matrix, Index order, const DeviceLuChoice& c,
+                                     double free_bytes, const std::string& device) {
+  std::ostringstream os;
+  os.precision(3);
+  os << matrix << " (" << order << " x " << order << ") does not fit " << device << ": the whole LU needs "
+     << c.whole_bytes / 1e9 << " GB, the Schur route at least " << c.least_schur_bytes / 1e9 << " GB (in "
+     << c.least_schur_pieces << " pieces), " << free_bytes / 1e9
+     << " GB are free; the lanczos route brackets it matrix-free";
+  return os.str();
+}
+
 /// A x for a vector x of the map's order (the map takes its n × d token matrix).
 inline Vec apply_vector(const TokenMap& map, const Vec& x) {
   const Mat Ax = map.apply(Eigen::Map<const Mat>(x.data(), map.n(), map.d_in()));

@@ -9,6 +9,7 @@
 #include <torch/cuda.h>
 
 #include "analysis/operators/block_kernels.h"
+#include "analysis/spectral/lu_lanczos.h"
 #include "models/track/bridge.h"
 
 namespace jacond::models {
@@ -20,7 +21,12 @@ at::Tensor to_device(const Mat& M, const torch::Device& device) { return to_torc
 at::Tensor to_device(const Vec& v, const torch::Device& device) { return to_torch_vec(v).to(device); }
 
 // Runs f, turning a LibTorch error (a CUDA failure, out of device memory) into one line naming the
-// operation and the device: c10::Error's own text carries a backtrace over many lines.
+// operation and the device: c10::Error's own text carries a backtrace over many lines. The line is
+// a DeviceError (analysis/spectral/lu_lanczos.h), never a plain std::runtime_error: the dense
+// routes run these products inside Lanczos (the Schur route's gram and solves, schur_lu.h), whose
+// `finished` reads a std::runtime_error as a numerical outcome ("did not converge") and lets a
+// DeviceError through. Guarded by SchurRoute.ADeviceErrorInItsProductsIsThrownNotReportedAs…
+// (tests/models/test_operator_device.cpp).
 template <typename F>
 auto on_device(const std::string& what, const torch::Device& device, const F& f) -> decltype(f()) {
   try {
@@ -28,7 +34,7 @@ auto on_device(const std::string& what, const torch::Device& device, const F& f)
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     msg = msg.substr(0, msg.find('\n'));
-    throw std::runtime_error(what + " on " + device.str() + ": " + msg);
+    throw DeviceError(what + " on " + device.str() + ": " + msg);
   }
 }
 

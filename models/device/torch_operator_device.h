@@ -51,7 +51,9 @@ class TorchOperatorDevice final : public OperatorDevice {
   explicit TorchOperatorDevice(torch::Device device, double assembly_batch_bytes = kAssemblyBatchBytes);
   static constexpr double kAssemblyBatchBytes = 1e9;
   /// "cuda" on a CUDA device, "torch-cpu" on the CPU. A LibTorch error on the device (out of
-  /// memory, a CUDA failure) becomes one std::runtime_error line naming the operation and device.
+  /// memory, a CUDA failure) becomes one DeviceError line (analysis/spectral/lu_lanczos.h) naming
+  /// the operation and device: a failure, which Lanczos inside a dense route lets through, never
+  /// an outcome it reports as "did not converge".
   std::string name() const override;
   std::string description() const override;
   std::unique_ptr<TokenMap> block_operator(const BlockWeights& w, const BlockForward& f,

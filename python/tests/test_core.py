@@ -6,6 +6,7 @@ Run in-tree by ctest (python.pytest): PYTHONPATH=<build>/python JACOND_BIN=<buil
 /usr/bin/python3 -m pytest python/tests.
 """
 
+import os
 import subprocess
 import threading
 import time
@@ -190,6 +191,9 @@ def test_device_cuda_runs_on_the_gpu_or_says_why_not():
     jacond.set_threads(1)
     block, X = random_block(), tokens()
     matrices = "K_sa,K_sab,K_ffn"
+    # JACOND_EXPECT_GPU=1 (scripts/gpu_measure.sh item 1, on the GPU machine): no GPU is a failure.
+    expect_gpu = os.environ.get("JACOND_EXPECT_GPU") == "1"
+    assert jacond.cuda_built or not expect_gpu, "JACOND_EXPECT_GPU=1 and this jacond has no CUDA back end"
     if not jacond.cuda_built:
         with pytest.raises(ValueError, match="built without the CUDA back end"):
             jacond.block_reports(block, X, matrices=matrices, device="cuda")
@@ -198,6 +202,7 @@ def test_device_cuda_runs_on_the_gpu_or_says_why_not():
         gpu = jacond.block_reports(block, X, matrices=matrices, method="dense", device="cuda")
     except RuntimeError as e:
         message = str(e)
+        assert not expect_gpu, f"JACOND_EXPECT_GPU=1 and {message}"
         assert message.startswith("device='cuda': no usable GPU ("), message
         assert "\n" not in message.strip()
         with pytest.raises(RuntimeError, match="no usable GPU"):

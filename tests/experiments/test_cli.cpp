@@ -55,9 +55,11 @@ class CliTest : public CliFixture {
     EXPECT_TRUE(r.gpu.exited) << r.gpu.describe();
     if (contains(r.gpu.err, "built without the CUDA back end")) {
       EXPECT_EQ(r.gpu.code, 2) << r.gpu.describe();
+      EXPECT_FALSE(expect_gpu()) << "JACOND_EXPECT_GPU=1 and this jacond has no CUDA back end: " << r.gpu.err;
       return std::nullopt;
     }
     if (contains(r.gpu.err, "no usable GPU")) {
+      EXPECT_FALSE(expect_gpu()) << "JACOND_EXPECT_GPU=1 and " << r.gpu.err;
       EXPECT_EQ(r.gpu.code, 1) << r.gpu.describe();
       EXPECT_EQ(std::count(r.gpu.err.begin(), r.gpu.err.end(), '\n'), 1) << r.gpu.describe();  // one line
       EXPECT_FALSE(fs::exists(gpu_out + "/results.csv"));
@@ -70,6 +72,8 @@ class CliTest : public CliFixture {
     r.gpu_csv = read_csv(gpu_out + "/results.csv");
     r.cpu_csv = read_csv(cpu_out + "/results.csv");
     r.gpu_meta = json::parse(slurp(gpu_out + "/run.json"));
+    // A CPU-only LibTorch beside the CUDA module keeps the products on the host and says so.
+    EXPECT_FALSE(expect_gpu() && contains(r.gpu.err, "has no CUDA device")) << "JACOND_EXPECT_GPU=1 and " << r.gpu.err;
     return r;
   }
 
@@ -1219,6 +1223,7 @@ TEST_F(CliTest, BenchLanczosDeviceCudaRunsOnTheGpuOrSaysWhyNot_n8_d16_h2) {
                            "none", "--check-dense", "--seconds", "10", "--device", "cuda", "--out", out});
   ASSERT_TRUE(r.exited) << r.describe();
   if (contains(r.err, "no usable GPU")) {
+    EXPECT_FALSE(expect_gpu()) << "JACOND_EXPECT_GPU=1 and " << r.err;
     EXPECT_EQ(r.code, 1) << r.describe();
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.describe();
     EXPECT_FALSE(fs::exists(out + "/bench_lanczos.csv"));

@@ -874,6 +874,7 @@ TEST_F(TrainCli, DeviceCudaTrainsThereOrSaysWhyNot) {
                                           "2", "--batch", "8", "--steps", "2", "--warmup", "1", "--track-every", "0",
                                           "--skip-python", "--out", path("cuda-bench")};
   if (!torch::cuda::is_available()) {
+    EXPECT_FALSE(expect_gpu()) << "JACOND_EXPECT_GPU=1 and this LibTorch sees no CUDA device";
     const RunResult t = expect_one_line_error(train, {"--device cuda", "no CUDA device"});
     EXPECT_EQ(t.code, 1) << t.describe();
     const RunResult b = expect_one_line_error(bench, {"--device cuda", "no CUDA device"});

@@ -3,12 +3,14 @@
 // where there is a GPU (OperatorDeviceCuda.*, skipped otherwise); GKL's basis on the device
 // (TorchKrylovBasis) against the contract of every KrylovBasis; and the lanczos route of
 // block_reports through either device (products and basis there) against the dense exact κ.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -19,6 +21,8 @@
 #include <string>
 #include <type_traits>
 
+#include "analysis/core/scoped_env.h"
+#include "analysis/core/threads.h"
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
@@ -93,7 +97,9 @@ TEST(TorchOperatorDevice, NamesItsDeviceAndRefusesAMatrixWithoutAnOperator) {
 }
 
 // A LibTorch failure inside a product (here a tangent of the wrong width, which the GEMM refuses;
-// on a GPU also out-of-memory or a CUDA error) is one line naming the product and the device.
+// on a GPU also out-of-memory or a CUDA error) is one line naming the product and the device, and
+// a DeviceError: a failure that Lanczos inside a dense route lets through (lu_lanczos.h), where a
+// plain std::runtime_error is read as "did not converge" (SchurRoute.ADeviceErrorInItsProducts…).
 TEST(TorchOperatorDevice, AFailingProductIsOneLineNamingItAndTheDevice) {
   const TorchOperatorDevice device(torch::kCPU);
   const BlockWeights w = test::random_block(8, 2, 16, 3);
@@ -104,7 +110,7 @@ TEST(TorchOperatorDevice, AFailingProductIsOneLineNamingItAndTheDevice) {
       const Mat wrong = Mat::Ones(5, 9);
       transpose ? map->apply_transpose(wrong) : map->apply(wrong);
       FAIL() << "a 5 x 9 tangent of a d = 8 block was accepted";
-    } catch (const std::runtime_error& e) {
+    } catch (const DeviceError& e) {
       const std::string msg = e.what();
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
       EXPECT_NE(msg.find(transpose ? "(VJP) on cpu" : "(JVP) on cpu"), std::string::npos) << msg;
@@ -756,6 +762,69 @@ TEST(SchurRoute, TheDevicesRouteCallsTheCheckpointAndMayBeAbandoned) {
                Abandon);
 }
 
+// A LibTorch map whose products fail from product `fail_at` on, by LibTorch itself: it hands the
+// device's map a tangent one feature too wide, which ATen's GEMM refuses with the c10::Error that a
+// CUDA out-of-memory or launch failure raises too, through the same on_device. It counts its
+// products (apply, apply_transpose) and notes how many came before factor()'s first panel.
+class FailingTorchMap final : public TokenMap {
+ public:
+  FailingTorchMap(const TokenMap& map, Index fail_at) : map_(map), fail_at_(fail_at) {}
+  Index n() const override { return map_.n(); }
+  Index d_in() const override { return map_.d_in(); }
+  Index d_out() const override { return map_.d_out(); }
+  Mat apply(const Mat& dX) const override { return map_.apply(failing() ? wider(dX) : dX); }
+  Mat apply_transpose(const Mat& G) const override { return map_.apply_transpose(failing() ? wider(G) : G); }
+  bool assemble_columns(Index first, Index count, double* out) const override {
+    if (before_factor < 0) before_factor = products;
+    return map_.assemble_columns(first, count, out);
+  }
+  bool apply_columns(const double* in, Index count, double* out) const override {
+    return map_.apply_columns(in, count, out);
+  }
+  std::string assembles_into() const override { return map_.assembles_into(); }
+  mutable Index products = 0, before_factor = -1;
+
+ private:
+  bool failing() const { return ++products >= fail_at_; }
+  static Mat wider(const Mat& X) { return Mat::Ones(X.rows(), X.cols() + 1); }
+  const TokenMap& map_;
+  Index fail_at_;
+};
+
+// A device failure inside the Schur route's Lanczos runs is thrown with its one line, never
+// reported as not-converged (κ NaN, the CLI's exit 3 instead of 1, the error's text lost): the
+// route runs the map's products inside lu_lanczos.h's `finished`, which reads a std::runtime_error
+// as a numerical outcome, so on_device throws a DeviceError. Failing at the third product (σ_max's
+// Lanczos on AᵀA: gram) and at the third after the factorisation (σ_min's on (AᵀA)⁻¹: the
+// transposed solve's products and the refinement's residuals in inverse_gram), K_sab of a CPU
+// LibTorch map (N 128) in two pieces; without a failure the same route is exact.
+TEST(SchurRoute, ADeviceErrorInItsProductsIsThrownNotReportedAsNotConverged_n8_d16_h2) {
+  const TorchOperatorDevice device(torch::kCPU);
+  const BlockWeights w = test::random_block(16, 2, 64, 47);
+  const BlockForward f = block_forward(w, test::random_tokens(8, 16, 53), SkipMode::kFull);
+  const auto map = device.block_operator(w, f, "K_sab");
+  const SchurPlan plan = SchurPlan::for_order(128, 2e9, 2);
+  FailingTorchMap counted(*map, std::numeric_limits<Index>::max());
+  const ConditionReport whole = condition_schur(counted, plan, "K_sab");
+  ASSERT_EQ(whole.status, Status::kExact) << whole.note;
+  ASSERT_GT(counted.before_factor, 3);
+  ASSERT_GT(counted.products, counted.before_factor + 3);
+  for (const Index fail_at : {Index{3}, counted.before_factor + 3}) {
+    const FailingTorchMap failing(*map, fail_at);
+    try {
+      const ConditionReport r = condition_schur(failing, plan, "K_sab");
+      ADD_FAILURE() << "product " << fail_at << " failed and the route reported " << to_string(r.status) << ": "
+                    << r.note;
+    } catch (const DeviceError& e) {
+      const std::string m = e.what();
+      EXPECT_TRUE(m.find("matrix-free product (JVP) on cpu: ") != std::string::npos ||
+                  m.find("matrix-free product (VJP) on cpu: ") != std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+      EXPECT_EQ(failing.products, fail_at) << m;  // thrown at once: no product after the failing one
+    }
+  }
+}
+
 TEST(SchurRoute, RefusesAPlanOfAnotherOrderOrAnEmptyPiece) {
   const HostMatrixMap map(Mat::Identity(10, 10));
   EXPECT_THROW(condition_schur(map, SchurPlan{12, {6}, 2}, "I"), std::invalid_argument);
@@ -843,6 +912,71 @@ TEST(TorchOperatorDevice, DenseRowsAreAssembledOnTheDeviceWhereItCan_n8_d16_h2) 
   BlockReportOptions certified = on_device;
   certified.certify = CertifyMode::kInertia;
   expect_rows(SkipMode::kFull, certified, {});
+}
+
+// A dense device named "cuda" that declines every map (condition_fast_assembled: nullopt, as the
+// GPU's did when its free memory held neither the whole LU nor any Schur plan) and records the
+// matrices condition_fast is handed, which it answers with the host's.
+class DecliningGpu final : public DenseDevice {
+ public:
+  std::string name() const override { return "cuda"; }
+  std::string description() const override { return "cuda:0 test GPU (0.001 GB free of 80)"; }
+  ConditionReport condition_fast(Mat A, const std::string& matrix) const override {
+    handed.push_back(A.rows());
+    return cpu_dense_device()->condition_fast(std::move(A), matrix);
+  }
+  std::optional<ConditionReport> condition_fast_assembled(const TokenMap&, const std::string&,
+                                                          const std::function<void()>&) const override {
+    ++asked;
+    return std::nullopt;
+  }
+  Vec singular_values(Mat A) const override { return cpu_dense_device()->singular_values(std::move(A)); }
+  ConditionReport condition_mixed(MatF A32, const LinearMap& A, const std::string& matrix) const override {
+    return cpu_dense_device()->condition_mixed(std::move(A32), A, matrix);
+  }
+  bool fits(DenseRoute, Index, Index, const DenseBudget&) const override { return true; }
+  mutable std::vector<Index> handed;
+  mutable int asked = 0;
+};
+
+// A dense row the device declines is assembled on the host and handed over, which takes the full
+// route's host bytes (K and its assembly's copy, fast_route_cost's 16 N²): past what the host may
+// hold (host_memory_bytes) it is refused in one line naming the matrix, its order, the device
+// (whose description says its free memory), both sizes and the lanczos route, before anything is
+// assembled (at ViT-B that assembly was a 366 GB bad_alloc, or an out-of-memory kill, where the
+// host's own route refuses by name). At exactly the full route's bytes the host copy is made and
+// handed over. K_sa, n 8, d 16: N 128.
+TEST(TorchOperatorDevice, ADeclinedDenseRowPastTheHostsMemoryIsRefusedByName_n8_d16_h2) {
+  const BlockWeights w = test::random_block(16, 2, 64, 23);
+  const Mat X = test::random_tokens(8, 16, 29);
+  const Index N = 128;
+  const double full = fast_route_cost(N, N, get_threads()).bytes;
+  ASSERT_EQ(full, 16.0 * N * N);
+  const auto gpu = std::make_shared<DecliningGpu>();
+  BlockReportOptions opt = fast_route_options();
+  opt.matrices = {"K_sa"};
+  opt.device = gpu;
+  opt.operator_device = std::make_shared<TorchOperatorDevice>(torch::kCPU);
+  for (const double memory : {8.0 * N * N - 1, full - 1}) {
+    opt.host_memory_bytes = memory;
+    try {
+      block_reports(w, X, SkipMode::kFull, opt);
+      ADD_FAILURE() << "no error at " << memory << " bytes";
+    } catch (const std::runtime_error& e) {
+      const std::string m = e.what();
+      for (const char* needle : {"K_sa (128 x 128): cuda:0 test GPU (0.001 GB free of 80) did not assemble it",
+                                 "a host copy for it holds 0.000262 GB", "lanczos"})
+        EXPECT_NE(m.find(needle), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+    EXPECT_TRUE(gpu->handed.empty()) << gpu->handed.size() << " matrices handed over at " << memory << " bytes";
+  }
+  EXPECT_EQ(gpu->asked, 2);  // the device was asked first each time
+  opt.host_memory_bytes = full;
+  const std::vector<ConditionReport> r = block_reports(w, X, SkipMode::kFull, opt);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, Status::kExact) << r[0].note;
+  EXPECT_EQ(gpu->handed, (std::vector<Index>{N}));
 }
 
 // A training run tracked in a temporary folder, removed when it goes out of scope (passed or not).
@@ -964,26 +1098,58 @@ TEST(TorchOperatorDevice, TrainingTracksOnTheHostWhenItsDeviceFails_d16_h2) {
   }
 }
 
-bool have_cuda() { return torch::cuda::is_available(); }
+// Whether this LibTorch sees a GPU; `why` not, where given (cuda_operator_device's reason).
+bool have_cuda(std::string* why = nullptr) { return models::cuda_operator_device(why) != nullptr; }
+
+// JACOND_EXPECT_GPU=1: scripts/gpu_measure.sh item 1, on the GPU machine.
+bool expect_gpu() {
+  const char* v = std::getenv("JACOND_EXPECT_GPU");
+  return v && std::string(v) == "1";
+}
+
+// A GPU test skips where this LibTorch sees no GPU (CI), but fails, naming why, under
+// JACOND_EXPECT_GPU=1: on the GPU machine a CPU-only LibTorch or a driver CUDA refuses would
+// otherwise skip every test below and the run would read as passed.
+#define REQUIRE_CUDA()                                                                                    \
+  if (std::string why; !have_cuda(&why)) {                                                                \
+    if (expect_gpu()) FAIL() << "JACOND_EXPECT_GPU=1 and no GPU for these tests: " << why;               \
+    GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above): " << why; \
+  }
+
+void require_cuda() { REQUIRE_CUDA(); }
+
+// REQUIRE_CUDA under JACOND_EXPECT_GPU=1: a failure naming the reason where there is no GPU, nothing
+// where there is one (so this test runs, and passes, on both machines).
+TEST(OperatorDeviceCuda, UnderExpectGpuAMissingGpuFailsNamingWhy) {
+  std::string why;
+  const bool here = have_cuda(&why);
+  EXPECT_EQ(why.empty(), here) << why;
+  const ScopedEnv expect("JACOND_EXPECT_GPU", "1");
+  if (here) {
+    require_cuda();
+  } else {
+    EXPECT_FATAL_FAILURE(require_cuda(), "JACOND_EXPECT_GPU=1 and no GPU for these tests: this LibTorch");
+  }
+}
 
 TEST(OperatorDeviceCuda, KrylovBasisMeetsTheContract_n6_d8_h2) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   expect_device_basis_meets_the_contract(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
 }
 
 TEST(OperatorDeviceCuda, LnComplementEqualsTheHosts_n7_d12_h3) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   expect_ln_complement_equals_the_host(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
   expect_ln_complement_basis_meets_the_contract(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
 }
 
 TEST(OperatorDeviceCuda, ProductsEqualTheHostKernels_n9_d12_h3) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   expect_products_equal_the_host(TorchOperatorDevice(torch::Device(torch::kCUDA, 0)));
 }
 
 TEST(OperatorDeviceCuda, LanczosReportsBracketTheExactKappa_n8_d16_h2) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   const auto device = models::cuda_operator_device();
   ASSERT_TRUE(device);
   EXPECT_EQ(device->name(), "cuda");
@@ -991,17 +1157,17 @@ TEST(OperatorDeviceCuda, LanczosReportsBracketTheExactKappa_n8_d16_h2) {
 }
 
 TEST(OperatorDeviceCuda, LanczosKeepsItsBracketAtTinyAndHugeScales) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   expect_lanczos_keeps_its_bracket_at_tiny_and_huge_scales(models::cuda_operator_device());
 }
 
 TEST(OperatorDeviceCuda, PanelsEqualTheAssembledMatrix_n9_d12_h3) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   expect_panels_equal_the_assembled_matrix(torch::Device(torch::kCUDA, 0));
 }
 
 TEST(OperatorDeviceCuda, AssemblyEqualsTheClosedFormJacobians_n9_d12_h3) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   expect_assembly_equals_the_closed_form(torch::Device(torch::kCUDA, 0));
 }
 
@@ -1010,7 +1176,7 @@ TEST(OperatorDeviceCuda, AssemblyEqualsTheClosedFormJacobians_n9_d12_h3) {
 // (cuSOLVER) and the operators' CUDA twin (ATen) together, the fast route's K_sa, B_sa, E_sa and
 // K_sab (with its residual) assembled on the GPU: the host's reports, each noted as assembled there.
 TEST(OperatorDeviceCuda, BlockReportsAssembleTheDenseRowsOnTheGpu_n40_d32_h2) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   const BlockWeights w = test::random_block(32, 2, 128, 31);
   const Mat X = test::random_tokens(40, 32, 37);
   const BlockReportOptions host = fast_route_options();
@@ -1037,7 +1203,7 @@ TEST(OperatorDeviceCuda, BlockReportsAssembleTheDenseRowsOnTheGpu_n40_d32_h2) {
 // the host's full-LU κ, method dense-schur-lu-lanczos-cuda,
 // the same outcome as the host store's run of the same algorithm (SchurRoute.* above).
 TEST(OperatorDeviceCuda, SchurRouteAgreesWithTheHostsFullLu_n40_d32_h2) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   const BlockWeights w = test::random_block(32, 2, 128, 31);
   const BlockForward f = block_forward(w, test::random_tokens(40, 32, 37), SkipMode::kFull);
   const auto dense = load_cuda_dense_device({JACOND_CUDA_MODULE_PATH}, "test");
@@ -1067,7 +1233,7 @@ TEST(OperatorDeviceCuda, SchurRouteAgreesWithTheHostsFullLu_n40_d32_h2) {
 // the device, the map's products there (the CPU device runs the same code in SchurRoute.
 // ANeverWrittenOutputFeature… above).
 TEST(OperatorDeviceCuda, ANeverWrittenOutputFeatureIsSingularByTheNullVector_n40_d32_h2) {
-  if (!have_cuda()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU device runs the same code above)";
+  REQUIRE_CUDA();
   const auto dense = load_cuda_dense_device({JACOND_CUDA_MODULE_PATH}, "test");
   const auto gpu = models::cuda_operator_device();
   ASSERT_TRUE(gpu);

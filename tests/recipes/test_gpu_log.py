@@ -33,6 +33,55 @@ def test_failed_tests_and_signal_deaths_are_kept(tmp_path):
     assert not any("Passed" in line for line in log.test_lines)
 
 
+# A GPU machine where CUDA was not usable (a driver too old for the runtime): ctest says every test
+# passed, because it counts a skip as a pass; the Python device test skipped too.
+SKIPPED_LOG = """name, memory.total [MiB], driver_version
+NVIDIA H200, 143771 MiB, 470.57.02
+=== item 1 (item1_tests), cap 360 s, this call's time left 420 s
+$ ctest -R "DenseCuda|DeviceCuda|AdamWCuda|SoapCuda|NcclRankGroup"
+ 1/4 Test  #13: DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian .......***Skipped   0.02 sec
+100% tests passed, 0 tests failed out of 4
+The following tests did not run:
+\t 13 - DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian (Skipped)
+\t 24 - DenseCuda.NoDeviceIsACudaErrorNamingTheCall (Skipped)
+\t 30 - AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu (Skipped)
+GPU tests that did not run on this GPU machine (2): DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu
+1 skipped, 40 deselected in 0.51s
+=== item 1 took 12 s (rc 1)
+"""
+
+
+def test_skipped_tests_are_counted_and_named_apart_from_those_skipped_by_design(tmp_path):
+    path = tmp_path / "gpu_measure-1.log"
+    path.write_text(SKIPPED_LOG)
+    log = gpu.Log([str(path)])
+    assert log.skipped == ["DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian",
+                           "DenseCuda.NoDeviceIsACudaErrorNamingTheCall", "AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu"]
+    assert log.pytest_skipped == 1
+    assert "13 - DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian (Skipped)" in log.test_lines
+    assert not any("***Skipped" in line for line in log.test_lines)  # the progress lines repeat the list
+    report = common.Report("gpu")
+    gpu.tests_section(None, report, log)
+    page = report.markdown()
+    assert "100% tests passed, 0 tests failed out of 4" in page
+    assert ("**2 GPU tests did not run** (skipped on the GPU machine: they measured nothing): "
+            "`DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian`, `AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu`; "
+            "the Python module's device test: 1 skipped; 1 more skipped by design (it checks the no-GPU path).") in page
+
+
+def test_the_tests_that_check_the_no_gpu_path_are_skipped_by_design(tmp_path):
+    """The first H200 run's log: its two skips are NO_GPU_TESTS, and a test seen in two calls' logs
+    counts once."""
+    for call in (1, 2):
+        (tmp_path / f"gpu_measure-{call}.log").write_text(LOG.replace(
+            "=== item 1 took", "\t 24 - DenseCuda.NoDeviceIsACudaErrorNamingTheCall (Skipped)\n=== item 1 took"))
+    log = gpu.Log([str(tmp_path / "gpu_measure-1.log"), str(tmp_path / "gpu_measure-2.log")])
+    assert log.skipped == ["DenseCuda.NoDeviceIsACudaErrorNamingTheCall"]
+    assert gpu.skipped_line(log) == "Every GPU test ran, except the 1 that checks the no-GPU path (skipped by design)."
+    log.skipped = []
+    assert gpu.skipped_line(log) == "Every GPU test ran."
+
+
 class Lines:
     """The part of a report tracking_line and op_count_line write to."""
 

@@ -47,7 +47,17 @@ cat >"$work/bin/nvidia-smi" <<'STANDIN'
 #!/usr/bin/env bash
 if [[ "$*" == *noheader* ]]; then echo 143771; else printf 'name, memory.total [MiB]\nstand-in, 143771 MiB\n'; fi
 STANDIN
-printf '#!/usr/bin/env bash\necho "ctest stand-in $*"\nexit "${CTEST_RC:-0}"\n' >"$work/bin/ctest"
+# The ctest stand-in says whether JACOND_EXPECT_GPU reached it, lists the tests named in
+# $CTEST_SKIPPED as ctest lists tests that did not run, and exits $CTEST_RC.
+cat >"$work/bin/ctest" <<'STANDIN'
+#!/usr/bin/env bash
+echo "ctest stand-in JACOND_EXPECT_GPU=${JACOND_EXPECT_GPU:-unset} $*"
+if [ -n "${CTEST_SKIPPED:-}" ]; then
+  echo "The following tests did not run:"
+  for t in $CTEST_SKIPPED; do printf '\t%3d - %s (Skipped)\n' 7 "$t"; done
+fi
+exit "${CTEST_RC:-0}"
+STANDIN
 chmod +x "$work/build-gpu/experiments/jacond" "$work/bin/"*
 export PATH=$work/bin:$PATH SLOW_PID=$work/slow.pid
 
@@ -64,6 +74,10 @@ log=$work/call1/gpu_measure.log
 [ "$(started "$log")" = 123465789 ] || fail "call 1 started items $(started "$log"), expected 123465789"
 grep -q '^=== item 3 STOPPED at its cap of 4 s' "$log" || fail "item 3 was not logged as stopped at its cap"
 grep -qE '^=== item 1 took [0-9]+ s \(rc 8\)$' "$log" || fail "item 1 hid its failing tests: $(grep '^=== item 1 took' "$log")"
+grep -q '^ctest stand-in JACOND_EXPECT_GPU=1 -j4 -R ' "$log" || fail "item 1's ctest ran without JACOND_EXPECT_GPU=1"
+# The failing tests' diagnosis (library_mix, a helper the item calls in its child shell) ran.
+grep -q -- '--- one Python process maps ' "$log" || fail "item 1's failures have no library_mix diagnosis in the log"
+if grep -q 'command not found' "$log"; then fail "an item called a helper it cannot see: $(grep 'command not found' "$log")"; fi
 [ -s "$SLOW_PID" ] || fail "the slow stand-in never started"
 sleep 1  # a zombie (killed, not yet reaped by an init that may not be one) does not run
 for pid_file in "$SLOW_PID" "$SLOW_PID.child"; do  # the stand-in and the process it started
@@ -92,6 +106,23 @@ JACOND_GPU_REDO=1 JACOND_GPU_ITEMS=3 run call3
 # which failed this check now and then on a loaded machine though the file was there.
 listing=$(tar tzf "$work/call3/results.tar.gz")
 grep -q '^\./vit-s/results.csv$' <<<"$listing" || fail "item 3 rerun wrote no results"
+
+# Item 1 on a GPU machine where tests skipped: only no_gpu_tests (the no-GPU path's own tests) may;
+# any other fails the item (rc 1 where the tests passed) and is named in the log.
+no_gpu=$(sed -n 's/^no_gpu_tests="\(.*\)"$/\1/p' "$src/scripts/gpu_measure.sh")
+[ "$(wc -w <<<"$no_gpu")" = 2 ] || fail "gpu_measure.sh's no_gpu_tests: '$no_gpu'"
+for t in $no_gpu; do  # jacond recipe gpu counts the same tests as skipped by design
+  grep -qF "\"$t\"" "$src/experiments/recipes/jacond_recipes/gpu.py" || fail "gpu.py's NO_GPU_TESTS lacks $t"
+done
+CTEST_SKIPPED=$no_gpu JACOND_GPU_REDO=1 JACOND_GPU_ITEMS=1 run call-skip-by-design
+log=$work/call-skip-by-design/gpu_measure.log
+grep -qE '^=== item 1 took [0-9]+ s \(rc 0\)$' "$log" || fail "no_gpu_tests skipped failed item 1: $(grep '^=== item 1 took' "$log")"
+if grep -q 'did not run on this GPU machine' "$log"; then fail "no_gpu_tests were called missing: $(grep 'did not run on' "$log")"; fi
+CTEST_SKIPPED="$no_gpu AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu" JACOND_GPU_REDO=1 JACOND_GPU_ITEMS=1 run call-skip
+log=$work/call-skip/gpu_measure.log
+grep -qE '^=== item 1 took [0-9]+ s \(rc 1\)$' "$log" || fail "a skipped GPU test passed item 1: $(grep '^=== item 1 took' "$log")"
+grep -qx 'GPU tests that did not run on this GPU machine (1): AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu' "$log" ||
+  fail "item 1 does not name the skipped test alone: $(grep 'did not run on' "$log")"
 
 # A call near its end: items 1 and 2 need more than the 20 s left (45 s by default) and wait for the
 # next call; item 3 (need 1 s) starts, is cut at the call's end, not its 300 s cap, and stays
@@ -217,6 +248,13 @@ render_log call4
 # (exit 1 at the missing GPU; 2 where this jacond has no CUDA back end, as under the sanitizers)
 grep -qE '^\*\*Not measured\*\* \(item 3, ViT-S exact κ\(K_sa\)\): ran [0-9]+ s, exit [12], and wrote no result; it said `jacond block: error: --device cuda' "$md" ||
   fail "the GPU page does not quote item 3's error ($md)"
+
+# Item 1's skipped tests on the page: the one that should have run counted and named, those that
+# run only without a GPU counted apart.
+render_log call-skip
+has "**1 GPU test did not run** (skipped on the GPU machine: it measured nothing): \`AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu\`; 2 more skipped by design"
+render_log call-skip-by-design
+has "Every GPU test ran, except the 2 that check the no-GPU path (skipped by design)."
 
 # The near-the-end call's log: item 3 was cut by the call, the others not reached.
 render_log call-end

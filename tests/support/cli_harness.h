@@ -107,6 +107,13 @@ inline void expect_no_vacuous_pass(const std::string& verify_out) {
     }
 }
 
+/// JACOND_EXPECT_GPU=1 (scripts/gpu_measure.sh item 1, on the GPU machine): a --device cuda test
+/// that finds no GPU or no CUDA back end fails naming why, instead of returning as passed.
+inline bool expect_gpu() {
+  const char* v = std::getenv("JACOND_EXPECT_GPU");
+  return v && std::string(v) == "1";
+}
+
 inline const std::set<std::string> kStatuses = {"exact", "bracket", "singular", "not-converged"};
 
 // ---------------------------------------------------------------------------------------------

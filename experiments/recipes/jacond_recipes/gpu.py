@@ -30,6 +30,11 @@ ITEMS = {
     4: "training images/s vs PyTorch", 5: "ViT-B K_sa under `ours`", 6: "`timm` K_sab at ViT-B, matrix-free",
     7: "inertia certificates", 8: "skipless rows at ViT-S", 9: "`ours` K_sa at ViT-S, matrix-free",
 }
+# Item 1's tests that run only where there is no GPU (each checks the no-GPU path), so skip on the GPU
+# machine by design: scripts/gpu_measure.sh's no_gpu_tests (tests/scripts/test_gpu_measure.sh checks
+# the two lists agree). Every other skipped test measured nothing.
+NO_GPU_TESTS = ("DenseCuda.NoDeviceIsACudaErrorNamingTheCall",
+                "OperatorDeviceCuda.WithoutAGpuTheHostRunsTheProductsAndSaysWhy")
 TARGETS = {"dense_speedup": 20.0, "vit_s_seconds": 120.0, "vit_b_lanczos_seconds": 5.0, "vit_b_ratio": 1.01,
            "train_ratio": 1.0}
 
@@ -45,11 +50,15 @@ class Log:
     CTEST = re.compile(r'^\$ ctest -R "([^"]+)"')
     # What item 1 ran before gpu_measure logged its ctest line (the first H200 run, commit 0345907).
     FIRST_TESTS = "DenseCuda|DeviceCuda|AdamWCuda|NcclRankGroup"
-    # ctest's summary and each failed test as its list names it ("71 - Name (SEGFAULT)"), pytest's
-    # summary, and a process that died on a signal (bash's "Segmentation fault", Python's fatal error).
+    # ctest's summary and each failed or skipped test as its lists name them ("71 - Name (SEGFAULT)",
+    # "24 - Name (Skipped)"), pytest's summary, and a process that died on a signal (bash's
+    # "Segmentation fault", Python's fatal error). A skip must be kept: ctest counts it as passed, so
+    # a log whose every GPU test skipped says "100% tests passed".
     TEST_LINE = re.compile(r"tests passed|tests failed|^\s*\d+ - \S+ \((Failed|Timeout|SEGFAULT|Subprocess aborted|"
-                           r"Child aborted|ILLEGAL|BUS_ERROR|OTHER_FAULT|Exception)|^\d+ (passed|failed)|"
+                           r"Child aborted|ILLEGAL|BUS_ERROR|OTHER_FAULT|Exception|Skipped)|^\d+ (passed|failed|skipped)|"
                            r"Segmentation fault|^Fatal Python error|Aborted \(core dumped\)")
+    SKIPPED = re.compile(r"^\s*\d+ - (\S+) \(Skipped\)$")
+    PYTEST_SKIPPED = re.compile(r"^\d+ (?:passed|failed|skipped).*?\b(\d+) skipped\b|^(\d+) skipped\b")
 
     def __init__(self, paths):
         self.device = None
@@ -60,6 +69,8 @@ class Log:
         self.commands = []   # `jacond …` as run, in order
         self.wall = {}       # command -> wall seconds from `time`
         self.test_lines = []
+        self.skipped = []      # item 1's tests that did not run (ctest's "(Skipped)"), once each
+        self.pytest_skipped = 0
         self.tests_run = None  # item 1's ctest -R pattern
         last_command, current = None, None
         for path in paths:
@@ -93,6 +104,10 @@ class Log:
                     self.stopped[int(m.group(1))] = int(m.group(2))
                 elif self.TEST_LINE.search(line):
                     self.test_lines.append(line.strip())
+                    if (m := self.SKIPPED.match(line)) and m.group(1) not in self.skipped:
+                        self.skipped.append(m.group(1))
+                    elif m := self.PYTEST_SKIPPED.match(line):
+                        self.pytest_skipped += int(m.group(1) or m.group(2))
                 elif current is not None and re.search(r"\berror: ", line) and line not in self.errors[current]:
                     self.errors[current].append(line.strip())
 
@@ -143,6 +158,25 @@ def tests_section(r, report, log):
     report.text(f"`ctest -R \"{log.tests_run or log.FIRST_TESTS}\"` and the Python module's device test: "
                 f"{log.items[1][0]} s, exit {log.items[1][1]}. What they printed:\n\n```\n" +
                 "\n".join(log.test_lines or ["(no summary line in the log)"]) + "\n```")
+    report.text(skipped_line(log))
+
+
+def skipped_line(log):
+    """How many of item 1's tests did not run (ctest counts a skip as passed), named, apart from
+    NO_GPU_TESTS, which skip on a GPU by design; and the Python device test's skips."""
+    missed = [t for t in log.skipped if t not in NO_GPU_TESTS]
+    by_design = len(log.skipped) - len(missed)
+    python = f"; the Python module's device test: {log.pytest_skipped} skipped" if log.pytest_skipped else ""
+    if not missed and not log.pytest_skipped:
+        verb = "checks" if by_design == 1 else "check"
+        return "Every GPU test ran" + (f", except the {by_design} that {verb} the no-GPU path (skipped by design)."
+                                       if by_design else ".")
+    one = len(missed) == 1
+    head = (f"**{len(missed)} GPU test{'' if one else 's'} did not run** (skipped on the GPU machine: "
+            f"{'it' if one else 'they'} measured nothing)") if missed else "**GPU tests did not run**"
+    return (head + (": " + ", ".join(f"`{t}`" for t in missed) if missed else "") + python +
+            (f"; {by_design} more skipped by design ({'it checks' if by_design == 1 else 'they check'} the no-GPU path)"
+             if by_design else "") + ".")
 
 
 def dense_section(r, report, log):

@@ -4,10 +4,12 @@
 // real block Jacobians. Tests that need a device skip without one (CI has the CUDA toolkit and no
 // GPU); the input checks run everywhere.
 #include <cuda_runtime.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <lapacke.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <utility>
@@ -38,8 +40,37 @@ namespace {
 
 constexpr double kEps = std::numeric_limits<double>::epsilon();
 
-#define REQUIRE_DEVICE()                                                                  \
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device (the CPU route is tested elsewhere)"
+// JACOND_EXPECT_GPU=1: scripts/gpu_measure.sh item 1, on the GPU machine.
+bool expect_gpu() {
+  const char* v = std::getenv("JACOND_EXPECT_GPU");
+  return v && std::string(v) == "1";
+}
+
+// A test that needs a device skips without one (CI), but fails, naming why, under
+// JACOND_EXPECT_GPU=1: device_available() is false on any cudaGetDeviceCount error, so on a GPU
+// machine whose driver the runtime refuses ("CUDA driver version is insufficient for CUDA runtime
+// version") every test here would skip and the run would read as passed.
+#define REQUIRE_DEVICE()                                                                 \
+  if (std::string why; !cuda::device_available(&why)) {                                  \
+    if (expect_gpu()) FAIL() << "JACOND_EXPECT_GPU=1 and no usable CUDA device: " << why; \
+    GTEST_SKIP() << "no CUDA device (the CPU route is tested elsewhere): " << why;       \
+  }
+
+void require_device() { REQUIRE_DEVICE(); }
+
+// REQUIRE_DEVICE under JACOND_EXPECT_GPU=1: a failure naming cudaGetDeviceCount's reason where there
+// is no device, nothing where there is one (so this test runs, and passes, on both machines).
+TEST(DenseCuda, UnderExpectGpuAMissingDeviceFailsNamingWhy) {
+  std::string why;
+  const bool here = cuda::device_available(&why);
+  EXPECT_EQ(why.empty(), here) << why;
+  const ScopedEnv expect("JACOND_EXPECT_GPU", "1");
+  if (here) {
+    require_device();
+  } else {
+    EXPECT_FATAL_FAILURE(require_device(), "JACOND_EXPECT_GPU=1 and no usable CUDA device: ");
+  }
+}
 
 // The two routes' σ agree to what each guarantees: σ_max to 1e-12 relative (Lanczos tolerance
 // 1e-13 on σ_max²), σ_min to n·eps·κ relative (each LU's backward error, κ times).

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,6 +19,7 @@
 #include "analysis/operators/host_token_map.h"
 #include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
+#include "analysis/spectral/schur_lu.h"
 #include "analysis/core/threads.h"
 #include "analysis/spectral/dense_cost.h"
 #include "support/random_block.h"
@@ -358,6 +361,149 @@ TEST(HostSchurRoute, AutoTakesTheSchurRouteWhereOnlyItFitsTheBudget) {
   const std::vector<ConditionReport> r = block_reports(test_block(), test_tokens(), SkipMode::kFull, opt);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_NE(r[0].note.find("block LU in 3 pieces"), std::string::npos) << r[0].note;
+}
+
+// A dense N × N matrix as a host TokenMap (N × 1 token matrices) whose every call (products,
+// panels, columns) from call `fail_at` on throws what a device's map throws on a device failure:
+// one DeviceError line (models/device/torch_operator_device.cpp, on_device). Counts its calls.
+class FailingMatrixMap final : public TokenMap {
+ public:
+  FailingMatrixMap(const Mat& A, Index fail_at) : A_(A), fail_at_(fail_at) {}
+  Index n() const override { return A_.rows(); }
+  Index d_in() const override { return 1; }
+  Index d_out() const override { return 1; }
+  Mat apply(const Mat& dX) const override {
+    call("JVP");
+    return A_ * dX;
+  }
+  Mat apply_transpose(const Mat& G) const override {
+    call("VJP");
+    return A_.transpose() * G;
+  }
+  bool assemble_columns(Index first, Index count, double* out) const override {
+    call("assembly");
+    Eigen::Map<Mat>(out, A_.rows(), count) = A_.middleCols(first, count);
+    return true;
+  }
+  bool apply_columns(const double* in, Index count, double* out) const override {
+    call("panel");
+    Eigen::Map<Mat>(out, A_.rows(), count) = A_ * Eigen::Map<const Mat>(in, A_.rows(), count);
+    return true;
+  }
+  std::string assembles_into() const override { return "cpu"; }
+  mutable Index calls = 0;
+
+ private:
+  void call(const std::string& what) const {
+    if (++calls >= fail_at_) throw DeviceError("matrix-free product (" + what + ") on cuda:0: CUDA out of memory");
+  }
+  const Mat& A_;
+  Index fail_at_;
+};
+
+// A device failure anywhere in the Schur route (σ_max's Lanczos, the pieces' assembly, σ_min's
+// Lanczos through the refined solves, the check of σ_min) leaves condition_schur at once with the
+// map's own line, never as a not-converged report (κ NaN, the CLI's exit 3 instead of 1, the text
+// lost): a failing call at every position of a whole run. The reviewer's case: a Gaussian 120 ×
+// 120 in two pieces. (What makes a LibTorch map's failure a DeviceError: SchurRoute.ADeviceError…
+// in tests/models/test_operator_device.cpp.)
+TEST(SchurRoute, ADeviceErrorAtAnyCallOfTheRouteIsThrownWithItsMessage) {
+  std::mt19937_64 rng(1);
+  std::normal_distribution<double> normal;
+  const Index N = 120;
+  Mat A(N, N);
+  for (Index k = 0; k < A.size(); ++k) A.data()[k] = normal(rng);
+  const SchurPlan plan = SchurPlan::for_order(N, 2e9, 2);
+  const FailingMatrixMap whole(A, std::numeric_limits<Index>::max());
+  const ConditionReport r = condition_schur(whole, plan, "A");
+  ASSERT_EQ(r.status, Status::kExact) << r.note;
+  const Index calls = whole.calls;
+  ASSERT_GT(calls, 50);
+  for (Index fail_at = 1; fail_at <= calls; ++fail_at) {
+    const FailingMatrixMap failing(A, fail_at);
+    try {
+      const ConditionReport got = condition_schur(failing, plan, "A");
+      ADD_FAILURE() << "call " << fail_at << " of " << calls << " failed and the route reported "
+                    << to_string(got.status) << ": " << got.note;
+    } catch (const DeviceError& e) {
+      EXPECT_NE(std::string(e.what()).find(") on cuda:0: CUDA out of memory"), std::string::npos) << e.what();
+      EXPECT_EQ(failing.calls, fail_at) << "call " << fail_at << ": " << e.what();
+    }
+  }
+}
+
+// choose_device_lu (schur_lu.h): the GPU's choice between the whole LU, the Schur route, a host
+// copy and a refusal, on the CPU. Its inputs: extra(m) = cuSOLVER's Xgetrf beyond the m² matrix,
+// modelled as getrf_device_bytes' three vectors and int64 pivots (32 m) plus 1 GB of workspace (more
+// than a blocked LU's panel of a few hundred columns at these orders); the assembly batch 1 GB
+// (TorchOperatorDevice::kAssemblyBatchBytes). Every expectation below holds for any extra +
+// assembly up to the margin each comment states.
+double modelled_getrf_extra(Index m) { return 32.0 * static_cast<double>(m) + 1e9; }
+
+// ViT-B's K_sa, N = n·d = 197 · 768 = 151 296:
+//   whole: 8 N² = 183.1 GB, past any one GPU.
+//   two pieces of 75 648: D_0, D_1 hold 2 · 8 · 75 648² = 91.56 GB (design §10's "91.6 GB"); panels
+//     of ⌊2e9 / (3 · 8 N)⌋ = 550 columns, three of them (8 · 3 N · 550 = 2.00 GB), and a vector:
+//     93.56 GB + extra + assembly, within the H200's 149.553 GB free (the first run's
+//     run.json, reports/gpu/measured/2026-11-27-h200) for any extra + assembly below 55.9 GB.
+//   three pieces of 50 432: 3 · 8 · 50 432² = 61.04 GB ("61 GB"), panels of 330 columns, five
+//     (2.00 GB): 63.04 GB + extra + assembly, within an H100's 80 GB for extra + assembly below
+//     16.9 GB, where two pieces (93.56 GB) are not.
+TEST(DeviceLuChoice, VitBTakesTwoPiecesOnAnH200AndThreeOnAnH100) {
+  const Index N = 151296;
+  const SchurPlan two = SchurPlan::for_order(N, 2e9, 2), three = SchurPlan::for_order(N, 2e9, 3);
+  EXPECT_NEAR(8.0 * 2 * 75648.0 * 75648.0 / 1e9, 91.56, 0.01);
+  EXPECT_EQ(two.panel, 550);
+  EXPECT_NEAR(two.bytes() / 1e9, 93.56, 0.01);
+  EXPECT_NEAR(8.0 * 3 * 50432.0 * 50432.0 / 1e9, 61.04, 0.01);
+  EXPECT_EQ(three.panel, 330);
+  EXPECT_NEAR(three.bytes() / 1e9, 63.04, 0.01);
+  const DeviceLuChoice h200 = choose_device_lu(N, 149.553e9, 1e9, modelled_getrf_extra);
+  ASSERT_EQ(h200.route, DeviceLuChoice::Route::kSchur);
+  EXPECT_EQ(h200.plan.cuts, (std::vector<Index>{75648}));
+  EXPECT_EQ(h200.plan.panel, 550);
+  EXPECT_NEAR(h200.whole_bytes / 1e9, 185.13, 0.01);  // 8 N² + extra + assembly
+  const DeviceLuChoice h100 = choose_device_lu(N, 80e9, 1e9, modelled_getrf_extra);
+  ASSERT_EQ(h100.route, DeviceLuChoice::Route::kSchur);
+  EXPECT_EQ(h100.plan.cuts, (std::vector<Index>{50432, 100864}));
+}
+
+// The other outcomes and the boundary of each, where the test is ≤:
+//   nd 6 400 (the bench's size): 8 N² = 0.33 GB, whole on any GPU.
+//   ViT-B at the least Schur plan's bytes exactly: eight pieces of 18 912 (Σ s² · 8 = 22.89 GB, panels
+//     of ⌊2e9 / (15 · 8 N)⌋ = 110 columns, fifteen: 2.00 GB), 24.89 GB, plus extra + assembly:
+//     26.89 GB; one byte less: none (a host copy's LU, 183 GB, neither), and the refusal names the
+//     order, both needs and the free memory.
+//   nd 6 400 with the matrix's LU free but not the 1 GB batch beside it: no Schur plan either (each
+//     holds 0.6 GB or more of panels, and the batch and a workspace), so the host's copy, whose LU
+//     holds no batch; one byte less: none.
+TEST(DeviceLuChoice, WholeSchurHostCopyOrNoneAtTheirBoundaries) {
+  const DeviceLuChoice small = choose_device_lu(6400, 149.553e9, 1e9, modelled_getrf_extra);
+  EXPECT_EQ(small.route, DeviceLuChoice::Route::kWhole);
+  EXPECT_EQ(choose_device_lu(6400, small.whole_bytes, 1e9, modelled_getrf_extra).route, DeviceLuChoice::Route::kWhole);
+
+  const Index N = 151296;
+  const SchurPlan eight = SchurPlan::for_order(N, 2e9, 8);
+  EXPECT_EQ(eight.largest_piece(), 18912);
+  EXPECT_EQ(eight.panel, 110);
+  const double least = eight.bytes() + modelled_getrf_extra(18912) + 1e9;
+  EXPECT_NEAR(least / 1e9, 26.89, 0.01);
+  const DeviceLuChoice fits = choose_device_lu(N, least, 1e9, modelled_getrf_extra);
+  ASSERT_EQ(fits.route, DeviceLuChoice::Route::kSchur);
+  EXPECT_EQ(fits.plan.pieces(), 8);
+  const DeviceLuChoice none = choose_device_lu(N, least - 1, 1e9, modelled_getrf_extra);
+  ASSERT_EQ(none.route, DeviceLuChoice::Route::kNone);
+  EXPECT_EQ(none.least_schur_pieces, 8);
+  EXPECT_EQ(none.least_schur_bytes, least);
+  const std::string refusal = device_lu_refusal("K_sa", N, none, least - 1, "cuda:0 a GPU (26.9 GB free of 80)");
+  EXPECT_EQ(refusal, "K_sa (151296 x 151296) does not fit cuda:0 a GPU (26.9 GB free of 80): the whole LU needs "
+                     "185 GB, the Schur route at least 26.9 GB (in 8 pieces), 26.9 GB are free; the lanczos route "
+                     "brackets it matrix-free");
+
+  const double lu = 8.0 * 6400 * 6400 + modelled_getrf_extra(6400);
+  const DeviceLuChoice copy = choose_device_lu(6400, lu, 1e9, modelled_getrf_extra);
+  EXPECT_EQ(copy.route, DeviceLuChoice::Route::kHostCopy);
+  EXPECT_EQ(choose_device_lu(6400, lu - 1, 1e9, modelled_getrf_extra).route, DeviceLuChoice::Route::kNone);
 }
 
 }  // namespace
