@@ -14,7 +14,8 @@
 //    draws: "every seed" would fail more often the more seeds were drawn.
 //  * The paper's conclusion, a finding (Verifier::finding, never a failure): "K_ℓ is
 //    well-conditioned, κ(J) ≈ 1" (Prop. 2, App. A.2.3), read as a median κ(K_sa) ≤ 2 under `ours`
-//    at the paper's (α, β) = (2, 0.6). At n = 16, d = 32 it does not hold (median ≈ 6e4); it does
+//    at the paper's (α, β) = (2, 0.6). At n = 16, d = 32 it does not hold (reports/prop2, 20 seeds:
+//    median 3.5e4 with one head, 2.0e5 with four); it does
 //    from β ≈ 3 on (the β sweep, reports/prop2).
 //  * Reported, not asserted: how often ‖E‖ < σ_min(B) actually holds (the proposition's
 //    premise), κ(K) vs κ(B).

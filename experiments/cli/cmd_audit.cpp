@@ -16,6 +16,7 @@
 
 #include "analysis/core/progress.h"
 #include "analysis/core/threads.h"
+#include "analysis/report/weight_report.h"
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/device_option.h"
 #include "experiments/cli/commands.h"
@@ -223,6 +224,11 @@ std::optional<AuditArgs> parse_audit(int argc, char** argv) {
     a.opts.block.route = parse_flag("--method", [&] { return parse_kappa_route(a.method); });
     a.opts.block.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
     a.opts.matrices = parse_flag("--matrices", [&] { return models::parse_matrix_list(a.matrices); });
+    // With data, the Jacobians at the probe batch (as jacond.audit in Python); the weights' own
+    // products are --data-free's rows.
+    for (const auto& m : a.opts.matrices)
+      if (std::count(jacond::weight_matrix_names().begin(), jacond::weight_matrix_names().end(), m))
+        throw UsageError("--matrices " + m + ": a weight product, reported by --data-free (leave out --matrices)");
     validate_device_name(a.device);
     a.shard = parse_flag("--shard", [&] { return parse_shard(a.shard_spec); });
     // --data-free reads the weights alone: the flags of the Jacobian route would be ignored.

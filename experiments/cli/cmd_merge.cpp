@@ -9,6 +9,7 @@
 // or a row with fewer or more fields than the header: an interrupted copy from a cluster node),
 // and shards whose `--method auto` / `--certify auto` chose differently (auto_decisions: the
 // choice rests on threads and memory, which the grid leaves out).
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <fstream>
@@ -245,17 +246,14 @@ class ItemRows {
                                " items, but " + ref_.dir + " is one of " + std::to_string(count_) + " over " +
                                std::to_string(rows_of_item_.size()));
     if (s.header != ref_.header) throw std::runtime_error(s.dir + ": its table's header differs from " + ref_.dir + "'s");
-    // One table, one build: a shard rerun after an upgrade (or on a node with an older install)
-    // would mix two versions of the algorithms in rows that read as one run's.
-    for (const char* key : {"jacond_version", "git_revision"})
-      if (s.meta.value(key, json()) != ref_.meta.value(key, json()))
-        throw std::runtime_error(s.dir + ": made by jacond " + build_of(s) + ", " + ref_.dir + " by " + build_of(ref_) +
-                                 ": the shards of one table come from one build (rerun them with one)");
-  }
-
-  static std::string build_of(const ShardOutput& s) {
-    return models::json_snippet(s.meta.value("jacond_version", json())) + " (revision " +
-           models::json_snippet(s.meta.value("git_revision", json())) + ")";
+    // One table, one jacond version: a shard rerun after an upgrade (or on a node with an older
+    // install) would mix two versions of the algorithms in rows that read as one run's. The
+    // revision is the source tree's HEAD when the shard ran (not the binary's), so a difference
+    // there is recorded (shards_made_by), not refused.
+    if (s.meta.value("jacond_version", json()) != ref_.meta.value("jacond_version", json()))
+      throw std::runtime_error(s.dir + ": made by jacond " + models::json_snippet(s.meta.value("jacond_version", json())) +
+                               ", " + ref_.dir + " by " + models::json_snippet(ref_.meta.value("jacond_version", json())) +
+                               ": the shards of one table come from one jacond version (rerun them with one)");
   }
 
   // auto's choices, keyed by the size they were made for: two shards that chose differently at one
@@ -330,8 +328,16 @@ int run_merge(int argc, char** argv) {
       for (const auto& entry : s->meta["architectures"]) architectures.push_back(entry);
   if (!architectures.empty()) meta["architectures"] = architectures;
   meta["merged_from"] = a.dirs;
+  // The shards' jacond version (one, checked) and the source revisions they ran at, each once.
+  json revisions = json::array();
+  for (const auto& s : shards)
+    if (const json r = s.meta.value("git_revision", json()); std::find(revisions.begin(), revisions.end(), r) == revisions.end())
+      revisions.push_back(r);
+  if (revisions.size() > 1)
+    std::cout << "note: the shards ran at " << revisions.size() << " source revisions " << models::json_snippet(revisions)
+              << " (one jacond version); run.json's shards_made_by lists them\n";
   meta["shards_made_by"] = {{"jacond_version", shards.front().meta.value("jacond_version", json())},
-                            {"git_revision", shards.front().meta.value("git_revision", json())}};
+                            {"git_revisions", revisions}};
   meta["rows"] = rows;
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
   std::cout << "wrote " << a.out_dir << "/" << name << " (" << rows << " rows from " << merged.shard_count()

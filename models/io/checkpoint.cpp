@@ -323,9 +323,20 @@ void read_optimizer_state(const std::string& dir, const torch::Device& device,
 
 std::string resolve_resume_checkpoint(const std::string& path) {
   if (fs::exists(fs::path(path) / "meta.json")) return path;
-  // A crash while a step was being replaced leaves it set aside as .old-step-N with no step-N:
-  // put it back first, or the newest step would be skipped and then restored as the run's future.
-  if (fs::is_directory(path)) clean_partial_checkpoints(path);
+  // A crash while a step was being replaced leaves it set aside as .old-step-N with no step-N.
+  // Resolving only reads (the run may be another process's, still writing), so such a step is
+  // named, not restored: resuming past it would skip the newest step and then restore it as the
+  // run's future.
+  std::error_code ec;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(".old-step-", 0) != 0) continue;
+    const std::string step_dir = name.substr(5, name.find('.', 5) - 5);  // "step-0000005"
+    if (!fs::exists(fs::path(path) / step_dir))
+      throw std::runtime_error(it->path().string() + " holds " + step_dir + ", set aside by a run that stopped while "
+                               "replacing it: rename it to " + (fs::path(path) / step_dir).string() +
+                               " to resume from it, or remove it");
+  }
   auto all = list_checkpoints(path);
   if (all.empty()) throw std::runtime_error(path + ": no complete checkpoint (step-XXXXXXX/) to resume from");
   return all.back().dir;

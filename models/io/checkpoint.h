@@ -88,8 +88,9 @@ void read_optimizer_state(const std::string& dir, const torch::Device& device,
                           const std::function<void(torch::serialize::InputArchive&)>& load_optimizer);
 
 /// The checkpoint to resume from: `path` itself when it is a checkpoint directory, otherwise the
-/// newest complete checkpoint under the run directory `path`, after clean_partial_checkpoints
-/// (a step set aside by a crash mid-replacement is the newest). Throws when there is none.
+/// newest complete checkpoint under the run directory `path`. Throws when there is none, and
+/// (reading only) when a step set aside by a crash mid-replacement (.old-step-N, no step-N) is there:
+/// the message says how to restore it.
 std::string resolve_resume_checkpoint(const std::string& path);
 
 /// fsync of a file or directory; throws naming the path.

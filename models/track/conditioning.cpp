@@ -92,13 +92,15 @@ std::vector<LayerReport> track_conditioning(VisionTransformer& model, const torc
   }
   const ViTConfig& cfg = model->config();
   const TensorMap state = model->state();
-  std::vector<LayerReport> out;
-  for (int64_t l = options.layer_offset; !weight_names.empty() && l < cfg.depth; l += options.layer_stride)
-    append_weight_reports(state, cfg, l, weight_names, out);
-  if (!options.matrices.empty() && selected.block.matrices.empty()) return out;
+  const bool block_rows = options.matrices.empty() || !selected.block.matrices.empty();
   std::vector<torch::Tensor> inputs;
-  in_eval_mode(*model, [&] { model->forward_with_block_inputs(probe_images, inputs); });
+  if (block_rows) in_eval_mode(*model, [&] { model->forward_with_block_inputs(probe_images, inputs); });
+  // Layer by layer, its weight rows (probe -1) before its probes' rows: the order of the rows
+  // gathered from ranks that split the layers (sorted by layer, then probe).
+  std::vector<LayerReport> out;
   for (int64_t l = options.layer_offset; l < cfg.depth; l += options.layer_stride) {
+    if (!weight_names.empty()) append_weight_reports(state, cfg, l, weight_names, out);
+    if (!block_rows) continue;
     jacond::SkipMode mode;
     const jacond::BlockWeights w = analysis_block(state, cfg, l, &mode);
     for (int64_t m = 0; m < probe_images.size(0); ++m) {

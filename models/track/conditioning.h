@@ -39,7 +39,9 @@ struct LayerReport {
 
 struct TrackOptions {
   jacond::BlockReportOptions block;  // route (method), per-head and sub-block switches
-  /// Keep only these matrix names (empty: all). Matching is on ConditionReport::matrix.
+  /// Keep only these matrix names (empty: all the block matrices). Matching is on
+  /// ConditionReport::matrix. A data-free name (W_VO, ...) adds that layer's row from its weights
+  /// (probe -1), before the layer's probe rows.
   std::vector<std::string> matrices;
   /// Lanczos warm starts per (layer, probe), carried across calls (training steps, checkpoints
   /// in step order) when set; block.warm is ignored then.

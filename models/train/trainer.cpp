@@ -524,8 +524,7 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   // with LAPACK's text). The norm is of the averaged gradients and the loss of the global batch,
   // so every rank reaches the same verdict.
   if (!std::isfinite(loss_value) || !std::isfinite(grad_norm))
-    throw std::runtime_error((std::isfinite(loss_value) ? "gradient norm is " + std::to_string(grad_norm)
-                                                        : "loss is " + std::to_string(loss_value)) +
+    throw std::runtime_error("loss is " + std::to_string(loss_value) + ", gradient norm " + std::to_string(grad_norm) +
                              " at step " + std::to_string(step) + " (diverged; lower --lr, or the init's scale)");
   optimizer_->step();
   return {loss_value, acc, grad_norm};

@@ -1027,6 +1027,7 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"verify", "prop9"}, 2, "prop9"},
       {{"audit"}, 2, "checkpoint"},
       {{"audit", out, "--matrices", "W_nope"}, 2, "W_nope"},
+      {{"audit", out, "--matrices", "K_sa,W_VO"}, 2, "W_VO: a weight product, reported by --data-free"},
       {{"audit", out, "--certify", "maybe"}, 2, "--certify"},
       {{"sweep", "--certify", "maybe"}, 2, "--certify"},
       {{"bench"}, 2, "benchmark"},

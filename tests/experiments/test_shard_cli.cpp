@@ -215,26 +215,30 @@ TEST_F(ShardCli, MergeRefusesShardsOnWhichAutoChoseDifferently) {
   EXPECT_TRUE(fs::exists(path("theirs") + "/audit.csv"));
 }
 
-// Shards of one table come from one build: a shard whose record names another jacond version or
-// revision (rerun after an upgrade, or on a node with an older install) is refused by name, and a
-// merge records the build its shards came from (its own run_metadata names merge's).
-TEST_F(ShardCli, MergeRefusesShardsOfAnotherBuild) {
+// Shards of one table come from one jacond version: a shard whose record names another (rerun
+// after an upgrade, or on a node with an older install) is refused by name. The source revision
+// is HEAD when the shard ran, not the binary's, so shards at two revisions merge with a note, and
+// run.json's shards_made_by lists both.
+TEST_F(ShardCli, MergeRefusesShardsOfAnotherVersionAndRecordsTheirRevisions) {
   const auto dirs = shards(with(kSweep, {"--method", "dense", "--certify", "none"}), 2, "b");
-  const RunResult same = run({"merge", dirs[0], dirs[1], "--out", path("same")});
-  ASSERT_EQ(same.code, 0) << same.describe();
   const json first = json::parse(slurp(dirs[0] + "/run.json"));
-  EXPECT_EQ(json::parse(slurp(path("same") + "/run.json")).at("shards_made_by").at("git_revision"), first.at("git_revision"));
-  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{{"git_revision", "deadbee"},
-                                                                                   {"jacond_version", "0.0.9"}}) {
-    json other = json::parse(slurp(dirs[1] + "/run.json"));
-    const json kept = other[key];
+  json other = first;
+  const auto rewrite = [&](const std::string& key, const json& value) {
+    other = json::parse(slurp(dirs[1] + "/run.json"));
     other[key] = value;
     std::ofstream(dirs[1] + "/run.json", std::ios::trunc) << other.dump(2);
-    const std::string out = path("mixed-" + key);
-    expect_one_line_error({"merge", dirs[0], dirs[1], "--out", out}, {dirs[1], value, "one build"}, out);
-    other[key] = kept;
-    std::ofstream(dirs[1] + "/run.json", std::ios::trunc) << other.dump(2);
-  }
+  };
+  rewrite("jacond_version", "0.0.9");
+  expect_one_line_error({"merge", dirs[0], dirs[1], "--out", path("versions")}, {dirs[1], "0.0.9", "one jacond version"},
+                        path("versions"));
+  rewrite("jacond_version", first.at("jacond_version"));
+  rewrite("git_revision", "deadbee");
+  const RunResult m = run({"merge", dirs[0], dirs[1], "--out", path("revisions")});
+  ASSERT_EQ(m.code, 0) << m.describe();
+  EXPECT_TRUE(contains(m.out, "note: the shards ran at 2 source revisions")) << m.out;
+  const json made_by = json::parse(slurp(path("revisions") + "/run.json")).at("shards_made_by");
+  EXPECT_EQ(made_by.at("git_revisions"), json::array({first.at("git_revision"), "deadbee"}));
+  EXPECT_EQ(made_by.at("jacond_version"), first.at("jacond_version"));
 }
 
 TEST_F(ShardCli, BadShardFlagsAreUsageErrors) {

@@ -246,12 +246,17 @@ TEST_F(TrainDistCli, TwoRanksWriteTheSameStepZeroCheckpointAsOneProcess) {
 
 // --track-split rank0 (rank 0 tracks alone) writes the same table as the split by layer.
 TEST_F(TrainDistCli, TrackingOnRankZeroEqualsTrackingSplitByLayer) {
-  ASSERT_EQ(run(tiny_run(path("layers"), {"--nproc", "2", "--steps", "3"})).code, 0);
-  const RunResult r = run(tiny_run(path("rank0"), {"--nproc", "2", "--steps", "3", "--track-split", "rank0"}));
+  // W_VO: a layer's data-free row (probe none) sits before its probes' rows in both orders.
+  const std::vector<std::string> track = {"--nproc", "2", "--steps", "3", "--track-matrices", "W_VO,K_ffn,softmax"};
+  ASSERT_EQ(run(tiny_run(path("layers"), track)).code, 0);
+  std::vector<std::string> rank0 = track;
+  rank0.insert(rank0.end(), {"--track-split", "rank0"});
+  const RunResult r = run(tiny_run(path("rank0"), rank0));
   ASSERT_EQ(r.code, 0) << r.describe();
   const auto a = read_csv(path("layers") + "/conditioning.csv"), b = read_csv(path("rank0") + "/conditioning.csv");
   ASSERT_EQ(a.rows.size(), b.rows.size());
   ASSERT_FALSE(a.rows.empty());
+  EXPECT_FALSE(a.where("matrix", "W_VO").empty());
   for (size_t i = 0; i < a.rows.size(); ++i) {
     auto ra = a.rows[i], rb = b.rows[i];
     ra.erase("seconds"), rb.erase("seconds");

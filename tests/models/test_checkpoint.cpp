@@ -115,15 +115,20 @@ TEST_F(Checkpoints, SetAsideStepIsKeptWhileItsReplacementIsIncomplete) {
 }
 
 // --resume RUN after a crash mid-replacement of the newest step (step-5 set aside as .old-step-5,
-// its replacement not yet in place) resumes step 5, not step 3: the set-aside step is put back
-// before the newest is chosen (it was restored only afterwards, as a step past the resumed one).
-TEST_F(Checkpoints, ResumeAfterACrashMidReplacementTakesTheSetAsideNewestStep) {
+// its replacement not yet in place) does not resume step 3 (step 5 would then be restored as the
+// run's future): one line names the set-aside step and how to restore it, and nothing is moved
+// (the run may be another process's, still writing).
+TEST_F(Checkpoints, ResumeAfterACrashMidReplacementNamesTheSetAsideStep) {
   write(3);
   write(5);
   const fs::path run(run_);
   fs::rename(run / "step-0000005", run / ".old-step-0000005.999");
+  const std::string msg = jacond::test::error_message([&] { models::resolve_resume_checkpoint(run_); });
+  EXPECT_NE(msg.find(".old-step-0000005.999 holds step-0000005"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rename it to " + (run / "step-0000005").string()), std::string::npos) << msg;
+  EXPECT_TRUE(fs::exists(run / ".old-step-0000005.999" / "meta.json"));
+  fs::rename(run / ".old-step-0000005.999", run / "step-0000005");
   EXPECT_EQ(fs::path(models::resolve_resume_checkpoint(run_)).filename(), "step-0000005");
-  EXPECT_FALSE(fs::exists(run / ".old-step-0000005.999"));
 }
 
 TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {

@@ -2,12 +2,14 @@
 # CI executes every notebook (issue 12) on small results made here by the jacond under test:
 #   run_notebooks.sh JACOND WORK_DIR [PYTHON_PACKAGE_DIR]
 # A tiny sweep, a tiny training run with tracking, its audit (data-dependent and data-free); then
-# `jupyter nbconvert --execute` of each notebook in notebooks/ with JACOND_* pointing at them. A
+# `jupyter nbconvert --execute` of each notebook in notebooks/ with JACOND_* pointing at them, and of
+# sweep.ipynb once more on a tiny seeds-only sweep (--init timm: no alpha, beta, c; a few seconds). A
 # cell that raises fails the test (nbconvert exits nonzero); the executed copies are checked for
 # the outputs the notebooks promise (a PNG per figure cell, the sensitivity verdict with a finite
-# ratio or an explicit "cannot decide", the audit's agreement with the tracking, python_api's
-# statuses as its prose states them). PYTHON_PACKAGE_DIR (<build>/python) holds the in-tree Python module
-# for python_api.ipynb; without it (a build without pybind11) that notebook is skipped.
+# ratio or an explicit "cannot decide"; on the timm sweep, kappa per seed and no alpha x beta cells;
+# the audit's agreement with the tracking, python_api's statuses as its prose states them).
+# PYTHON_PACKAGE_DIR (<build>/python) holds the in-tree Python module for python_api.ipynb; without
+# it (a build without pybind11) that notebook is skipped.
 set -euo pipefail
 JACOND=$1
 WORK=$2
@@ -16,6 +18,7 @@ if [ -n "$PYTHON_PACKAGE_DIR" ]; then export PYTHONPATH="$PYTHON_PACKAGE_DIR${PY
 SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$JACOND" sweep --alpha 1.5:2.5:0.5 --beta 0.1:1.1:0.5 --c 3 --seeds 1 --n 4 --d 8 --heads 2 --out "$WORK/sweep" > "$WORK/sweep.log" 2>&1
+"$JACOND" sweep --init timm --seeds 2 --n 4 --d 8 --heads 2 --threads 1 --out "$WORK/sweep-timm" > "$WORK/sweep-timm.log" 2>&1
 "$JACOND" train --dim 16 --depth 2 --heads 2 --patch 7 --batch 32 --data-limit 640 --test-limit 200 --threads 1 \
   --steps 12 --warmup-steps 3 --optimizer soap --skip none --init ours --eval-every 6 --track-every 6 \
   --track-matrices K_sa,K_sab,softmax --checkpoint-every 6 --checkpoint-init --print-every 6 --out "$WORK/run" > "$WORK/train.log"
@@ -30,6 +33,11 @@ for nb in "$SOURCE"/notebooks/*.ipynb; do
     > "$WORK/$name.nbconvert.log" 2>&1 || { echo "notebook $name failed:"; tail -n 30 "$WORK/$name.nbconvert.log"; exit 1; }
   echo "executed $name"
 done
+# sweep.ipynb on a seeds-only sweep: it must say so and skip the alpha x beta cells, not fail in them.
+JACOND_SWEEP="$WORK/sweep-timm" jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=300 --output-dir "$WORK/executed" \
+  --output sweep-timm "$SOURCE/notebooks/sweep.ipynb" > "$WORK/sweep-timm.nbconvert.log" 2>&1 \
+  || { echo "notebook sweep on a timm sweep failed:"; tail -n 30 "$WORK/sweep-timm.nbconvert.log"; exit 1; }
+echo "executed sweep on a timm sweep"
 # What the notebooks promise, in their executed copies.
 /usr/bin/python3 - "$WORK/executed" <<'PY'
 import json, math, os, re, sys
@@ -52,6 +60,16 @@ if "verdict:" in t:
     if not ratio: failures.append("sweep: a verdict without its ratio")
     elif not math.isfinite(float(ratio.group(1))): failures.append(f"sweep: the verdict's ratio is {ratio.group(1)}, not a finite number")
 elif "cannot decide:" not in t: failures.append("sweep: neither a sensitivity verdict nor 'cannot decide'")
+# A timm sweep has no alpha, beta, c: kappa per seed and matrix (with status and method) and the per-seed figure,
+# no pivots, lines or verdict.
+timm = outputs("sweep-timm")
+t = text(timm)
+if "seeds-only sweep of the timm init" not in t: failures.append("sweep on a timm sweep: not called a seeds-only sweep")
+if "kappa per seed and matrix" not in t or not re.search(r"K_sa\s+full\s+0\s+.*?(exact|certified|bracket|singular|not-converged)\s+\S", t):
+    failures.append("sweep on a timm sweep: no table of kappa per seed and matrix with its status and method")
+if pngs(timm) < 1: failures.append("sweep on a timm sweep: no per-seed figure")
+for said in ("verdict:", "cannot decide:", "does not cover", "median kappa(K_sa)"):
+    if said in t: failures.append(f"sweep on a timm sweep: an alpha x beta cell ran ({said!r})")
 audit = outputs("training_audit")
 if pngs(audit) < 3: failures.append(f"training_audit: {pngs(audit)} figures, expected 3")
 t = text(audit)
