@@ -95,6 +95,15 @@ bool has_model_files(const fs::path& d) {
 constexpr const char* kTmpPrefix = ".tmp-";  // .tmp-step-N.<pid>: a write in progress
 constexpr const char* kOldPrefix = ".old-";  // .old-step-N.<pid>: a replaced step, set aside
 
+/// "step-0000005" for a ".old-step-0000005.<pid>" that write_checkpoint set aside; "" otherwise.
+std::string set_aside_step(const std::string& filename) {
+  if (filename.rfind(std::string(kOldPrefix) + "step-", 0) != 0) return "";
+  const std::string rest = filename.substr(std::string(kOldPrefix).size());
+  const std::string step_name = rest.substr(0, rest.rfind('.'));
+  int64_t step;
+  return parse_step_name(step_name, &step) ? step_name : "";
+}
+
 }  // namespace
 
 void set_checkpoint_crash_point_for_testing(std::function<void(const std::string& point)> hook) {
@@ -158,8 +167,7 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir, Checkp
     int64_t step;
     if (!e.is_directory() || !parse_step_name(e.path().filename().string(), &step)) continue;
     const fs::path d = e.path();
-    if (fs::exists(d / "meta.json") && fs::exists(d / "model.safetensors") &&
-        (parts == CheckpointParts::kModel || fs::exists(d / "optimizer.pt")))
+    if (has_model_files(d) && (parts == CheckpointParts::kModel || fs::exists(d / "optimizer.pt")))
       out.push_back({step, d.string()});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
@@ -256,7 +264,7 @@ void clean_partial_checkpoints(const std::string& run_dir) {
     for (const auto& e : it) {
       const std::string n = e.path().filename().string();
       if (n.rfind(std::string(kTmpPrefix) + "step-", 0) == 0) tmp.push_back(e.path());
-      if (n.rfind(std::string(kOldPrefix) + "step-", 0) == 0) old.push_back(e.path());
+      if (!set_aside_step(n).empty()) old.push_back(e.path());  // not a name write_checkpoint makes: left alone
     }
   }
   // A .tmp-step-N is never the only copy of a step: write_checkpoint moves the old step-N aside
@@ -266,11 +274,7 @@ void clean_partial_checkpoints(const std::string& run_dir) {
   // once a complete step-N is in place; while step-N is missing (a crash between the two
   // renames) it is the only copy of the step and is renamed back. Anything else is left alone.
   for (const fs::path& p : old) {
-    const std::string n = p.filename().string().substr(std::string(kOldPrefix).size());
-    const std::string step_name = n.substr(0, n.rfind('.'));
-    int64_t step;
-    if (!parse_step_name(step_name, &step)) continue;  // not a name write_checkpoint makes
-    const fs::path final_dir = fs::path(run_dir) / step_name;
+    const fs::path final_dir = fs::path(run_dir) / set_aside_step(p.filename().string());
     std::error_code e2;
     if (has_model_files(final_dir)) {
       remove_all_logged(p, "replaced checkpoint of an interrupted write");
@@ -329,10 +333,8 @@ std::string resolve_resume_checkpoint(const std::string& path) {
   // run's future.
   std::error_code ec;
   for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(".old-step-", 0) != 0) continue;
-    const std::string step_dir = name.substr(5, name.find('.', 5) - 5);  // "step-0000005"
-    if (!fs::exists(fs::path(path) / step_dir))
+    const std::string step_dir = set_aside_step(it->path().filename().string());
+    if (!step_dir.empty() && !fs::exists(fs::path(path) / step_dir))
       throw std::runtime_error(it->path().string() + " holds " + step_dir + ", set aside by a run that stopped while "
                                "replacing it: rename it to " + (fs::path(path) / step_dir).string() +
                                " to resume from it, or remove it");

@@ -31,6 +31,7 @@
 #include "models/device/torch_operator_device.h"
 #include "models/train/trainer.h"
 #include "support/csv.h"
+#include "support/expect_gpu.h"
 #include "support/krylov_basis_contract.h"
 #include "support/random_block.h"
 #include "support/tolerances.h"
@@ -1101,11 +1102,7 @@ TEST(TorchOperatorDevice, TrainingTracksOnTheHostWhenItsDeviceFails_d16_h2) {
 // Whether this LibTorch sees a GPU; `why` not, where given (cuda_operator_device's reason).
 bool have_cuda(std::string* why = nullptr) { return models::cuda_operator_device(why) != nullptr; }
 
-// JACOND_EXPECT_GPU=1: scripts/gpu_measure.sh item 1, on the GPU machine.
-bool expect_gpu() {
-  const char* v = std::getenv("JACOND_EXPECT_GPU");
-  return v && std::string(v) == "1";
-}
+using jacond::test::expect_gpu;  // support/expect_gpu.h
 
 // A GPU test skips where this LibTorch sees no GPU (CI), but fails, naming why, under
 // JACOND_EXPECT_GPU=1: on the GPU machine a CPU-only LibTorch or a driver CUDA refuses would

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "support/csv.h"
+#include "support/expect_gpu.h"
 
 #ifndef JACOND_BINARY
 #error "JACOND_BINARY must be defined (tests/CMakeLists.txt)"
@@ -107,12 +108,7 @@ inline void expect_no_vacuous_pass(const std::string& verify_out) {
     }
 }
 
-/// JACOND_EXPECT_GPU=1 (scripts/gpu_measure.sh item 1, on the GPU machine): a --device cuda test
-/// that finds no GPU or no CUDA back end fails naming why, instead of returning as passed.
-inline bool expect_gpu() {
-  const char* v = std::getenv("JACOND_EXPECT_GPU");
-  return v && std::string(v) == "1";
-}
+using jacond::test::expect_gpu;  // support/expect_gpu.h
 
 inline const std::set<std::string> kStatuses = {"exact", "bracket", "singular", "not-converged"};
 

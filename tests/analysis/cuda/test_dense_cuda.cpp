@@ -31,6 +31,7 @@
 #include "analysis/spectral/ldlt.h"
 #include "analysis/spectral/mixed_lu.h"
 #include "support/constructed_spectrum.h"
+#include "support/expect_gpu.h"
 #include "support/ldlt_product.h"
 #include "support/paper_inits.h"
 #include "support/random_block.h"
@@ -40,11 +41,7 @@ namespace {
 
 constexpr double kEps = std::numeric_limits<double>::epsilon();
 
-// JACOND_EXPECT_GPU=1: scripts/gpu_measure.sh item 1, on the GPU machine.
-bool expect_gpu() {
-  const char* v = std::getenv("JACOND_EXPECT_GPU");
-  return v && std::string(v) == "1";
-}
+using test::expect_gpu;  // support/expect_gpu.h
 
 // A test that needs a device skips without one (CI), but fails, naming why, under
 // JACOND_EXPECT_GPU=1: device_available() is false on any cudaGetDeviceCount error, so on a GPU
