@@ -272,6 +272,10 @@ std::vector<double> parse_range(const std::string& spec, const std::string& flag
     const double snapped = std::round((a0 + static_cast<double>(k) * step) / quantum) * quantum + 0.0;
     const double x = std::stod(format_number_digits(snapped, 12));
     if (x > a1 + step * 1e-6) break;
+    // A STEP below the 12 digits kept gives a value twice (1:1.000000000001:1e-13): refuse it.
+    if (!v.empty() && x <= v.back())
+      throw std::invalid_argument("--" + flag + ": STEP in '" + spec +
+                                  "' is finer than 12 significant digits of the range (grid values repeat)");
     v.push_back(x);
     if (v.size() > 100000) throw std::invalid_argument("--" + flag + ": range '" + spec + "' has too many points");
   }

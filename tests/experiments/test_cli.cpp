@@ -1012,6 +1012,8 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"spectrum"}, 2, "--matrix"},
       {{"spectrum", "--matrices", "K_nope"}, 2, "K_nope"},
       {{"sweep", "--alpha", "3:1:1"}, 2, "--alpha"},
+      // a STEP below the 12 significant digits a grid value keeps repeated values (run twice, silently)
+      {{"sweep", "--beta", "1:1.000000000001:1e-13"}, 2, "finer than 12 significant digits"},
       {{"sweep", "--seeds", "0"}, 2, "--seeds"},
       // --matrix writes flat into DIR: all, or a list, kept only the last matrix's files (exit 0).
       {{"spectrum", "--matrix", "all", "--out", out + "/flat"}, 2, "--matrices"},
