@@ -179,9 +179,18 @@ MlpCache mlp_forward(const BlockWeights& w, const Mat& Y) {
 }
 
 BlockForward attention_only_forward(const BlockWeights& w, const Mat& X) {
+  if (X.cols() != w.d) {
+    std::ostringstream os;
+    os << "tokens have d=" << X.cols() << " but the block has d=" << w.d;
+    throw std::invalid_argument(os.str());
+  }
+  if (!X.allFinite()) throw std::invalid_argument("tokens contain NaN or inf");
   BlockForward f;
   f.X = X;
   f.attn = attention_forward(w, X);
+  if (!f.attn.out.allFinite())  // as block_forward: say where, once, not as a NaN matrix downstream
+    throw std::invalid_argument("the attention branch overflows fp64 at these weights and tokens (softmax logits "
+                                "s Q_h K_h^T or A V W_O not finite): the weights or tokens are too large");
   return f;
 }
 

@@ -51,10 +51,13 @@ const std::vector<std::string>& post_norm_matrix_names() {
 
 std::vector<std::string> parse_matrix_names(const std::string& spec, const std::vector<std::string>& valid) {
   std::vector<std::string> out;
-  if (spec.empty() || spec == "all") return out;
+  if (spec == "all") return out;  // empty `out` means every matrix
+  // An empty list or name ("", "K_sa,", "K_sa,,B_sa") is a typo, not "all".
+  if (spec.empty() || spec.back() == ',') throw std::invalid_argument("empty matrix name in '" + spec + "'");
   std::stringstream ss(spec);
   std::string name;
   while (std::getline(ss, name, ',')) {
+    if (name.empty()) throw std::invalid_argument("empty matrix name in '" + spec + "'");
     if (std::find(valid.begin(), valid.end(), name) == valid.end()) {
       std::string list;
       for (const auto& k : valid) list += (list.empty() ? "" : " ") + k;
@@ -534,10 +537,12 @@ void head_reports(const BlockWeights& w, const AttentionCache& c, const BlockRep
       ConditionReport s_full = condition_blockdiag(rows_full, "softmax");
       s_full.head = static_cast<int>(h);
       out.push_back(s_full);
-      ConditionReport s_restricted = condition_blockdiag(rows_restricted, "softmax");
-      s_restricted.head = static_cast<int>(h);
-      s_restricted.space = "ones-complement";
-      out.push_back(s_restricted);
+      if (n > 1) {  // 1⟂ of R^1 is {0}: a single token's softmax row has no restriction to report
+        ConditionReport s_restricted = condition_blockdiag(rows_restricted, "softmax");
+        s_restricted.head = static_cast<int>(h);
+        s_restricted.space = "ones-complement";
+        out.push_back(s_restricted);
+      }
     }
     if (wants(opt, "attention")) {
       ConditionReport a = condition_svd(A, "attention");
@@ -566,6 +571,35 @@ void embedding_reports(const BlockForward& f, const BlockReportOptions& opt, std
 
 }  // namespace
 
+namespace {
+// The ln-complement space drops x̂_i as LayerNorm's near-null direction: J_i x̂_i =
+// γσ_i⁻¹ (1 − ‖x̂_i‖²/d) x̂_i with ‖x̂_i‖²/d = var_i/(var_i + eps), so LayerNorm keeps a fraction
+// eps/(var_i + eps) of it. Where var_i ≤ eps (a near-constant token) that is half or more, and for
+// a constant token x̂_i is rounding noise: the restriction then drops a live direction and its κ
+// can be below the one on the true nullspace's complement. The row says so; it stays the
+// complement of span{1, x̂_i} as defined.
+std::string ln_live_direction_note(const LayerNormCache& ln, const char* layernorm) {
+  const Index d = ln.x_hat.cols();
+  Index live = 0, first = -1;
+  for (Index i = 0; i < ln.x_hat.rows(); ++i)
+    if (ln.x_hat.row(i).squaredNorm() / static_cast<double>(d) < 0.5) {
+      ++live;
+      if (first < 0) first = i;
+    }
+  if (live == 0) return "";
+  return std::to_string(live) + " token(s) (first " + std::to_string(first) + ") with variance <= " + layernorm +
+         "'s eps: x-hat is not near-null there, the restriction drops a live direction (kappa may be low)";
+}
+
+void note_live_directions(const BlockForward& f, std::vector<ConditionReport>& out) {
+  for (ConditionReport& r : out) {
+    if (r.space != "ln-complement") continue;
+    const std::string note = ln_live_direction_note(r.matrix == "K_ffn" ? f.ln2 : f.ln1, r.matrix == "K_ffn" ? "LN2" : "LN1");
+    if (!note.empty()) r.note += (r.note.empty() ? "" : "; ") + note;
+  }
+}
+}  // namespace
+
 std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, SkipMode skip,
                                            const BlockReportOptions& opt) {
   w.validate();
@@ -581,6 +615,7 @@ std::vector<ConditionReport> block_reports(const BlockWeights& w, const Mat& X, 
     lanczos_tokenwise_reports(w, f, skip, opt, out);
   head_reports(w, f.attn, opt, out);
   embedding_reports(f, opt, out);
+  note_live_directions(f, out);
   return out;
 }
 

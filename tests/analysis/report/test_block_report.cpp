@@ -133,7 +133,9 @@ TEST(BlockReportSelection, UnrequestedMatricesAreNeverSolvedLanczosN6D8) {
 
 TEST(BlockReportSelection, ParsesListsAndRejectsUnknownNames) {
   EXPECT_TRUE(parse_matrix_names("all", block_matrix_names()).empty());
-  EXPECT_TRUE(parse_matrix_names("", block_matrix_names()).empty());
+  // An empty list or name is a typo, not "all" (it computed every matrix).
+  for (const char* typo : {"", "K_sa,", "K_sa,,B_sa", ","})
+    EXPECT_THROW(parse_matrix_names(typo, block_matrix_names()), std::invalid_argument) << "'" << typo << "'";
   EXPECT_EQ(parse_matrix_names("K_sab,softmax,K_sab", block_matrix_names()),
             (std::vector<std::string>{"K_sab", "softmax"}));
   try {
@@ -758,6 +760,68 @@ TEST(PostNormReports, RefuseTheMatricesOfLayerNormPrecededSubBlocksByName) {
     FAIL() << "K_ffn of a post-norm block was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "a post-norm block has only K_sa, B_sa, E_sa, softmax and attention, not K_ffn");
+  }
+}
+
+// The ln-complement drops x̂_i as near-null (LayerNorm keeps eps/(var_i + eps) of it). A constant
+// token has var 0: its x̂ is rounding noise, the dropped direction is live, and the row says so;
+// tokens of ordinary spread keep no such note.
+TEST(BlockReportLnComplement, AConstantTokenIsNamedInTheRowsNote_n6_d8_h2) {
+  const BlockWeights w = test::random_block(8, 2, 16, 3);
+  Mat X = test::random_tokens(6, 8, 4);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kFast;
+  opt.matrices = {"K_sab", "K_ffn"};
+  for (const auto& r : block_reports(w, X, SkipMode::kNone, opt))
+    EXPECT_EQ(r.note.find("variance <="), std::string::npos) << r.matrix << " " << r.space << ": " << r.note;
+  X.row(2).setConstant(0.7);
+  const BlockForward f = block_forward(w, X, SkipMode::kNone);
+  // The premise, independently: LN1's Jacobian at token 2 keeps x̂'s direction (it is not near-null).
+  ASSERT_LT(f.ln1.x_hat.row(2).squaredNorm() / 8.0, 0.5);
+  const std::vector<ConditionReport> got = block_reports(w, X, SkipMode::kNone, opt);
+  const ConditionReport& sab = find_report(got, "K_sab", "ln-complement", -1);
+  EXPECT_NE(sab.note.find("1 token(s) (first 2) with variance <= LN1's eps"), std::string::npos) << sab.note;
+  const ConditionReport& full = find_report(got, "K_sab", "full", -1);
+  EXPECT_EQ(full.note.find("variance <="), std::string::npos) << full.note;
+}
+
+// One token: the attention map is [1], so E_sa = 0 and K_sa = B_sa, the softmax row is 0 (singular
+// on R^1) and 1⟂ = {0} has no row. Every other matrix is reported (the whole report was lost to
+// "empty spectrum for softmax").
+TEST(BlockReportEdges, OneTokenReportsEveryMatrixButTheEmptyRestriction_n1_d6_h2) {
+  const BlockWeights w = test::random_block(6, 2, 12, 7);
+  const Mat X = test::random_tokens(1, 6, 8);
+  BlockReportOptions opt;
+  opt.route = KappaRoute::kSvd;
+  const auto got = block_reports(w, X, SkipMode::kFull, opt);
+  EXPECT_EQ(matrices_of(got), std::set<std::string>(block_matrix_names().begin(), block_matrix_names().end()));
+  for (const auto& r : got) EXPECT_NE(r.space, "ones-complement") << r.matrix;
+  const ConditionReport& K = find_report(got, "K_sa", "full", -1);
+  const ConditionReport& B = find_report(got, "B_sa", "full", -1);
+  EXPECT_NEAR(K.kappa, B.kappa, 1e-12 * B.kappa);
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_EQ(find_report(got, "softmax", "full", h).status, Status::kSingular);
+    EXPECT_EQ(find_report(got, "attention", "full", h).kappa, 1.0);  // A_h = [1]
+  }
+}
+
+// The post-norm path checks its tokens and its attention's forward pass as block_forward does: one
+// line naming the problem, not a NaN matrix's "singular_values: matrix contains NaN or inf".
+TEST(BlockReportEdges, PostNormTokensThatAreNotFiniteOrOverflowAreNamed_n6_d8_h2) {
+  const BlockWeights w = test::random_block(8, 2, 16, 53);
+  BlockReportOptions opt;
+  opt.matrices = {"K_sa"};
+  Mat nan_tokens = test::random_tokens(6, 8, 54);
+  nan_tokens(2, 3) = std::numeric_limits<double>::quiet_NaN();
+  const Mat huge = test::random_tokens(6, 8, 54) * 1e155;
+  for (const auto& [Y, want] : {std::pair<Mat, std::string>{nan_tokens, "tokens contain NaN or inf"},
+                                {huge, "the attention branch overflows fp64"}}) {
+    try {
+      post_norm_block_reports(w, Y, opt);
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
   }
 }
 
