@@ -219,8 +219,10 @@ void for_each_train_field(Config& c, Visit&& visit) {
         c.track_seconds);
   visit(TrainField{"track_matrices", "track-matrices", "tracking",
                    "comma list of K_sa,B_sa,E_sa,K_sab,K_mlp,K_ffn,softmax,attention, the token matrices "
-                   "X_in,LN1_out,SA_out,SAB_out,LN2_out,FFN_out,FFN_block_out, or all (--norm post: K_sa,B_sa,E_sa,"
-                   "softmax,attention; default softmax,attention)"},
+                   "X_in,LN1_out,SA_out,SAB_out,LN2_out,FFN_out,FFN_block_out, the data-free matrices (per layer, "
+                   "from the weights alone) W_VO,W_VO_h,W_QK_h,W_Q,W_K,W_V,W_O,W_1,W_2, or all (the block and token "
+                   "matrices) (--norm post: K_sa,B_sa,E_sa,softmax,attention and the data-free ones; default "
+                   "softmax,attention)"},
         c.track_matrices);
   visit(TrainField{"track_split", "track-split", "tracking",
                    "data parallel: layers (each rank tracks every W-th layer) | rank0 (rank 0 tracks alone)"},

@@ -8,7 +8,11 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "analysis/report/block_report.h"
+#include "analysis/report/weight_report.h"
+#include "models/track/conditioning.h"
 #include "models/train/train_config.h"
 #include "models/train/trainer.h"
 #include "support/error_message.h"
@@ -66,6 +70,32 @@ TEST(TrainConfig, FlagsAndKeysAreSpelledOnce) {
   EXPECT_EQ(jacond::models::train_flag("out_dir"), "--out");
   EXPECT_EQ(jacond::models::train_flag("stop_at"), "--stop-at");
   EXPECT_THROW(jacond::models::train_flag("warmup"), std::logic_error);
+}
+
+// --track-matrices's help names every matrix the ViT's tracking accepts: the block and token
+// matrices and the data-free ones (W_VO, W_QK_h, ...), which it accepted while the help left them out.
+TEST(TrainConfig, TrackMatricesHelpNamesEveryAcceptedMatrix) {
+  std::string help;
+  jacond::models::for_each_train_field(static_cast<const TrainConfig&>(TrainConfig{}), [&](const TrainField& f, const auto&) {
+    if (std::string(f.key) == "track_matrices") help = f.help;
+  });
+  ASSERT_FALSE(help.empty());
+  std::set<std::string> words;  // the help's words, split at spaces, commas and parentheses
+  std::string word;
+  for (const char ch : help + " ") {
+    if (ch == ' ' || ch == ',' || ch == '(' || ch == ')' || ch == ';' || ch == ':') {
+      if (!word.empty()) words.insert(word);
+      word.clear();
+    } else {
+      word += ch;
+    }
+  }
+  std::vector<std::string> names = jacond::block_matrix_names();
+  for (const auto& m : jacond::weight_matrix_names()) names.push_back(m);
+  for (const auto& m : names) {
+    EXPECT_TRUE(words.count(m)) << m << " is not in: " << help;
+    EXPECT_EQ(jacond::models::parse_matrix_list(m), std::vector<std::string>{m});
+  }
 }
 
 TEST(TrainConfig, StopAtIsNotSaved) {

@@ -2,6 +2,8 @@
 on the page (the first H200 run's four segmentation faults were missing from it: only ctest's
 summary line was kept)."""
 
+import pathlib
+
 from jacond_recipes import common, gpu
 
 LOG = """name, memory.total [MiB], driver_version
@@ -67,6 +69,9 @@ def test_skipped_tests_are_counted_and_named_apart_from_those_skipped_by_design(
     assert ("**2 GPU tests did not run** (skipped on the GPU machine: they measured nothing): "
             "`DenseCuda.AgreesWithTheCpuRouteOnABareAttentionJacobian`, `AdamWCuda.MatchesLibTorchsAdamWOnTheGpuAndTheCpu`; "
             "the Python module's device test: 1 skipped; 1 more skipped by design (it checks the no-GPU path).") in page
+    # ctest's "100% tests passed" counted the three skips as passed: the page does not.
+    assert log.ctest_runs == [[4, 0, 3]]
+    assert "ctest: **1 of 4 GPU tests passed**, 0 failed, 3 skipped (ctest's \"tests passed\" counts a skipped test as passed)." in page
 
 
 def test_the_tests_that_check_the_no_gpu_path_are_skipped_by_design(tmp_path):
@@ -78,8 +83,21 @@ def test_the_tests_that_check_the_no_gpu_path_are_skipped_by_design(tmp_path):
     log = gpu.Log([str(tmp_path / "gpu_measure-1.log"), str(tmp_path / "gpu_measure-2.log")])
     assert log.skipped == ["DenseCuda.NoDeviceIsACudaErrorNamingTheCall"]
     assert gpu.skipped_line(log) == "Every GPU test ran, except the 1 that checks the no-GPU path (skipped by design)."
+    assert gpu.counts_line(log) == ("In the last of item 1's 2 ctest runs: **21 of 26 GPU tests passed**, 4 failed, "
+                                    "1 skipped (ctest's \"tests passed\" counts a skipped test as passed).")
     log.skipped = []
     assert gpu.skipped_line(log) == "Every GPU test ran."
+
+
+def test_the_first_h200_runs_tests_are_20_passed_2_skipped_4_failed():
+    """The committed log of the first H200 run: ctest's "85% tests passed, 4 tests failed out of 26"
+    includes its two skips, so 20 passed, not 22."""
+    measured = pathlib.Path(__file__).resolve().parents[2] / "reports/gpu/measured/2026-11-27-h200"
+    log = gpu.Log([str(measured / "gpu_measure-1.log"), str(measured / "gpu_measure-2.log")])
+    assert log.ctest_runs == [[26, 4, 2]]
+    assert gpu.counts_line(log) == ("ctest: **20 of 26 GPU tests passed**, 4 failed, 2 skipped "
+                                    "(ctest's \"tests passed\" counts a skipped test as passed).")
+    assert gpu.counts_line(gpu.Log([])) is None
 
 
 class Lines:

@@ -58,6 +58,7 @@ class Log:
                            r"Child aborted|ILLEGAL|BUS_ERROR|OTHER_FAULT|Exception|Skipped)|^\d+ (passed|failed|skipped)|"
                            r"Segmentation fault|^Fatal Python error|Aborted \(core dumped\)")
     SKIPPED = re.compile(r"^\s*\d+ - (\S+) \(Skipped\)$")
+    CTEST_SUMMARY = re.compile(r"^\d+% tests passed, (\d+) tests? failed out of (\d+)")
     PYTEST_SKIPPED = re.compile(r"^\d+ (?:passed|failed|skipped).*?\b(\d+) skipped\b|^(\d+) skipped\b")
 
     def __init__(self, paths):
@@ -72,6 +73,7 @@ class Log:
         self.skipped = []      # item 1's tests that did not run (ctest's "(Skipped)"), once each
         self.pytest_skipped = 0
         self.tests_run = None  # item 1's ctest -R pattern
+        self.ctest_runs = []   # each ctest summary: [tests, failed, skipped] (its skip list follows it)
         last_command, current = None, None
         for path in paths:
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -104,8 +106,13 @@ class Log:
                     self.stopped[int(m.group(1))] = int(m.group(2))
                 elif self.TEST_LINE.search(line):
                     self.test_lines.append(line.strip())
-                    if (m := self.SKIPPED.match(line)) and m.group(1) not in self.skipped:
-                        self.skipped.append(m.group(1))
+                    if m := self.CTEST_SUMMARY.match(line):
+                        self.ctest_runs.append([int(m.group(2)), int(m.group(1)), 0])
+                    elif m := self.SKIPPED.match(line):
+                        if self.ctest_runs:
+                            self.ctest_runs[-1][2] += 1
+                        if m.group(1) not in self.skipped:
+                            self.skipped.append(m.group(1))
                     elif m := self.PYTEST_SKIPPED.match(line):
                         self.pytest_skipped += int(m.group(1) or m.group(2))
                 elif current is not None and re.search(r"\berror: ", line) and line not in self.errors[current]:
@@ -158,7 +165,22 @@ def tests_section(r, report, log):
     report.text(f"`ctest -R \"{log.tests_run or log.FIRST_TESTS}\"` and the Python module's device test: "
                 f"{log.items[1][0]} s, exit {log.items[1][1]}. What they printed:\n\n```\n" +
                 "\n".join(log.test_lines or ["(no summary line in the log)"]) + "\n```")
+    if counts := counts_line(log):
+        report.text(counts)
     report.text(skipped_line(log))
+
+
+def counts_line(log):
+    """ctest's own counts of item 1's last run, a skip apart from a pass: ctest's "N% tests passed"
+    counts a skipped test as passed (the first H200 run's "85% … 4 tests failed out of 26" was 20
+    passed and 2 skipped). None where the log has no ctest summary."""
+    if not log.ctest_runs:
+        return None
+    tests, failed, skipped = log.ctest_runs[-1]
+    passed = tests - failed - skipped
+    which = f"In the last of item 1's {len(log.ctest_runs)} ctest runs: " if len(log.ctest_runs) > 1 else "ctest: "
+    return (which + f"**{passed} of {tests} GPU tests passed**, {failed} failed" +
+            (f", {skipped} skipped (ctest's \"tests passed\" counts a skipped test as passed)" if skipped else "") + ".")
 
 
 def skipped_line(log):
