@@ -32,7 +32,8 @@ def test_softmax_is_drawn_on_the_ones_complement_not_at_the_floor():
     fig, ax = plt.subplots()
     audit.panel(ax, sub, "softmax", over_steps=True)
     line = ax.get_lines()[0]
-    np.testing.assert_allclose(line.get_ydata(), [65.0, 650.0])  # the median over the two heads
+    # the median of log κ over the two heads: √(40·90) = 60, not pandas' mean of the two middle values (65)
+    np.testing.assert_allclose(line.get_ydata(), [60.0, 600.0])
     assert "ones-complement" in ax.get_title()
     assert ax.get_ylim()[1] < 1e5  # the 3e15 floor of the whole space is nowhere on the axis
     plt.close(fig)
@@ -130,3 +131,40 @@ def test_short_names_are_the_shortest_distinct_ends_of_the_paths():
     assert audit.short_names(["x/run/step-0000000", "y/run/step-0000000", "y/run/step-0000006"]) == {
         "x/run/step-0000000": "x/run/step-0000000", "y/run/step-0000000": "y/run/step-0000000",
         "y/run/step-0000006": "step-0000006"}
+
+
+def test_the_line_is_the_median_of_log_kappa_over_heads():
+    """Two heads with κ 100 and 1e4: the line is at their geometric middle, 1e3 (the training figure's
+    heatmap takes the median of log κ too), not at pandas' 5050, which the larger head alone decides."""
+    rows = [dict(k_sa("run/step-0000000", 0, 0, k), head=h) for h, k in ((0, 100.0), (1, 1e4))]
+    sub = audit.rows_to_draw(pd.DataFrame(rows), "K_sa")
+    fig, ax = plt.subplots()
+    audit.panel(ax, sub, "K_sa", over_steps=False)
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [1e3])
+    plt.close(fig)
+
+
+def singular_k_sa(checkpoint, step, layer, kappa_lo):
+    return dict(k_sa(checkpoint, step, layer, np.inf), status="singular", kappa_lo=kappa_lo)
+
+
+def test_layers_singular_at_the_same_kappa_lo_are_named_where_their_markers_coincide(tmp_path, saved_figures):
+    """Layers 1-3 singular at one κ_lo at every step: their hollow markers fall on one another (only the
+    last drawn shows), so the panel names them once, "layers 1–3 singular"; layer 0 is not named."""
+    rows = []
+    for step in (0, 10):
+        rows.append(k_sa(f"run/step-{step:07d}", step, 0, 1e9 / (1 + step)))
+        rows += [singular_k_sa(f"run/step-{step:07d}", step, layer, 1.4e12) for layer in (1, 2, 3)]
+    fig = drawn_audit(tmp_path, saved_figures, rows)
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert notes == ["layers 1–3 singular"]
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [f"layer {i}" for i in range(4)]
+    assert "median of log κ" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_singular_markers_apart_are_not_named():
+    hollow = [(0, 1e12, "layer 1"), (0, 5e12, "layer 2"), (10, 1e12, "layer 1"), (10, 1.01e12, "layer 3")]
+    assert audit.coincident_singular(hollow) == [(("layer 1", "layer 3"), 10, 1.01e12)]
+    assert audit.series_names(["layer 0", "layer 2", "layer 3"]) == "layers 0, 2–3"
+    assert audit.series_names(["a", "b"]) == "a, b"

@@ -1,6 +1,6 @@
 """What every recipe shares (jacond_recipes.common) and how a recipe ends: run_many starts nothing more
 after a failure; a page's figures reach OUT/figures only with the page; the page's Reproduce command
-names --out and --work where they are not the defaults; `jacond recipe main` writes its page when
+names --threads, --jobs, --out and --work where they are not the defaults; `jacond recipe main` writes its page when
 `verify all` fails, and then exits 1."""
 
 import importlib
@@ -23,8 +23,8 @@ def fake_jacond(tmp_path, body):
     return str(script), calls
 
 
-def recipe(tmp_path, name="prop1", jobs=1, out=None, work=None, quick=False):
-    return common.Recipe(name, str(out or tmp_path / "out"), str(work or tmp_path / "work"), quick, 1, jobs=jobs)
+def recipe(tmp_path, name="prop1", jobs=1, out=None, work=None, quick=False, threads=2):
+    return common.Recipe(name, str(out or tmp_path / "out"), str(work or tmp_path / "work"), quick, threads, jobs=jobs)
 
 
 def test_run_many_starts_no_queued_command_after_a_failure(tmp_path):
@@ -116,6 +116,43 @@ def test_the_reproduce_command_names_out_and_work_where_they_are_not_the_default
     r.finish(r.start_report("page"))
     assert "`jacond recipe prop1 --quick --out 'my report' --work w` regenerates this page" in \
         (tmp_path / "my report" / "README.md").read_text()
+
+
+def test_the_reproduce_command_names_threads_and_jobs_where_they_are_not_the_defaults(tmp_path, monkeypatch):
+    """lemma1, training, audit and always-skip ran with --threads 1 (the default is 2): the page's command
+    says so, and --jobs too."""
+    monkeypatch.chdir(tmp_path)
+    r = recipe(tmp_path, name="training", out="reports/training", work="results/recipes/training", threads=1, jobs=2)
+    assert r.recipe_command() == "jacond recipe training --threads 1 --jobs 2"
+    assert recipe(tmp_path, name="lemma1", out="reports/lemma1", work="results/recipes/lemma1",
+                  threads=1).recipe_command() == "jacond recipe lemma1 --threads 1"
+    assert recipe(tmp_path, out="reports/prop1", work="results/recipes/prop1", threads=2,
+                  jobs=1).recipe_command() == "jacond recipe prop1"
+
+
+def test_the_cli_reproduce_command_is_the_command_given(tmp_path, monkeypatch):
+    """`jacond recipe NAME --threads 1 --jobs 2` writes a page whose Reproduce names both; the defaults
+    (--threads 2, --jobs 1) given explicitly are not repeated."""
+    jacond, _ = fake_jacond(tmp_path, "")
+    monkeypatch.setenv("JACOND", jacond)
+    monkeypatch.setitem(cli.RECIPES, "page", Page)
+    out, work = tmp_path / "out", tmp_path / "work"
+    assert cli.main(["page", "--threads", "1", "--jobs", "2", "--out", str(out), "--work", str(work)]) == 0
+    assert f"`jacond recipe page --threads 1 --jobs 2 --out {out} --work {work}` regenerates" in \
+        (out / "README.md").read_text()
+    assert cli.main(["page", "--threads", "2", "--jobs", "1", "--out", str(out), "--work", str(work)]) == 0
+    assert f"`jacond recipe page --out {out} --work {work}` regenerates" in (out / "README.md").read_text()
+
+
+class Page:
+    """A recipe that writes an empty page."""
+
+    NAME = "page"
+    SUMMARY = "an empty page"
+
+    @staticmethod
+    def run(r):
+        r.finish(r.start_report("page"))
 
 
 def test_main_writes_its_page_when_verify_fails_and_then_exits_1(tmp_path, monkeypatch, capsys):

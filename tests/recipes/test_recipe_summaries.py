@@ -3,6 +3,8 @@
 where the recipes look for what they summarise: the audit recipe's training runs, the scale page's GPU
 numbers."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -35,11 +37,17 @@ def test_the_audit_median_is_withheld_when_a_layer_did_not_converge():
     at = pd.DataFrame(dict(matrix="K_sa", space="full", status=["exact", "exact", "singular"],
                            kappa=[10.0, 30.0, np.inf], kappa_lo=[10.0, 30.0, 1e12]))
     assert audit.median_kappa(at, "K_sa") == "30 (1/3 singular)"  # the singular layer does not decide it
-    # Two of four singular: the median is the mean of 30 and a κ known only as ≥ 1e12.
+    # Two of four singular: the median of log κ is between 30 and a κ known only as ≥ 1e12: ≥ √(30·1e12).
     four = pd.concat([at, at.iloc[[2]].assign(kappa_lo=2e12)], ignore_index=True)
-    assert audit.median_kappa(four, "K_sa") == "≥ 5e+11 (2/4 singular)"
+    assert audit.median_kappa(four, "K_sa") == "≥ 5.48e+06 (2/4 singular)"
     at.loc[0, "status"] = "not-converged"
     assert audit.median_kappa(at, "K_sa") == "? (1/3 not converged)"
+
+
+def test_the_audit_median_over_an_even_count_of_layers_is_the_median_of_log_kappa():
+    """κ 2 and 1000: the geometric middle, 44.7, as the audit figure draws its lines, not pandas' 501."""
+    at = pd.DataFrame(dict(matrix="K_sa", space="full", status="exact", kappa=[2.0, 1000.0], kappa_lo=[2.0, 1000.0]))
+    assert audit.median_kappa(at, "K_sa") == "44.7"
 
 
 def test_sensitivity_is_decided_seed_by_seed():
@@ -86,3 +94,55 @@ def test_the_scale_page_points_at_the_gpu_page_for_the_gpu_numbers():
     assert "## 5. On a GPU (issue 11): reports/gpu" in text
     assert "[reports/gpu](../gpu/README.md)" in text and "**no GPU number**" in text
     assert "no session has yet had a GPU" not in text and "not measured yet" not in text
+
+
+AUDIT_CSV = """checkpoint,step,probe,layer,matrix,space,head,method,status,kappa,kappa_lo,kappa_hi
+c/step-0000000,0,0,0,K_sa,full,all,dense,exact,10,10,10
+c/step-0000000,0,0,0,K_sab,full,all,dense,exact,20,20,20
+c/step-0000000,0,none,0,W_VO,full,all,dense,exact,1,1,1
+c/step-0000006,6,0,0,K_sa,full,all,dense,exact,30,30,30
+c/step-0000006,6,0,0,K_sab,full,all,dense,exact,40,40,40
+c/step-0000006,6,none,0,W_VO,full,all,dense,exact,2,2,2
+"""
+
+
+def test_each_audit_page_lists_only_the_commands_behind_it(tmp_path):
+    """Two training runs: each run's page lists its own two audits and two plots, once (the first page
+    listed every run's audits and its own twice: it kept a reference to the list run_many extends)."""
+    from test_recipe_runner import fake_jacond
+    runs = tmp_path / "root" / "training"
+    for slug in ("skip-adamw", "skipless-ours-adamw"):
+        (runs / slug).mkdir(parents=True)
+        (runs / slug / "config.json").write_text("{}")
+    (tmp_path / "audit.csv").write_text(AUDIT_CSV)
+    # audit copies the table into its --out (the last argument); plot draws nothing
+    jacond, _ = fake_jacond(tmp_path, f'if [ "$1" = audit ]; then mkdir -p "${{@: -1}}"; '
+                                      f'cp {tmp_path}/audit.csv "${{@: -1}}/audit.csv"; fi')
+    out, work = tmp_path / "out", tmp_path / "root" / "audit"
+    r = common.Recipe("audit", str(out), str(work), False, 1)
+    r.jacond = jacond
+    audit.run(r)
+    for slug in ("skip-adamw", "skipless-ours-adamw"):
+        page = (out / f"{slug}.md").read_text()
+        listed = page.split("## Reproduce")[1].split("```")[1].strip().splitlines()
+        assert listed == [
+            f"jacond audit {runs / slug} --matrices K_sa,K_sab,softmax --threads 1 --out {work / slug / 'with-data'}",
+            f"jacond audit {runs / slug} --data-free --threads 1 --out {work / slug / 'data-free'}",
+            f"jacond plot {work / slug / 'with-data'} --format png",
+            f"jacond plot {work / slug / 'data-free'} --format png"]
+
+
+def test_the_scale_page_dense_section_names_no_gpu_number():
+    """Section 1 runs on the CPU: where it mentions the GPU's ViT-B runs it links reports/gpu and quotes
+    none of their numbers (a GPU name, a date, gigabytes), which section 5 says this page does not hold."""
+    df = pd.DataFrame([
+        dict(N=1024, n=16, d=64, heads=4, init="ours", route="torch", method="svdvals", total_s=2.0, torch_over_this=1.0,
+             kappa=1e3, status="exact", agree_with_torch="", agree_with_cpu_exact=""),
+        dict(N=1024, n=16, d=64, heads=4, init="ours", route="jacond-exact-kappa", method="dense", total_s=0.2,
+             torch_over_this=10.0, kappa=1e3, status="exact", agree_with_torch="PASS", agree_with_cpu_exact="PASS")])
+    report = common.Report("scale")
+    scale.dense_section(None, report, df)
+    text = report.markdown()
+    assert "[reports/gpu](../gpu/README.md)" in text
+    assert "H200" not in text and "2026-" not in text
+    assert not re.search(r"\d\s*GB", text)

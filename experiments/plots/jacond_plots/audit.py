@@ -2,18 +2,24 @@
 
 One panel per matrix in the audit (data-dependent: K_sa, K_sab, softmax, …; --data-free: the
 weight products W^V W^O, W^Q_h W^K_hᵀ and every weight matrix): κ against the checkpoint's
-training step, one line per layer (median over probes and heads, the band their min–max), on a
-log scale; on the complement of a structural nullspace where the audit reports one (skipless K_sab
-on LN⊥, softmax on 1⊥). An audit of a single checkpoint draws κ against the layer instead, and so
+training step, one line per layer (the median of log κ over probes and heads, drawn as a κ: with an
+even count the geometric mean of the two middle values, as the training figure's heatmap takes it;
+the band their min–max), on a log scale; on the complement of a structural nullspace where the
+audit reports one (skipless K_sab on LN⊥, softmax on 1⊥). An audit of a single checkpoint draws κ against the layer instead, and so
 does one where checkpoints share a step (standalone .safetensors files all have step -1, two runs
 have each a step 0), with one line per checkpoint named in the legend: a median over different
 checkpoints is no one checkpoint's κ. Singular rows are drawn at κ_lo with hollow markers (κ ≥ κ_lo
-is all that is known); not-converged rows are left out and counted in the panel's title.
+is all that is known); lines whose hollow markers fall on one another (several layers singular at the
+same κ_lo: only the last drawn would show) are named beside the first such marker, "layers 1–3
+singular". Not-converged rows are left out and counted in the panel's title.
 """
 
-import matplotlib.pyplot as plt
+import re
 
-from .common import caption, kappa_scale, plotted_kappa, read_csv, require_columns, save
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .common import caption, kappa_scale, log_median, plotted_kappa, read_csv, require_columns, save
 
 COLUMNS = ["checkpoint", "step", "probe", "layer", "matrix", "space", "head", "status", "kappa", "kappa_lo"]
 
@@ -75,10 +81,49 @@ def series(sub, over_steps, by_checkpoint):
     return [(None, "#1f77b4", sub)]
 
 
+def series_names(labels):
+    """"layers 1–3" for the labels layer 1, layer 2, layer 3 (runs of consecutive layers joined, "layers
+    0, 2–3"); other labels (checkpoints) listed as they are."""
+    numbers = [re.fullmatch(r"layer (\d+)", str(label)) for label in labels]
+    if not all(numbers):
+        return ", ".join(str(label) for label in labels)
+    layers = sorted(int(m.group(1)) for m in numbers)
+    runs = []
+    for layer in layers:
+        if runs and layer == runs[-1][1] + 1:
+            runs[-1][1] = layer
+        else:
+            runs.append([layer, layer])
+    return "layers " + ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+
+
+COINCIDENT = 0.05  # hollow markers closer than this in log10 κ (12 %) at one x are drawn on one another
+
+
+def coincident_singular(hollow):
+    """[(labels, x, κ)] of the hollow markers that fall on one another: `hollow` lists (x, κ, label) of
+    each line's singular markers; each set of lines is named once, at its first x."""
+    groups, named = [], set()
+    for xv in sorted({h[0] for h in hollow}):
+        at = sorted((k, label) for x_, k, label in hollow if x_ == xv)
+        cluster = [at[0]] if at else []
+        for k, label in at[1:] + [(np.inf, None)]:
+            if label is not None and np.log10(k) - np.log10(cluster[-1][0]) < COINCIDENT:
+                cluster.append((k, label))
+                continue
+            labels = tuple(dict.fromkeys(c[1] for c in cluster))
+            if len(labels) > 1 and labels not in named:
+                named.add(labels)
+                groups.append((labels, xv, cluster[-1][0]))
+            cluster = [(k, label)]
+    return groups
+
+
 def panel(ax, sub, matrix, over_steps, omitted=0, by_checkpoint=False):
     x = "step" if over_steps else "layer"
+    hollow = []  # (x, κ, label) of every line's singular markers
     for label, colour, g in series(sub, over_steps, by_checkpoint):
-        stats = g.groupby(x).agg(median=("drawn", "median"), lo=("drawn", "min"), hi=("drawn", "max"),
+        stats = g.groupby(x).agg(median=("drawn", log_median), lo=("drawn", "min"), hi=("drawn", "max"),
                                  singular=("singular", "any"))
         xs = stats.index.to_numpy()
         ax.plot(xs, stats["median"], "-", color=colour, label=label)
@@ -86,6 +131,12 @@ def panel(ax, sub, matrix, over_steps, omitted=0, by_checkpoint=False):
         s = stats["singular"].to_numpy(dtype=bool)
         ax.scatter(xs[~s], stats["median"][~s], color=colour, s=12)
         ax.scatter(xs[s], stats["median"][s], facecolors="none", edgecolors=colour, s=24)
+        if label is not None:
+            hollow += [(xv, k, label) for xv, k in zip(xs[s], stats["median"][s])]
+    for labels, xv, k in coincident_singular(hollow):
+        # below the markers: singular ones sit at κ_lo near the fp64 floor, the top of the axis
+        ax.annotate(f"{series_names(labels)} singular", (xv, k), xytext=(5, -6), textcoords="offset points",
+                    fontsize=7, ha="left", va="top")
     kappa_scale(ax, sub["drawn"])
     ax.set_xlabel("training step of the checkpoint" if over_steps else "layer")
     space = sub["space"].iloc[0]
@@ -111,7 +162,12 @@ def plot(directory, formats):
     if over_steps or by_checkpoint:
         axes[0][0].legend(fontsize=6)
     kind = "data-free" if (df["probe"].astype(str) == "none").all() else "on the probe batch"
-    fig.suptitle(f"jacond audit ({kind}): {df['checkpoint'].nunique()} checkpoint(s); hollow: singular, at κ_lo", fontsize=10)
+    parts = [f"jacond audit ({kind}): {df['checkpoint'].nunique()} checkpoint(s)",
+             "line: median of log κ over probes and heads (geometric middle)", "band: min–max",
+             "hollow: singular, at κ_lo"]
+    # One line on a figure of three or more panels; a narrower one's is too narrow for it.
+    title = {1: "\n".join(parts), 2: parts[0] + "\n" + "; ".join(parts[1:])}.get(columns, "; ".join(parts))
+    fig.suptitle(title, fontsize=10 if columns > 2 else 8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     caption(fig, directory)
     return save(fig, directory, "audit", formats)

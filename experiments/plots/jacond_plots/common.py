@@ -219,6 +219,23 @@ def plotted_kappa(df):
     return np.where(bound, lo, kappa)
 
 
+def log_median(values):
+    """The median of log κ, returned as a κ: 10^median(log10 κ). With an even count it is the geometric
+    mean of the two middle values (κ 2 and 1000 give 44.7; pandas' median, their arithmetic mean, 501,
+    is decided by the larger alone). A +∞ among the middle values gives +∞; nan values are skipped (as
+    pandas' median skips them), and no values give nan. An odd count gives its middle value exactly."""
+    v = np.sort(np.asarray(values, dtype=float))
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return float("nan")
+    lo, hi = v[(v.size - 1) // 2], v[v.size // 2]
+    if lo == hi:
+        return float(lo)
+    if lo <= 0:  # no log: √(0·hi) = 0 for a finite hi; a negative value is no κ
+        return 0.0 if lo == 0 and np.isfinite(hi) else float("nan")
+    return float(lo * np.sqrt(hi / lo))  # √(lo·hi), without overflowing where lo·hi would
+
+
 def kappa_scale(ax, values, label="κ"):
     """Log y axis where the values span a decade or more (κ usually does), linear otherwise (a log
     axis over 1.02–1.05 only prints 1.03×10⁰ ticks). A log axis whose values hold fewer than two

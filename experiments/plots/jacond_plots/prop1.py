@@ -4,7 +4,8 @@ Top: the two 10×10 softmax matrices of the paper's Fig. 5, S(αZ + βI) with α
 (peaked, near the identity) and β = 0 (diffuse, near uniform rows), with their κ. Bottom left: κ
 against β at n = 10 — the median and the 5–95 % band over draws, the proposition's upper bound
 (1 + ε)/(1 − ε), ε = 2(n − 1)e^{−γ/τ} (median over the draws where ε < 1; it says nothing
-elsewhere) and its lower bound 1/(e^{Δ/τ} − 1). Bottom right: κ against n in the diffuse case
+elsewhere) and its lower bound 1/(e^{Δ/τ} − 1) where it is > 1 (a panel where a bound has nothing
+to draw says so in its title, with no legend entry). Bottom right: κ against n in the diffuse case
 (β = 0) with the lower bound and the first-order estimate 2n^{3/2}/α (below). Both κ axes are
 logarithmic.
 
@@ -39,7 +40,9 @@ def heatmap(ax, ex, example, fig):
 
 
 def band(ax, sub, x):
-    """Median κ and its 5–95 % band over draws, per value of column x; returns the grouped stats."""
+    """Median κ and its 5–95 % band over draws, per value of column x, and the median lower bound where it
+    is > 1; returns a note for the title when the bound is ≤ 1 everywhere (nothing drawn, so no legend
+    entry), else ""."""
     g = sub.groupby(x)["kappa"]
     xs = np.array(sorted(sub[x].unique()), dtype=float)
     ax.fill_between(xs, g.quantile(0.05).to_numpy(), g.quantile(0.95).to_numpy(), color=KAPPA_COLOUR, alpha=0.2,
@@ -47,8 +50,12 @@ def band(ax, sub, x):
     ax.plot(xs, g.median().to_numpy(), "o-", color=KAPPA_COLOUR, label="κ(A), median")
     lower = sub.groupby(x)["lower_bound"].median()
     lower = lower[lower > 1]  # κ ≥ 1 always: below 1 the bound says nothing
-    ax.plot(lower.index.to_numpy(dtype=float), lower.to_numpy(), "--", color=LOWER_COLOUR,
+    if lower.empty:
+        return "\nlower bound 1/(e^{Δ/τ} − 1) ≤ 1 at every " + ("β" if x == "beta" else x) + ": not drawn"
+    # with markers: where the bound is > 1 at one point only (β = 0 at n = 10) a bare dashed line shows nothing
+    ax.plot(lower.index.to_numpy(dtype=float), lower.to_numpy(), "D--", ms=3, color=LOWER_COLOUR,
             label="lower bound 1/(e^{Δ/τ} − 1), median, where > 1")
+    return ""
 
 
 def plot(directory, formats):
@@ -63,27 +70,30 @@ def plot(directory, formats):
 
     ax = fig.add_subplot(grid[1, 0])
     beta = draws[draws["experiment"] == "beta"]
-    band(ax, beta, "beta")
+    note = band(ax, beta, "beta")
     upper = beta[np.isfinite(beta["upper_bound"])].groupby("beta")["upper_bound"].median()
-    ax.plot(upper.index.to_numpy(dtype=float), upper.to_numpy(), "s--", color=UPPER_COLOUR, ms=4,
-            label="upper bound (1+ε)/(1−ε), median where ε < 1")
+    if upper.empty:
+        note += "\nupper bound (1+ε)/(1−ε): ε ≥ 1 at every β, not drawn"
+    else:
+        ax.plot(upper.index.to_numpy(dtype=float), upper.to_numpy(), "s--", color=UPPER_COLOUR, ms=4,
+                label="upper bound (1+ε)/(1−ε), median where ε < 1")
     ax.set_yscale("log")
     ax.set_xlabel("β (weight of the identity in the logits)")
     ax.set_ylabel("κ(A) (log scale)")
-    ax.set_title(f"κ against β, n = 10, α = 0.1 ({beta.groupby('beta').size().iloc[0]} draws per β)", fontsize=9)
+    ax.set_title(f"κ against β, n = 10, α = 0.1 ({beta.groupby('beta').size().iloc[0]} draws per β)" + note, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
 
     ax = fig.add_subplot(grid[1, 1])
     sizes = draws[draws["experiment"] == "n"]
-    band(ax, sizes, "n")
+    note = band(ax, sizes, "n")
     n = np.geomspace(sizes["n"].min(), sizes["n"].max(), 50)
     ax.plot(n, 2 * n ** 1.5 / sizes["alpha"].iloc[0], ":", color="black", label="first-order estimate 2n^{3/2}/α")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n (tokens; A is n × n)")
     ax.set_ylabel("κ(A) (log scale)")
-    ax.set_title("diffuse case (β = 0): κ against n", fontsize=9)
+    ax.set_title("diffuse case (β = 0): κ against n" + note, fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
     fig.suptitle("Proposition 1: the softmax of diagonally dominant logits is well conditioned, of diffuse logits is not",

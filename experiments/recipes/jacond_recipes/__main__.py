@@ -7,7 +7,7 @@ from jacond_plots import PlotError
 from jacond_plots.common import OneLineArgumentParser, check_writable_directory
 
 from . import always_skip, audit, depth, gpu, lemma1, main, moments, prop1, prop2, scale, sweep, training
-from .common import Recipe, RecipeError, default_out, default_work, run_recipe
+from .common import DEFAULT_JOBS, DEFAULT_THREADS, Recipe, RecipeError, default_out, default_work, run_recipe
 
 RECIPES = {module.NAME: module for module in (prop1, prop2, moments, lemma1, sweep, depth, training, audit, scale, always_skip, gpu, main)}
 
@@ -19,9 +19,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds; what CI runs)")
     parser.add_argument("--out", help="report directory (default reports/NAME)")
     parser.add_argument("--work", help="data directory (default results/recipes/NAME)")
-    parser.add_argument("--threads", type=int, default=2, help="threads for every jacond command (default 2)")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="independent runs (training grids) at once, each with --threads (default 1)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"threads for every jacond command (default {DEFAULT_THREADS})")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                        help=f"independent runs (training grids) at once, each with --threads (default {DEFAULT_JOBS})")
     parser.add_argument("--reuse", action="store_true",
                         help="skip a data command whose --out already holds its output (to iterate on a report's text)")
     args = parser.parse_args(argv)

@@ -6,6 +6,7 @@ import os
 import shutil
 
 import pandas as pd
+from jacond_plots.common import log_median
 
 from . import training
 from .common import RecipeError, default_work
@@ -16,6 +17,10 @@ SUMMARY = "jacond audit over each training run's checkpoints (the training recip
 QUICK_RUN = ["--skip", "none", "--init", "ours", "--optimizer", "soap", "--dim", 16, "--depth", 2, "--heads", 2,
              "--patch", 7, "--batch", 32, "--steps", 12, "--warmup-steps", 3, "--data-limit", 640, "--test-limit", 200,
              "--eval-every", 6, "--track-every", 0, "--checkpoint-every", 6, "--checkpoint-init", "--print-every", 6]
+
+
+FIGURE_CAPTION = ("Each line: the median of log κ over the probes and heads of a layer, drawn as a κ (with an even "
+                  "count the geometric mean of the two middle κ), the band their min–max; hollow: singular, at κ_lo")
 
 
 def training_work(r):
@@ -43,11 +48,12 @@ def runs_to_audit(r):
 
 
 def median_kappa(at, matrix):
-    """Median over layers of κ(matrix) at one checkpoint (LN⊥ where reported: a skipless K_sab is singular on
-    the whole space by construction), and how many layers were singular there. A singular layer's κ is
-    known only as κ ≥ κ_lo: the median with κ_lo in its place is a lower bound, and it is the median
-    itself unless a singular layer decides it (the median with ∞ in its place differs), when it shows as
-    "≥ …"."""
+    """Median over layers of log κ(matrix) at one checkpoint, as a κ (log_median: with an even count of
+    layers the geometric mean of the two middle κ, as the audit and training figures draw it), on LN⊥
+    where reported (a skipless K_sab is singular on the whole space by construction), and how many
+    layers were singular there. A singular layer's κ is known only as κ ≥ κ_lo: the median with κ_lo in
+    its place is a lower bound, and it is the median itself unless a singular layer decides it (the
+    median with ∞ in its place differs), when it shows as "≥ …"."""
     sub = at[at["matrix"] == matrix]
     if (sub["space"] == "ln-complement").any():
         sub = sub[sub["space"] == "ln-complement"]
@@ -55,8 +61,8 @@ def median_kappa(at, matrix):
     open_rows = int((sub["status"] == "not-converged").sum())  # only κ ≥ κ_lo known: no median to give
     if open_rows:
         return f"? ({open_rows}/{len(sub)} not converged)"
-    at_least = sub["kappa"].where(~singular, sub["kappa_lo"]).median()
-    exact = sub["kappa"].where(~singular, float("inf")).median() == at_least
+    at_least = log_median(sub["kappa"].where(~singular, sub["kappa_lo"]))
+    exact = log_median(sub["kappa"].where(~singular, float("inf"))) == at_least
     return (f"{at_least:.3g}" if exact else f"≥ {at_least:.3g}") + \
         (f" ({int(singular.sum())}/{len(sub)} singular)" if singular.any() else "")
 
@@ -93,8 +99,8 @@ def summary_row(name, audit, weights):
     at = [whole[whole["step"] == s] for s in (steps[0], steps[-1])]
     vo = [weights[(weights["step"] == s) & (weights["matrix"] == "W_VO")]["kappa"].max() for s in (steps[0], steps[-1])]
     return {"run": name, "steps": f"{steps[0]} → {steps[-1]}",
-            "K_sa: median κ over layers": " → ".join(median_kappa(a, "K_sa") for a in at),
-            "K_sab: median κ over layers": " → ".join(median_kappa(a, "K_sab") for a in at),
+            "K_sa: median κ over layers (of log κ)": " → ".join(median_kappa(a, "K_sa") for a in at),
+            "K_sab: median κ over layers (of log κ)": " → ".join(median_kappa(a, "K_sab") for a in at),
             "largest κ(W^V W^O) over layers": f"{vo[0]:.3g} → {vo[1]:.3g}"}
 
 
@@ -107,7 +113,7 @@ def run(r):
         commands += [["audit", run_dir, "--matrices", "K_sa,K_sab,softmax", "--threads", r.threads,
                       "--out", r.work(name, "with-data")],
                      ["audit", run_dir, "--data-free", "--threads", r.threads, "--out", r.work(name, "data-free")]]
-    trained = r.commands  # --quick: the run trained here, listed on its page
+    trained = list(r.commands)  # --quick: the run trained here, listed on its page (a copy: run_many extends r.commands)
     r.run_many(commands)  # --jobs audits at a time
     for i, run_dir in enumerate(run_dirs):
         # Each page lists the commands behind it: its run's two audits (run_many listed all of them at once).
@@ -127,7 +133,7 @@ probe training tracked. **Data-free**: from the weights alone, κ(W^V W^O), per 
         page.section("Side by side")
         for png in figures:
             kind = "data" if png.startswith(data) else "free"
-            r.add_figure(page, png, f"{name}: audit {kind}", name=f"{name}-{kind}.png")
+            r.add_figure(page, png, f"{name}: audit {kind}", name=f"{name}-{kind}.png", caption=FIGURE_CAPTION)
         page.section("κ per layer from the initialisation to the end, with data")
         page.text("Each cell is the checkpoint's κ with its status: a number where exact or certified, "
                   "`singular (≥ κ_lo)` where σ_min is under the fp64 noise floor, `≥ κ_lo` where the solver did not "
@@ -144,8 +150,10 @@ probe training tracked. **Data-free**: from the weights alone, κ(W^V W^O), per 
                "over its checkpoints, with data and data-free.\n\n" +
                "\n".join(f"- [{name}]({os.path.basename(path)})" for name, path in pages))
     index.section("Every run at its first and last audited checkpoint")
-    index.text("With data: the median over layers of κ(K_sa) and κ(K_sab) (on LN⊥ for skipless blocks; a singular "
-               "layer enters the median with its lower bound κ_lo, and a median it decides shows as ≥ κ). Data-free: the largest κ(W^V W^O) over layers (`ours` "
+    index.text("With data: the median over layers of log κ(K_sa) and log κ(K_sab), shown as a κ (with an even number "
+               "of layers the geometric mean of the two middle κ, as the figures draw their lines; on LN⊥ for skipless "
+               "blocks; a singular layer enters the median with its lower bound κ_lo, and a median it decides shows as "
+               "≥ κ). Data-free: the largest κ(W^V W^O) over layers (`ours` "
                "initialises it orthogonal, κ = 1).")
     index.table(pd.DataFrame(summary))
     r.finish(index)  # its Reproduce section: the command; each page lists the commands it ran

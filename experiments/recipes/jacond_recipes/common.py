@@ -80,6 +80,10 @@ class Report:
         return "\n".join(self.parts)
 
 
+DEFAULT_THREADS = 2  # `jacond recipe`'s --threads and --jobs when not given
+DEFAULT_JOBS = 1
+
+
 def default_out(name):
     """Where `jacond recipe NAME` writes its report without --out."""
     return os.path.join("reports", name)
@@ -103,7 +107,7 @@ def run_recipe(module, recipe):
 class Recipe:
     """The context of one recipe run: the jacond binary, where data and the report go, --quick."""
 
-    def __init__(self, name, out_dir, work_dir, quick, threads, reuse=False, jobs=1):
+    def __init__(self, name, out_dir, work_dir, quick, threads, reuse=False, jobs=DEFAULT_JOBS):
         self.name = name
         self.jobs = jobs  # --jobs: commands run_many may run at once (each with --threads of its own)
         self._print_lock = threading.Lock()
@@ -256,9 +260,13 @@ class Recipe:
         self.staged, self._staging = [], None
 
     def recipe_command(self):
-        """The command that regenerates the page: --quick, and --out and --work where they are not the
-        defaults (the page must name the folders its data came from and went to)."""
+        """The command that regenerates the page: --quick, --threads and --jobs where they are not the
+        defaults (the page's timings and its commands' --threads follow them), and --out and --work where
+        they are not the defaults (the page must name the folders its data came from and went to)."""
         words = ["jacond", "recipe", self.name] + (["--quick"] if self.quick else [])
+        for flag, given, default in (("--threads", self.threads, DEFAULT_THREADS), ("--jobs", self.jobs, DEFAULT_JOBS)):
+            if int(given) != default:
+                words += [flag, str(given)]
         for flag, given, default in (("--out", self.out_dir, default_out(self.name)),
                                      ("--work", self.work_dir, default_work(self.name))):
             if os.path.normpath(given) != os.path.normpath(default):

@@ -61,9 +61,9 @@ tolerance (a multiple of κ·u, the rounding both routes carry).""")
         report.text(f"The exact fp64 route is {speedup_span(exact['torch_over_this'])}× "
                     "faster than PyTorch here. The mixed route (`--kappa mixed`: fp32 LU, every solve refined to fp64 "
                     "by GMRES-IR, analysis/spectral/mixed_lu.h) is checked against the fp64 route instead. It halves the "
-                    "LU's memory but converges only while the fp32 LU still preconditions K: at ViT-B under `ours` it "
-                    "did not (H200, 2026-11-27: not-converged; reports/gpu), and ViT-B's exact κ is the fp64 Schur "
-                    "route's (`--method dense`: 91.6 GB in two pieces, 61 GB in three).")
+                    "LU's memory but converges only while the fp32 LU still preconditions K. Whether it did at ViT-B, "
+                    "and what the fp64 Schur route (`--method dense`) took there, were measured on a GPU: they are on "
+                    "[reports/gpu](../gpu/README.md) (section 5), not here.")
     mixed = rows[rows["route"].str.contains("mixed")]
     failed = mixed[mixed["status"] == "not-converged"]
     converged = mixed[mixed["status"] != "not-converged"]
