@@ -18,7 +18,7 @@ std::string report_csv_fields(const ConditionReport& r);
 /// A number for CSV/JSON text: round-trip exact, "inf" / "-inf" / "nan" spelled out.
 std::string format_number(double x);
 
-/// Quotes a CSV field when it holds a comma, quote or newline.
+/// Quotes a CSV field when it holds a comma, quote, newline or carriage return.
 std::string csv_escape(const std::string& s);
 
 }  // namespace jacond

@@ -161,6 +161,17 @@ Dense real_operand(const py::object& v, const char* name) {
   }
 }
 
+// The tokens X of a JacobianOperator, read as real_operand reads a product's operand (numpy would
+// drop a complex X's imaginary part with only a ComplexWarning); None is a one-line ValueError, as
+// jacond's other entry points say it, not pybind11's list of overloads.
+Mat token_operand(const py::object& X) {
+  if (X.is_none()) throw py::value_error("X is None; expected an array");
+  const py::array a = py::array::ensure(X);
+  if (a && a.dtype().kind() == 'c')
+    throw py::value_error("X is complex; jacond's weights, tokens and matrices are real");
+  return real_operand<Mat>(X, "X");
+}
+
 }  // namespace
 
 void bind_operators(py::module_& m) {
@@ -171,8 +182,10 @@ attention at LN1(X)), K_sab, K_mlp (bare MLP at LN2(X1)), K_ffn. Vectors are vec
 order: x = dX.ravel(order="F"). space="ln-complement" (K_sab, K_ffn) restricts the input to the
 complement of the LayerNorm's structural nullspace span{1, x̂_i} per token: nd x n(d-2), input index
 j + b*n is token j, complement coordinate b. Holds its own copy of the weights and the forward pass.)")
-      .def(py::init<const BlockWeights&, const Eigen::Ref<const Mat>&, const std::string&, const std::string&,
-                    const std::string&>(),
+      .def(py::init([](const BlockWeights& w, const py::object& X, const std::string& matrix, const std::string& skip,
+                       const std::string& space) {
+             return std::make_unique<JacobianOperator>(w, token_operand(X), matrix, skip, space);
+           }),
            py::arg("block"), py::arg("X"), py::arg("matrix"), py::arg("skip") = "full", py::arg("space") = "full")
       .def_property_readonly("shape", [](const JacobianOperator& op) { return py::make_tuple(op.rows(), op.cols()); })
       .def_property_readonly("matrix", &JacobianOperator::matrix)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analysis/operators/operators.h"
 #include "analysis/report/block_report.h"
 #include "analysis/report/report_csv.h"
 #include "analysis/report/weight_report.h"
@@ -100,16 +101,36 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
   }
 }
 
-ConditionReport condition_of(Mat A, const std::string& method, const std::string& name,
-                             const std::string& device) {
+// condition_dense's routes, except that its Lanczos route (method 'lanczos', or 'auto' where the
+// dense route does not fit, condition_dense's rule) runs here with the caller's budget and the
+// Ctrl-C hook of block_reports: condition_dense's own GKL run has neither, and a call ignored
+// KeyboardInterrupt for its whole 120 s.
+ConditionReport condition_of(Mat A, const std::string& method, const std::string& name, const std::string& device,
+                             double lanczos_seconds, double lanczos_tol) {
   if (A.size() == 0) throw std::invalid_argument("A is empty");
   if (!A.allFinite()) throw std::invalid_argument("A contains NaN or inf");
   const KappaRoute route = parse_kappa_route(method);
   if (route == KappaRoute::kSchur)
     throw std::invalid_argument("method 'schur' is block_reports' route, which never holds K; an assembled A takes 'dense'");
+  if (!(lanczos_seconds > 0)) throw std::invalid_argument("lanczos_seconds must be > 0");
+  if (!(lanczos_tol > 0)) throw std::invalid_argument("lanczos_tol must be > 0");
   const auto on = dense_device(device);
-  py::gil_scoped_release release;
-  return condition_dense(std::move(A), name, route, on);  // the routes factor in place: A is this call's copy
+  const bool lanczos = route == KappaRoute::kLanczos ||
+                       (route == KappaRoute::kAuto && !on->fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{}));
+  if (!lanczos) {
+    py::gil_scoped_release release;
+    return condition_dense(std::move(A), name, route, on);  // the routes factor in place: A is this call's copy
+  }
+  GklOptions gkl;
+  gkl.max_seconds = lanczos_seconds;
+  gkl.tolerance = lanczos_tol;
+  gkl.progress = [](const GklProgress&) { check_signals(); };
+  try {
+    py::gil_scoped_release release;
+    return condition_lanczos(DenseMatrixOp(A), name, gkl).report;
+  } catch (const Interrupted&) {
+    throw py::error_already_set();  // the KeyboardInterrupt PyErr_CheckSignals left pending
+  }
 }
 
 py::dict to_dict(const ConditionReport& r) {
@@ -171,9 +192,12 @@ exact route may hold (0: 90% of RAM), past which it takes the Schur route (as --
     return weight_reports(w);
   }, py::arg("block"), "Data-free reports of one block (`jacond audit --data-free`): W_VO, W_VO_h, W_QK_h, W_Q ... W_2.");
   m.def("condition", &condition_of, py::arg("A"), py::kw_only(), py::arg("method") = "auto", py::arg("name") = "A",
-        py::arg("device") = "cpu",
+        py::arg("device") = "cpu", py::arg("lanczos_seconds") = GklOptions{}.max_seconds,
+        py::arg("lanczos_tol") = GklOptions{}.tolerance,
         "The condition report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos), "
-        "the dense ones on `device` (cpu | cuda).");
+        "the dense ones on `device` (cpu | cuda). The Lanczos route ('lanczos', or 'auto' where the dense route does "
+        "not fit) stops at lanczos_seconds or at kappa_hi/kappa_lo <= 1 + lanczos_tol, and at Ctrl-C "
+        "(KeyboardInterrupt) at its next estimate.");
 }
 
 }  // namespace jacond::python

@@ -53,7 +53,7 @@ from . import _jacond
 __all__ = [
     "Block", "JacobianOperator", "Report", "NotConverged", "__version__",
     "audit", "audit_state_dict", "block_reports", "weight_reports", "condition",
-    "dense_jacobian", "linear_operator", "reports_frame",
+    "dense_jacobian", "linear_operator", "reports_frame", "read_csv",
     "block_matrix_names", "weight_matrix_names", "operator_names", "skip_modes",
     "report_csv_header", "set_threads", "get_threads", "cuda_built", "device_description",
 ]
@@ -226,6 +226,20 @@ def _from_timm(state, layer=0, heads=None, **options):
 _block_init.__qualname__, _from_timm.__qualname__ = "Block.__init__", "Block.from_timm"
 Block.__init__, Block.from_timm = _block_init, staticmethod(_from_timm)
 
+_core_operator_init = JacobianOperator.__init__
+
+
+# The core's JacobianOperator takes X as the other entry points do (_tokens: a torch tensor, a
+# complex or None X named in one line), the block and the strings checked by name.
+@functools.wraps(_core_operator_init)
+def _operator_init(self, block, X, matrix, skip="full", space="full"):
+    _check_strings(matrix=matrix, skip=skip, space=space)
+    _core_operator_init(self, _block(block), _tokens(X), matrix, skip, space)
+
+
+_operator_init.__qualname__ = "JacobianOperator.__init__"
+JacobianOperator.__init__ = _operator_init
+
 
 def _warn_not_converged(reports, where=""):
     stuck = [r for r in reports if r.status == "not-converged"]
@@ -236,25 +250,42 @@ def _warn_not_converged(reports, where=""):
 
 
 def reports_frame(reports, prefix=None):
-    """A pandas DataFrame of Reports with the columns and dtypes pandas gives jacond's CSVs.
+    """A pandas DataFrame of Reports with the columns and dtypes of jacond's CSVs as read_csv reads them.
 
     The rows are rendered by the core's CSV writer (17 significant digits) and parsed back by
-    pandas.read_csv with float_precision="round_trip", so numbers are the core's doubles exactly
-    and the frame equals `pandas.read_csv(path, float_precision="round_trip")` of the file the
-    CLI writes for the same reports (head -1 reads as "all", counts not taken are empty). `prefix`: (column names, per-report list of values) put
-    before the report columns, as audit.csv's checkpoint, step, probe, layer."""
-    import pandas as pd
-
+    read_csv, so numbers are the core's doubles exactly, names are kept as written ("NA", "1e5",
+    "" stay strings), and the frame equals `jacond.read_csv(path)` of the file the CLI writes for
+    the same reports (head -1 reads as "all", counts not taken are NaN). `prefix`: (column names,
+    per-report list of values) put before the report columns, as audit.csv's checkpoint, step,
+    probe, layer."""
     names, values = prefix if prefix else ([], [[] for _ in reports])
     lines = [",".join(list(names) + [report_csv_header()])]
     for r, v in zip(reports, values):
         lines.append(",".join([_csv_field(x) for x in v] + [r.csv_fields()]))
-    return pd.read_csv(io.StringIO("\n".join(lines) + "\n"), float_precision="round_trip")
+    return read_csv(io.StringIO("\n".join(lines) + "\n"))
+
+
+# The text columns of jacond's CSVs: read as written, never as NaN or numbers (a matrix named "NA",
+# "nan", "None", "" or "1e5"; an empty note or checkpoint is "").
+_TEXT_COLUMNS = ("matrix", "space", "dtype", "method", "status", "note", "checkpoint")
+
+
+def read_csv(path_or_buffer):
+    """A CSV jacond wrote (results.csv, sweep.csv, conditioning.csv, audit.csv ...) as a pandas
+    DataFrame: the text columns (matrix, space, dtype, method, status, note, checkpoint) as the
+    strings written; the others as pandas infers them, with only an empty field and "nan" read
+    as NaN, and the 17-digit numbers parsed to the exact doubles (float_precision="round_trip";
+    pandas' default parser can be 1 ulp off). pandas.read_csv's defaults would read a matrix
+    named "NA", "None" or "" as NaN and one named "1e5" as 100000.0."""
+    import pandas as pd
+
+    return pd.read_csv(path_or_buffer, float_precision="round_trip", keep_default_na=False, na_values=["", "nan"],
+                       converters={c: str for c in _TEXT_COLUMNS})  # a converter sees the field as written
 
 
 def _csv_field(x):
     s = str(x)
-    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
+    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n\r') else s
 
 
 def block_reports(block, X, *, skip=None, method="auto", matrices=None, lanczos_seconds=120.0,
@@ -304,17 +335,23 @@ def weight_reports(block, as_frame=True):
     return reports_frame(reports) if as_frame else reports
 
 
-def condition(A, *, method="auto", name="A", device="cpu"):
+def condition(A, *, method="auto", name="A", device="cpu", lanczos_seconds=120.0, lanczos_tol=0.01):
     """The condition Report of a dense matrix by one of jacond's routes (auto | dense | svd | mixed | lanczos),
     the dense ones on `device` (cpu | cuda). A must be 2-D (a vector has no one reading as a matrix:
     pass v[:, None] or v[None, :]). method="mixed" factorises fl32(A): entries beyond fp32's range
-    (|a| > 3.4e38) are a ValueError; use "dense" for such a matrix."""
+    (|a| > 3.4e38) are a ValueError; use "dense" for such a matrix.
+    The Lanczos route (method "lanczos", or "auto" on a matrix too big for the dense route) brackets
+    kappa matrix-free within lanczos_seconds (> 0) to kappa_hi/kappa_lo <= 1 + lanczos_tol (> 0), as
+    block_reports' options of the same names; past the budget the report is "not-converged" with the
+    warning NotConverged. Ctrl-C (KeyboardInterrupt) stops it at its next estimate."""
     _check_strings(method=method, name=name, device=device)
     a = as_fp64(A, "A")
     if a.ndim != 2:
         raise ValueError(f"A must be a 2-D array, got shape {a.shape}"
                          + (" (a vector: pass v[:, None] or v[None, :])" if a.ndim == 1 else ""))
-    report = _jacond.condition(a, method=method, name=name, device=device)
+    report = _jacond.condition(a, method=method, name=name, device=device,
+                               lanczos_seconds=_real(lanczos_seconds, "lanczos_seconds"),
+                               lanczos_tol=_real(lanczos_tol, "lanczos_tol"))
     _warn_not_converged([report])
     return report
 

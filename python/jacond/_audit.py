@@ -193,19 +193,15 @@ def audit(model, images, *, heads=None, method="auto", matrices=None, lanczos_se
     finally:
         if bar is not None:
             bar.close()
-    return _audit_frame(reports, prefix, checkpoint)
+    return _audit_frame(reports, prefix)
 
 
-def _audit_frame(reports, prefix, checkpoint):
-    """audit.csv's columns; checkpoint a string column, as pandas reads the CLI's audit.csv, also
-    when it is "" (which read_csv would make a NaN float)."""
-    import pandas as pd
-
+def _audit_frame(reports, prefix):
+    """audit.csv's columns, as jacond.read_csv reads the CLI's audit.csv (checkpoint a string
+    column, also when it is "")."""
     from . import reports_frame
 
-    frame = reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))
-    frame["checkpoint"] = pd.Series(str(checkpoint), index=frame.index, dtype=object)
-    return frame
+    return reports_frame(reports, (["checkpoint", "step", "probe", "layer"], prefix))
 
 
 def audit_state_dict(state, *, heads, layers=None, checkpoint="", step=-1, ln_eps=1e-6):
@@ -225,4 +221,4 @@ def audit_state_dict(state, *, heads, layers=None, checkpoint="", step=-1, ln_ep
                                                             fold_branch_scales=False))  # the stored weights
         reports += rs
         prefix += [[checkpoint, step, "none", l]] * len(rs)
-    return _audit_frame(reports, prefix, checkpoint)
+    return _audit_frame(reports, prefix)

@@ -18,8 +18,10 @@ Usage:
     tensors, metadata = read("weights.safetensors")   # {name: np.ndarray}, {str: str}
     write("tokens.safetensors", {"tokens": X})         # e.g. tokens for `jacond block --tokens`
 
-The arrays are writable views into one bytearray read from the file (no per-tensor copy).
-Values are not judged (NaN/inf come back as stored).
+The arrays are writable views into one bytearray read from the file (no per-tensor copy), except
+BF16 tensors, which numpy has no type for: they come back as float32 arrays of the same values.
+Values are not judged (NaN/inf come back as stored). The header is read as strictly as the C++
+reader reads it: NaN / Infinity (not JSON) and unpaired UTF-16 surrogates ("\\ud800") are refused.
 """
 
 import errno
@@ -31,12 +33,14 @@ import sys
 
 import numpy as np
 
-# safetensors dtype name -> numpy little-endian dtype. BF16 and the 8-bit floats have no numpy
-# type and are rejected.
+# safetensors dtype name -> numpy little-endian dtype of the stored elements. BF16 has no numpy
+# type: its elements are read as uint16 and widened to float32 (a bf16 is the top half of an fp32).
+# The 8-bit floats are rejected.
 DTYPES = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
     "I64": np.dtype("<i8"),
     "I32": np.dtype("<i4"),
     "I16": np.dtype("<i2"),
@@ -44,6 +48,14 @@ DTYPES = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
+
+# The dtypes of the C++ reader (models/io/safetensors.cpp, parse_dtype). write() writes only these
+# (of them, the ones numpy has: not BF16), so every file it writes is one `jacond` reads; I16, I8
+# and BOOL are read here (other tools' files) but refused on write.
+CPP_DTYPES = ("F64", "F32", "F16", "BF16", "I64", "I32", "U8")
+WRITE_DTYPES = {DTYPES[name]: name for name in CPP_DTYPES if name != "BF16"}
+
+METADATA_KEY = "__metadata__"
 
 
 # The most dimensions an array has in every numpy this runs with (1.x: 32; 2.x: 64).
@@ -79,15 +91,20 @@ def read(path):
     if header_len > len(blob) - 8:
         fail(f"header length {header_len} exceeds the file ({len(blob)} bytes)")
     try:
-        header = json.loads(bytes(blob[8:8 + header_len]).decode("utf-8"))
+        header = json.loads(bytes(blob[8:8 + header_len]).decode("utf-8"), parse_constant=_not_json)
     except RecursionError:
         fail("header is not a safetensors header (JSON nested too deeply)")
+    except _NotJson as e:
+        fail(f"header is not valid JSON ({e})")
     except ValueError as e:  # UnicodeDecodeError, json.JSONDecodeError
         fail(f"header is not valid UTF-8 JSON ({e})")
+    surrogate = _lone_surrogate(header)
+    if surrogate is not None:
+        fail(f"header is not valid JSON (unpaired UTF-16 surrogate \\u{ord(surrogate):04x} in a string)")
     if not isinstance(header, dict):
         fail("header is not a JSON object")
 
-    metadata = header.pop("__metadata__", {})  # as the C++ reader: an object of strings when present
+    metadata = header.pop(METADATA_KEY, {})  # as the C++ reader: an object of strings when present
     if not isinstance(metadata, dict):
         fail(f"__metadata__ is not an object of strings (got {_quote(metadata)})")
     for key, value in metadata.items():
@@ -105,6 +122,7 @@ def read(path):
             fail(f"tensor {name!r}: unsupported dtype {_quote(dtype_name)} "
                  f"(supported: {', '.join(DTYPES)})")
         dtype = DTYPES[dtype_name]
+        itemsize = 4 if dtype_name == "BF16" else dtype.itemsize  # of the array returned
         shape = info["shape"]
         if (not isinstance(shape, list) or len(shape) > MAX_DIMS
                 or not all(_is_count(s) and s <= np.iinfo(np.intp).max for s in shape)):
@@ -122,9 +140,12 @@ def read(path):
                  f"(expected {count * dtype.itemsize})")
         # An empty tensor's other extents are free of the bytes, but numpy refuses a shape whose
         # nonzero extents span more than its largest size ([0, 2**62] of F64).
-        if math.prod(s for s in shape if s) * dtype.itemsize > np.iinfo(np.intp).max:
+        if math.prod(s for s in shape if s) * itemsize > np.iinfo(np.intp).max:
             fail(f"tensor {name!r}: shape {_quote(shape)} of {dtype_name} is too large for an array")
-        tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
+        elements = np.frombuffer(data[begin:end], dtype=dtype)
+        if dtype_name == "BF16":  # the bf16 bits as the upper half of a float32: exact
+            elements = (elements.astype("<u4") << 16).view("<f4")
+        tensors[name] = elements.reshape(shape)
         spans.append((begin, end, name))
 
     # The byte ranges must tile the data buffer: no overlap, no hole.
@@ -141,7 +162,9 @@ def read(path):
 
 def write(path, tensors, metadata=None):
     """Writes {name: array} (and optional {str: str} metadata) at `path`. Arrays keep their dtype
-    (one of DTYPES) and C order. Through a temporary name and a rename, so a reader never sees half
+    (one the C++ reader reads: float64, float32, float16, int64, int32, uint8) and C order; another
+    dtype (bool, int8, int16 ...) or a tensor named "__metadata__" is a SafetensorsError, as neither
+    would read back in `jacond`. Through a temporary name and a rename, so a reader never sees half
     a file; the file and then its directory are fsync'ed, and on any failure the temporary file is
     removed (the destination is left as it was).
 
@@ -150,12 +173,18 @@ def write(path, tensors, metadata=None):
     size descending, then name (HF's writer does the same). Every tensor then starts at a file
     offset that is a multiple of its element size, which zero-copy loaders need (torch: "storage_
     offset() must be divisible by 8"); name order put an F64 after an F16[3] at an odd offset."""
-    names = {dtype: name for name, dtype in DTYPES.items()}
+    names = WRITE_DTYPES
     arrays = {}
     for name in sorted(tensors):
+        if name == METADATA_KEY:  # the header's metadata entry: the file would not read back
+            raise SafetensorsError(f"{path}: a tensor may not be named {METADATA_KEY!r} (the header's metadata key)")
         a = np.ascontiguousarray(tensors[name])
         if a.dtype.newbyteorder("<") not in names:
-            raise SafetensorsError(f"{path}: tensor {name!r} has dtype {a.dtype}, not one of {', '.join(DTYPES)}")
+            known = {dtype: label for label, dtype in DTYPES.items() if label not in names.values()}
+            label = known.get(a.dtype.newbyteorder("<"))
+            raise SafetensorsError(f"{path}: tensor {name!r} has dtype {a.dtype}"
+                                   + (f" ({label}), which jacond's C++ reader cannot read" if label else "")
+                                   + f"; write one of {', '.join(str(d) for d in names)}")
         arrays[name] = a.astype(a.dtype.newbyteorder("<"), copy=False)
     header, offset = {}, 0
     order = sorted(arrays, key=lambda name: (-arrays[name].dtype.itemsize, name))
@@ -165,7 +194,7 @@ def write(path, tensors, metadata=None):
         offset += a.nbytes
     header = dict(sorted(header.items()))
     if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+        header[METADATA_KEY] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     temporary = f"{path}.tmp-{os.getpid()}"
@@ -185,6 +214,34 @@ def write(path, tensors, metadata=None):
             pass
         raise
     _fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+class _NotJson(ValueError):
+    """A header value the JSON grammar has no place for (Python's json reads NaN and Infinity)."""
+
+
+def _not_json(constant):
+    raise _NotJson(f"{constant} is not a JSON value")
+
+
+def _lone_surrogate(value):
+    """The first unpaired UTF-16 surrogate in a string (key or value) of a parsed JSON value, or
+    None. json.loads turns an escaped lone surrogate ("\\udc00") into a str that is not UTF-8;
+    the C++ reader (nlohmann) refuses it. Iterative: the nesting is as deep as json.loads allowed."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                return v[e.start]
+    return None
 
 
 def _fsync_directory(directory):

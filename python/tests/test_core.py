@@ -25,9 +25,9 @@ SKIPS = ["full", "none", "no-ffn-skip", "no-sab-skip"]
 
 
 def read_csv(path):
-    """A CSV jacond wrote, its 17-digit numbers parsed to the exact doubles (pandas' default
-    parser can be 1 ulp off)."""
-    return pd.read_csv(path, float_precision="round_trip")
+    """A CSV jacond wrote, as jacond.read_csv reads it (the helper reports_frame parses with): the
+    17-digit numbers parsed to the exact doubles, the text columns as written."""
+    return jacond.read_csv(path)
 
 
 def run(binary, *args):
@@ -140,6 +140,52 @@ def test_condition_of_a_matrix_with_known_singular_values():
     for method in ("dense", "svd", "lanczos"):
         r = jacond.condition(U @ np.diag(s) @ V.T, method=method)
         assert r.kappa_lo <= 1e4 * (1 + 1e-9) and 1e4 * (1 - 1e-9) <= r.kappa_hi, (method, r)
+
+
+@pytest.mark.parametrize("name", ["a\rb", "a\nb", "NA", "nan", "None", "", "1e5", "a,b", 'q"q', " pad "])
+def test_reports_frame_keeps_a_name_as_written(name):
+    """A name goes through the core's CSV writer and read_csv unchanged, in one row: a bare \\r
+    was written unquoted (a second row for pandas), and pandas' default NA handling read "NA",
+    "nan", "None" and "" as NaN and "1e5" as the float 100000.0. The numbers stay numbers."""
+    frame = jacond.reports_frame([jacond.condition(np.diag([3.0, 0.5]), name=name, method="dense")])
+    assert len(frame) == 1 and list(frame.columns) == REPORT_COLUMNS
+    assert frame.matrix[0] == name and isinstance(frame.matrix[0], str)
+    assert frame.kappa[0] == 6.0 and frame.rows[0] == 2 and frame.note[0] == ""
+    assert frame.rows.dtype == np.int64 and frame.sigma_min.dtype == np.float64 and frame.matrix.dtype == object
+    assert np.isnan(frame.within_1pct[0])  # a count not taken: empty, NaN
+
+
+def test_read_csv_reads_a_cli_file_as_reports_frame_does(tmp_path):
+    """jacond.read_csv is the parser of reports_frame, for the CLI's files: nan and empty numbers
+    are NaN, inf is inf, text is kept (an empty note is "")."""
+    path = tmp_path / "r.csv"
+    path.write_text(jacond.report_csv_header() + "\n"
+                    + "NA,full,all,2,2,fp64,gkl,not-converged,nan,0,inf,1,inf,-1,10,0.5,,,\n")
+    row = jacond.read_csv(path).iloc[0]
+    assert row.matrix == "NA" and row.note == "" and np.isnan(row.sigma_max) and row.kappa == np.inf
+    assert np.isnan(row.within_10pct) and row.products == 10
+
+
+def test_condition_takes_the_lanczos_budget():
+    """lanczos_seconds and lanczos_tol of condition() are GKL's budget and target, as block_reports':
+    this skipless K_sa (512 x 512) does not converge in 0.3 s (not-converged, with NotConverged),
+    and a loose tolerance is met with fewer products than the default's."""
+    jacond.set_threads(1)
+    block, X = random_block(d=32, heads=2, hidden=128, seed=3), tokens(n=16, d=32, seed=4)
+    A = jacond.dense_jacobian(block, X, "K_sa", skip="none")
+    start = time.monotonic()
+    with pytest.warns(jacond.NotConverged):
+        r = jacond.condition(A, method="lanczos", lanczos_seconds=0.3)
+    assert r.status == "not-converged" and time.monotonic() - start < 5.0
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((200, 200)))
+    V, _ = np.linalg.qr(rng.standard_normal((200, 200)))
+    B = (U * np.linspace(1, 0.1, 200)) @ V.T
+    tight = jacond.condition(B, method="lanczos", lanczos_tol=1e-6)
+    loose = jacond.condition(B, method="lanczos", lanczos_tol=0.5)
+    assert tight.status == loose.status == "bracket"
+    assert tight.kappa_hi / tight.kappa_lo <= 1 + 1e-6 < 1.01 < loose.kappa_hi / loose.kappa_lo <= 1.5
+    assert loose.products < tight.products
 
 
 def test_weight_reports_are_the_svd_of_the_products():
@@ -535,6 +581,14 @@ def bad_inputs():
         (lambda: jacond.JacobianOperator(block, X, "K_sab").matvec(np.ones(48) * 1j), "x is complex; K is real"),
         (lambda: jacond.JacobianOperator(block, X, "K_sab").rmatvec(np.ones(48, np.complex64)), "y is complex"),
         (lambda: jacond.JacobianOperator(block, X, "K_sab").matmat(np.ones((48, 2)) * 1j), "X is complex"),
+        # the core's JacobianOperator took X as a real matrix: numpy dropped a complex X's
+        # imaginary part (a ComplexWarning only), and None gave pybind11's list of overloads
+        (lambda: jacond.JacobianOperator(block, X + 1j * X, "K_sab"), "X is complex"),
+        (lambda: jacond.JacobianOperator(block, torch.tensor(X + 1j * X), "K_sab"), "X is complex"),
+        (lambda: jacond.JacobianOperator(block, None, "K_sab"), "X is None"),
+        (lambda: jacond.JacobianOperator(block, X[None], "K_sab"), "pass X[0]"),
+        (lambda: jacond.condition(np.eye(3), method="lanczos", lanczos_seconds=0), "lanczos_seconds must be > 0"),
+        (lambda: jacond.condition(np.eye(3), lanczos_tol=-1.0), "lanczos_tol must be > 0"),
         (lambda: jacond.condition(np.full((3, 3), np.inf)), "A contains NaN or inf"),
         (lambda: jacond.audit_state_dict({"head.weight": np.eye(2)}, heads=1), "no blocks"),
         (lambda: jacond.audit(torch.nn.Linear(2, 2), torch.zeros(1, 2)), "has no `blocks`"),
@@ -595,6 +649,9 @@ def bad_types():
         (lambda: jacond.weight_reports("block"), "block must be a jacond.Block (Block(Wq, ..., heads=h) or"),
         (lambda: jacond.dense_jacobian(None, X, "K_sa"), "got builtins.NoneType"),
         (lambda: jacond.linear_operator([block], X, "K_sa"), "got builtins.list"),
+        (lambda: jacond.JacobianOperator(block.to_timm(), X, "K_sa"), "block must be a jacond.Block"),
+        (lambda: jacond.JacobianOperator(block, X, None), "matrix must be a string, got None"),
+        (lambda: jacond.condition(W, lanczos_seconds="30"), "lanczos_seconds must be a real number, got '30'"),
     ]
 
 
@@ -718,6 +775,16 @@ def test_ctrl_c_stops_a_long_matrix_free_bracket():
     seconds = seconds_to_interrupt(lambda: jacond.block_reports(block, X, skip="none", method="lanczos",
                                                                 matrices=["K_sa"], lanczos_seconds=20.0,
                                                                 max_products=10**7), 1.0)
+    assert seconds < 10.0, "the interrupt waited for the budget"
+
+
+def test_ctrl_c_stops_condition_on_the_lanczos_route():
+    """condition(A, method="lanczos") has the same hook: the same skipless K_sa assembled (512 x
+    512) ran its whole 120 s budget through a Ctrl-C (here its budget is 30 s)."""
+    jacond.set_threads(1)
+    block, X = random_block(d=32, heads=2, hidden=128, seed=3), tokens(n=16, d=32, seed=4)
+    A = jacond.dense_jacobian(block, X, "K_sa", skip="none")
+    seconds = seconds_to_interrupt(lambda: jacond.condition(A, method="lanczos", lanczos_seconds=30.0), 1.0)
     assert seconds < 10.0, "the interrupt waited for the budget"
 
 

@@ -67,6 +67,44 @@ def test_write_lays_out_the_data_as_the_cpp_writer(tmp_path):
     assert {k: v["data_offsets"] for k, v in header.items()} == {"b": [0, 8], "a": [8, 16], "h": [16, 22]}
 
 
+def test_write_refuses_what_the_cpp_reader_cannot_read(tmp_path):
+    # bool, int8 and int16 are safetensors dtypes (BOOL, I8, I16) that models/io/safetensors.cpp
+    # does not read: written, `jacond block --tokens` refused the file. A tensor named
+    # "__metadata__" made a header whose metadata entry is an array: unreadable by both readers.
+    path = tmp_path / "w.safetensors"
+    for dtype, label in ((np.bool_, "BOOL"), (np.int8, "I8"), (np.int16, "I16")):
+        with pytest.raises(safetensors.SafetensorsError) as e:
+            safetensors.write(path, {"x": np.zeros(2), "extra": np.zeros(2, dtype)})
+        message = str(e.value)
+        assert f"({label}), which jacond's C++ reader cannot read" in message and "\n" not in message, message
+    with pytest.raises(safetensors.SafetensorsError, match="a tensor may not be named '__metadata__'"):
+        safetensors.write(path, {"x": np.zeros(2), "__metadata__": np.zeros(2)})
+    assert list(tmp_path.iterdir()) == []
+    for dtype in (np.float64, np.float32, np.float16, np.int64, np.int32, np.uint8):  # the C++ reader's
+        safetensors.write(path, {"x": np.arange(3).astype(dtype)})
+        assert safetensors.read(path)[0]["x"].dtype == dtype
+
+
+def test_reader_reads_bf16_as_float32(tmp_path):
+    # BF16 (torch's bfloat16 checkpoints), which the C++ reader reads, was "unsupported dtype": its
+    # 16 bits are the top half of a float32, here of values bf16 holds exactly.
+    values = np.array([[1.0, -2.0, 0.15625], [256.0, -0.0, np.inf], [3.0e-39, 1.5, -1e30]], np.float32)
+    values = (values.view(np.uint32) & 0xFFFF0000).view(np.float32)  # exact in bf16
+    bits = (values.view(np.uint32) >> 16).astype("<u2")
+    path = tmp_path / "bf16.safetensors"
+    header = {"b": {"dtype": "BF16", "shape": [3, 3], "data_offsets": [0, 18]},
+              "f": {"dtype": "F64", "shape": [1], "data_offsets": [24, 32]}}
+    write_raw(path, json.dumps(header), bits.tobytes() + bytes(6) + np.array([0.5]).tobytes())
+    with pytest.raises(safetensors.SafetensorsError, match="starts at 24, expected 18"):
+        safetensors.read(path)  # the layout rules hold for BF16's 2-byte elements too
+    header["f"]["data_offsets"] = [18, 26]
+    write_raw(path, json.dumps(header), bits.tobytes() + np.array([0.5]).tobytes())
+    tensors, _ = safetensors.read(path)
+    assert tensors["b"].dtype == np.float32 and tensors["b"].shape == (3, 3)
+    np.testing.assert_array_equal(tensors["b"], values)
+    assert np.signbit(tensors["b"][1, 1]) and tensors["f"].tolist() == [0.5]
+
+
 @pytest.mark.parametrize("failing", ["fsync", "replace"])
 def test_failed_write_leaves_no_temporary_file_and_the_old_file(tmp_path, monkeypatch, failing):
     # A write that raises after the temporary file exists (here: its fsync, or the rename) must
@@ -117,6 +155,15 @@ X_F32 = '{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
     # RejectsEmptyTensorInsideAnother: an empty tensor at [4, 4) inside a at [0, 8).
     ('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
      '"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}', bytes(8), "overlap or hole"),
+    # NaN and Infinity are not JSON (nlohmann refuses them; Python's json.loads read them), here in
+    # an entry's extra key, which both readers otherwise ignore.
+    ('{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"scale":NaN}}', bytes(8), "NaN is not a JSON value"),
+    ('{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"scale":-Infinity}}', bytes(8),
+     "-Infinity is not a JSON value"),
+    # An escaped unpaired UTF-16 surrogate (nlohmann refuses it; json.loads made a str no UTF-8
+    # holds), in a metadata value and in a tensor name.
+    ('{"__metadata__":{"k":"\\ud800"},' + X_F32[1:], bytes(8), "unpaired UTF-16 surrogate \\ud800"),
+    ('{"\\udc00":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', bytes(8), "unpaired UTF-16 surrogate"),
 ])
 def test_reader_rejects_what_the_cpp_reader_rejects(tmp_path, header, data_bytes, problem):
     path = tmp_path / "bad.safetensors"
