@@ -197,7 +197,7 @@ item4_bench_train() {
   # at scripts/run_main.sh's model (skipless, ours, d 64, depth 4, n 50: N 3 200), one call each
   # (design §10: is the GPU faster at a tracked block's size?).
   jc bench train --device cuda --threads 16 --dim 64 --depth 4 --heads 4 --skip none --init ours --batch 128 \
-    --steps 10 --warmup 2 --track-every 100 --track-matrices K_sa,K_sab,K_ffn --tg none --skip-python \
+    --steps 20 --warmup 2 --track-every 100 --track-matrices K_sa,K_sab,K_ffn --tg none --skip-python \
     --out "$out/bench-train-tracking" || rc=$?
   return "$rc"
 }

@@ -95,13 +95,30 @@ struct TorchResult {
   nlohmann::json raw;
 };
 
+/// Whether a route returned κ: status exact or certified, or singular (K is singular: κ = ∞, an
+/// answer too). A not-converged route (the mixed route whose refinement failed, mixed_lu.h) bought
+/// no κ with its time, so it has no speed ratio and no κ agreement.
+inline bool gave_kappa(const RouteResult& r) {
+  return r.ran && (r.status == Status::kExact || r.status == Status::kCertified || r.status == Status::kSingular);
+}
+
+/// num's total seconds over den's (how many times faster den is): NaN unless both routes gave κ,
+/// so that no table or CSV cell holds a speed-up of a route that failed (printed "n/a", left empty).
+inline double speed_ratio(const RouteResult& num, const RouteResult& den) {
+  if (!gave_kappa(num) || !gave_kappa(den) || !(den.total_s > 0)) return std::numeric_limits<double>::quiet_NaN();
+  return num.total_s / den.total_s;
+}
+
 struct Agreement {
   bool checked = false, pass = true;
   double rel_diff = std::numeric_limits<double>::quiet_NaN();
   double tol = std::numeric_limits<double>::quiet_NaN();
-  std::string verdict = "n/a";  // PASS, FAIL, n/a
+  // PASS, FAIL, n/a, or "no kappa" (a route did not give one: a possible outcome, not a
+  // disagreement, so pass stays true and the run does not fail for it)
+  std::string verdict = "n/a";
   std::string why;
 };
+inline const std::string kNoKappa = "no kappa";
 
 /// A route measured against the CPU exact one (the device's exact route, the mixed routes).
 struct VersusExact {
@@ -130,6 +147,20 @@ struct SizeResult {
     bool ok = !torch_failed;
     for (const Agreement* g : agreements()) ok = ok && g->pass;
     return ok;
+  }
+  /// The main table's "agree" for this size: FAIL if anything failed (pass()); else the verdict of
+  /// its own comparisons (exact/full against torch, or exact against full): "no kappa" where a route
+  /// gave none, "n/a" where nothing was compared (--skip-python --skip-full), PASS otherwise. The
+  /// routes against the CPU exact one have their own column; a PASS here never stands for a
+  /// comparison that was not made.
+  std::string verdict() const {
+    if (!pass()) return "FAIL";
+    bool compared = false;
+    for (const Agreement* g : {&exact_vs_torch, &full_vs_torch, &exact_vs_full}) {
+      if (g->verdict == kNoKappa) return kNoKappa;
+      compared = compared || g->checked;
+    }
+    return compared ? "PASS" : "n/a";
   }
 };
 

@@ -12,12 +12,16 @@ namespace jacond::cli::bench_dense {
 
 namespace {
 
-std::string ratio_str(double num, double den) {
-  if (!(den > 0) || !std::isfinite(num)) return "n/a";
+// A speed_ratio as "3.8x"; "n/a" where there is none (a route skipped, or one that gave no κ).
+std::string ratio_str(double ratio) {
+  if (!std::isfinite(ratio)) return "n/a";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1fx", num / den);
+  std::snprintf(buf, sizeof buf, "%.1fx", ratio);
   return buf;
 }
+
+// A speed_ratio's CSV cell: empty where there is none, as for a route that was not compared.
+std::string ratio_cell(double ratio) { return std::isfinite(ratio) ? fmt(ratio) : std::string(); }
 
 std::string kappa_str(const RouteResult& r) {
   if (!r.ran) return "n/a";
@@ -34,19 +38,24 @@ std::string sci(double x, const char* f = "%.2e") {
   return buf;
 }
 
-// One row; `vs_exact` (a route of SizeResult::versus_exact) fills the columns against the CPU exact route.
+// A split table's seconds: "skipped" for a route that did not run (--skip-full), not 0.000.
+std::string split_seconds(const RouteResult& r, double seconds) { return r.ran ? sci(seconds, "%.3f") : "skipped"; }
+
+// One row; `torch` is the torch route where it ran; `vs_exact` (a route of SizeResult::versus_exact)
+// fills the columns against the CPU exact route. The speed ratios are speed_ratio's: empty for a
+// route that gave no κ.
 std::string csv_row(const SizeResult& s, const std::string& init, uint64_t seed, int threads, double logit_scale,
-                    int repeat, const RouteResult& r, const Agreement& vs_torch, double torch_total,
+                    int repeat, const RouteResult& r, const Agreement& vs_torch, const RouteResult* torch,
                     const Agreement* vs_exact = nullptr) {
   const bool versus = vs_exact != nullptr;
   std::ostringstream os;
   os << s.shape.N() << ',' << s.shape.n << ',' << s.shape.d << ',' << s.shape.heads << ",K_sa," << init << ','
      << seed << ',' << threads << ',' << fmt(logit_scale) << ',' << repeat << ',' << r.route << ',' << r.method << ','
      << fmt(r.assembly_s) << ',' << fmt(r.kappa_s) << ',' << fmt(r.total_s) << ',' << fmt(r.total_median_s) << ','
-     << (r.route == "torch" ? std::string("1") : std::isnan(torch_total) ? std::string() : fmt(torch_total / r.total_s))
+     << (r.route == "torch" ? std::string("1") : torch ? ratio_cell(speed_ratio(*torch, r)) : std::string())
      << ',' << fmt(r.sigma_max) << ',' << fmt(r.sigma_min) << ',' << fmt(r.kappa) << ',' << to_string(r.status) << ','
      << (vs_torch.checked ? fmt(vs_torch.rel_diff) : "") << ',' << (vs_torch.checked ? fmt(vs_torch.tol) : "") << ','
-     << vs_torch.verdict << ',' << (versus ? fmt(s.exact.total_s / r.total_s) : "") << ','
+     << vs_torch.verdict << ',' << (versus ? ratio_cell(speed_ratio(s.exact, r)) : "") << ','
      << (versus ? fmt(vs_exact->rel_diff) : "") << ',' << (versus ? vs_exact->verdict : "") << '\n';
   return os.str();
 }
@@ -109,25 +118,27 @@ nlohmann::json size_json(const SizeResult& s) {
 }  // namespace
 
 void print_tables(const std::vector<SizeResult>& results) {
-  std::printf("\n%6s %4s %3s %5s | %12s %12s %10s | %11s %10s | %14s %14s %9s %9s %6s\n", "N", "n", "d", "heads",
+  std::printf("\n%6s %4s %3s %5s | %12s %12s %10s | %11s %10s | %14s %14s %9s %9s %8s\n", "N", "n", "d", "heads",
               "jacond-exact", "jacond-full", "torch", "torch/exact", "torch/full", "kappa jacond", "kappa torch",
               "rel diff", "tol", "agree");
   for (const auto& r : results) {
     const bool t = r.torch.has_value();
     const double torch_s = t ? r.torch->route.total_s : std::nan("");
+    const RouteResult none;  // the torch route's place where it did not run: no ratio
+    const RouteResult& torch = t ? r.torch->route : none;
     // Relative κ difference: the larger of jacond-exact and jacond-full vs torch (or exact vs
     // full when the torch route was skipped); the tolerance is the same for both comparisons.
     const Agreement& g = t ? r.exact_vs_torch : r.exact_vs_full;
     double rel = g.rel_diff;
     if (t && !std::isnan(r.full_vs_torch.rel_diff)) rel = std::max(rel, r.full_vs_torch.rel_diff);
-    std::printf("%6lld %4lld %3lld %5lld | %11.3fs %12s %10s | %11s %10s | %14s %14s %9s %9s %6s\n",
+    std::printf("%6lld %4lld %3lld %5lld | %11.3fs %12s %10s | %11s %10s | %14s %14s %9s %9s %8s\n",
                 static_cast<long long>(r.shape.N()), static_cast<long long>(r.shape.n),
                 static_cast<long long>(r.shape.d), static_cast<long long>(r.shape.heads), r.exact.total_s,
                 r.full.ran ? (sci(r.full.total_s, "%.3f") + "s").c_str() : "skipped",
                 t ? (sci(torch_s, "%.3f") + "s").c_str() : r.torch_failed ? "FAILED" : "skipped",
-                ratio_str(torch_s, r.exact.total_s).c_str(), ratio_str(torch_s, r.full.total_s).c_str(),
+                ratio_str(speed_ratio(torch, r.exact)).c_str(), ratio_str(speed_ratio(torch, r.full)).c_str(),
                 kappa_str(r.exact).c_str(), t ? kappa_str(r.torch->route).c_str() : "n/a", sci(rel).c_str(),
-                sci(g.tol).c_str(), r.pass() ? "PASS" : "FAIL");
+                sci(g.tol).c_str(), r.verdict().c_str());
   }
   std::printf("\nsplit (seconds): assembly = forward + dense K (jacond) | autograd jacobian (torch); "
               "kappa = LU+Lanczos | dgesdd | svdvals\n");
@@ -135,8 +146,9 @@ void print_tables(const std::vector<SizeResult>& results) {
               "jc gesdd", "torch jacob.", "torch svdvals", "torch wall");
   for (const auto& r : results) {
     const bool t = r.torch.has_value();
-    std::printf("%6lld | %11.3f %13.3f | %11.3f %12.3f | %12s %13s %10s\n", static_cast<long long>(r.shape.N()),
-                r.exact.assembly_s, r.exact.kappa_s, r.full.assembly_s, r.full.kappa_s,
+    std::printf("%6lld | %11.3f %13.3f | %11s %12s | %12s %13s %10s\n", static_cast<long long>(r.shape.N()),
+                r.exact.assembly_s, r.exact.kappa_s, split_seconds(r.full, r.full.assembly_s).c_str(),
+                split_seconds(r.full, r.full.kappa_s).c_str(),
                 t ? sci(r.torch->route.assembly_s, "%.3f").c_str() : "-",
                 t ? sci(r.torch->route.kappa_s, "%.3f").c_str() : "-",
                 t ? sci(r.torch->wall_s, "%.3f").c_str() : "-");
@@ -145,14 +157,14 @@ void print_tables(const std::vector<SizeResult>& results) {
   for (const auto& r : results) any = any || !r.versus_exact.empty();
   if (!any) return;
   std::printf("\nagainst the CPU exact route (same assembly on the host; mixed = fp32 LU refined to fp64, analysis/spectral/mixed_lu.h):\n");
-  std::printf("%6s %-39s | %12s %12s %9s | %12s %12s | %14s %14s %9s %6s\n", "N", "route", "cpu total", "route total",
+  std::printf("%6s %-39s | %12s %12s %9s | %12s %12s | %14s %14s %9s %8s\n", "N", "route", "cpu total", "route total",
               "cpu/route", "cpu kappa_s", "rt kappa_s", "kappa cpu", "kappa route", "rel diff", "agree");
   for (const auto& r : results)
     for (const auto& v : r.versus_exact) {
       const RouteResult& g = v.route;
-      std::printf("%6lld %-39s | %11.3fs %11.3fs %9s | %11.3fs %11.3fs | %14s %14s %9s %6s\n",
+      std::printf("%6lld %-39s | %11.3fs %11.3fs %9s | %11.3fs %11.3fs | %14s %14s %9s %8s\n",
                   static_cast<long long>(r.shape.N()), g.route.c_str(), r.exact.total_s, g.total_s,
-                  ratio_str(r.exact.total_s, g.total_s).c_str(), r.exact.kappa_s, g.kappa_s, kappa_str(r.exact).c_str(),
+                  ratio_str(speed_ratio(r.exact, g)).c_str(), r.exact.kappa_s, g.kappa_s, kappa_str(r.exact).c_str(),
                   kappa_str(g).c_str(), sci(v.agreement.rel_diff).c_str(), v.agreement.verdict.c_str());
       if (!g.note.empty()) std::printf("%6s %-39s   %s\n", "", "", g.note.c_str());
     }
@@ -169,13 +181,13 @@ void write_outputs(const std::string& out_dir, int argc, char** argv, const std:
   std::string torch_version;
   for (const auto& s : results) {
     const double lscale = s.logit_scale;
-    const double torch_total = s.torch ? s.torch->route.total_s : std::nan("");
-    csv += csv_row(s, init, seed, threads, lscale, repeat, s.exact, s.exact_vs_torch, torch_total);
-    if (s.full.ran) csv += csv_row(s, init, seed, threads, lscale, repeat, s.full, s.full_vs_torch, torch_total);
+    const RouteResult* torch = s.torch ? &s.torch->route : nullptr;
+    csv += csv_row(s, init, seed, threads, lscale, repeat, s.exact, s.exact_vs_torch, torch);
+    if (s.full.ran) csv += csv_row(s, init, seed, threads, lscale, repeat, s.full, s.full_vs_torch, torch);
     for (const auto& v : s.versus_exact)
-      csv += csv_row(s, init, seed, threads, lscale, repeat, v.route, Agreement{}, torch_total, &v.agreement);
+      csv += csv_row(s, init, seed, threads, lscale, repeat, v.route, Agreement{}, torch, &v.agreement);
     if (s.torch) {
-      csv += csv_row(s, init, seed, threads, lscale, repeat, s.torch->route, Agreement{}, torch_total);
+      csv += csv_row(s, init, seed, threads, lscale, repeat, s.torch->route, Agreement{}, torch);
       torch_version = s.torch->torch_version;
     }
     sizes.push_back(size_json(s));

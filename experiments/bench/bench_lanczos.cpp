@@ -44,6 +44,7 @@
 // route) and unrestarted (one sweep with a basis of min(nd, what --basis-memory-gb allows):
 // the Krylov optimum, see README "Which σ_min solver").
 #include "experiments/bench/bench_lanczos.h"
+#include "experiments/bench/bench_lanczos_checks.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -83,6 +84,8 @@ namespace jacond::cli {
 namespace {
 
 namespace po = boost::program_options;
+// The rows and the checks that fail a run, apart for tests/bench/test_bench_rules.cpp.
+using namespace bench_lanczos;
 
 double peak_rss_mb() {
   rusage ru{};
@@ -106,58 +109,11 @@ std::string joined(const std::vector<double>& v) {
   return out;
 }
 
-/// One SciPy svds run (scipy_svds_route.py's JSON line).
-struct PeerResult {
-  std::string solver, status, note;
-  double seconds = 0, setup_s = 0, kappa_lo = 0, kappa_hi = 0, rss_mb = 0;  // kappa_hi 0 = infinite
-  std::vector<double> seconds_runs;  // every timed run (seconds is their median)
-  long long products = 0;
-  bool dense_checked = false, dense_inside = false;  // the dense κ inside [kappa_lo, kappa_hi]
-};
-
 /// A solver configuration of --compare-methods.
 struct Method {
   std::string name;   // restart-K | unrestarted
   Index basis = 96;   // 0: min(nd, the memory cap)
   Index keep = 32;
-};
-
-/// When a run's σ_min upper end (Courant–Fischer, rigorous) first came within 1 % and 10 % of the
-/// dense σ_min: products of the whole call at that estimate (−1: never).
-struct Approach {
-  Index products_1pct = -1, products_10pct = -1;
-};
-
-/// One route's runs on one matrix: the first run's report (its seconds replaced by the median of
-/// seconds_runs) and the seconds the first run spent inside the products (the rest is the GKL
-/// recurrence, its orthogonalisation and the bracket's small eigenproblems, all on the host).
-struct RouteRun {
-  LanczosCondition lz;
-  std::vector<double> seconds_runs;
-  double product_s = 0;
-};
-
-/// --device: the same route with its products on an OperatorDevice.
-struct DeviceRun {
-  std::string route;  // jacond-gkl-<device>
-  RouteRun run;
-  bool dense_inside = false;
-};
-
-struct Row {
-  std::string size, init, matrix, method = "restart-96";
-  Index basis = 96;
-  double sigma_min_dense = 0;
-  Approach approach;
-  std::vector<GklProgress> trace;
-  Index n, d, heads;
-  RouteRun host;             // jacond's route with the host's kernels
-  double rss_mb = 0;
-  bool dense_checked = false;
-  double dense_kappa = 0, dense_seconds = 0;
-  bool dense_inside = false;
-  std::vector<PeerResult> peers;
-  std::optional<DeviceRun> device;
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -369,19 +325,6 @@ void measure_on_device(Row& r, const OperatorDevice& device, const BlockWeights&
   r.device = std::move(d);
 }
 
-// Whether [lo_a, hi_a] and [lo_b, hi_b] share a point, up to relative rounding 1e-9.
-bool intervals_meet(double lo_a, double hi_a, double lo_b, double hi_b) {
-  return lo_a <= hi_b * (1 + 1e-9) && lo_b <= hi_a * (1 + 1e-9);
-}
-
-// Host and device brackets of one κ must intersect: each contains it (under the solver's one
-// assumption, gkl.h), and the products differ by round-off only.
-bool brackets_intersect(const Row& r) {
-  const ConditionReport &a = r.host.lz.report, &b = r.device->run.lz.report;
-  if (a.status != Status::kBracket || b.status != Status::kBracket) return true;
-  return intervals_meet(a.kappa_lo, a.kappa_hi, b.kappa_lo, b.kappa_hi);
-}
-
 struct PeerSetup {
   std::vector<std::string> solvers;  // empty: no peers
   std::string python = "/usr/bin/python3";
@@ -430,19 +373,6 @@ PeerResult run_peer(const PeerSetup& peer, const std::string& solver, const std:
     p.dense_inside = p.kappa_lo <= r.dense_kappa * (1 + 1e-9) && (p.kappa_hi == 0 || r.dense_kappa <= p.kappa_hi * (1 + 1e-9));
   }
   return p;
-}
-
-bool jacond_reached(const Row& r) { return r.host.lz.report.status == Status::kBracket; }
-bool peer_reached(const PeerResult& p) { return p.status == "bracket"; }
-
-// Two brackets of one κ, each rigorous (the peer's from the same residual bounds, its module
-// docstring), must intersect: disjoint ones mean one side computed another matrix or a wrong
-// bound, and a speed ratio between them would compare a right answer with a wrong one.
-bool peer_agrees(const Row& r, const PeerResult& p) {
-  if (!jacond_reached(r) || !peer_reached(p)) return true;
-  const ConditionReport& c = r.host.lz.report;
-  const double peer_hi = p.kappa_hi == 0 ? std::numeric_limits<double>::infinity() : p.kappa_hi;  // 0: infinite
-  return intervals_meet(c.kappa_lo, c.kappa_hi, p.kappa_lo, peer_hi);
 }
 
 // "12.3x" when both reached the target width with brackets that agree; otherwise who did not,
@@ -779,27 +709,6 @@ void write_results(const BenchLanczosArgs& a, const std::vector<Row>& rows, cons
   write_file_atomic(a.out_dir + "/run.json", meta.dump(2) + "\n");
   std::printf("wrote %s/bench_lanczos.csv%s%s and run.json\n", a.out_dir.c_str(), peers ? ", bench_lanczos_peers.csv" : "",
               methods ? ", bench_lanczos_methods.csv, bench_lanczos_trace.csv" : "");
-}
-
-// The checks that make the run fail (exit 1) after its results are written: a dense κ outside a
-// bracket, the host's and the device's brackets of one matrix disjoint, jacond's and a peer's
-// disjoint, or a peer that failed to run.
-void check_brackets(const std::vector<Row>& rows) {
-  for (const Row& r : rows) {
-    if (r.dense_checked && !r.dense_inside) throw std::runtime_error("dense kappa outside the lanczos bracket for " + r.matrix);
-    for (const PeerResult& p : r.peers) {
-      const std::string which = "the svds " + p.solver + " route for " + r.matrix + " (" + r.size + ", " + r.init + ")";
-      if (p.status == "error") throw std::runtime_error(which + " failed: " + p.note);
-      if (p.dense_checked && peer_reached(p) && !p.dense_inside) throw std::runtime_error("dense kappa outside " + which + "'s bracket");
-      if (!peer_agrees(r, p)) throw std::runtime_error("jacond's bracket and " + which + "'s do not intersect");
-    }
-    if (!r.device) continue;
-    if (r.dense_checked && !r.device->dense_inside)
-      throw std::runtime_error("dense kappa outside the " + r.device->route + " bracket for " + r.matrix);
-    if (!brackets_intersect(r))
-      throw std::runtime_error("the host and " + r.device->route + " brackets of " + r.matrix + " (" + r.size + ", " +
-                               r.init + ") do not intersect");
-  }
 }
 
 }  // namespace

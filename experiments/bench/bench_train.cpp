@@ -12,8 +12,9 @@
 //   operations   one more AdamW step's ATen operations by name in both routes (model pass and
 //                optimizer.step(), RecordFunction / torch.profiler), and where they differ: on a
 //                GPU each is a kernel launch or a few, and a small model's step is launch-bound.
-//   SOAP/AdamW   ratio of mean full-step times, and of optimizer.step() times alone; SOAP's
-//                timed window includes its eigenbasis refreshes (every precondition_frequency).
+//   SOAP/AdamW   ratio of mean full-step times, and of optimizer.step() times alone; both SOAP
+//                means carry its eigenbasis refreshes (every --precondition-frequency steps) at
+//                their true rate, on a GPU too (bench_train_timing.h).
 //   tracking     one track_conditioning call (one probe image, the trainer's default route `auto`
 //                with its per-matrix Lanczos budget, on --device as `jacond train` tracks there:
 //                select_track_devices; on cuda the chosen set on the host too, as the ratio
@@ -58,6 +59,7 @@
 #include "experiments/bench/aten_op_counter.h"
 #include "experiments/bench/bench_tables.h"
 #include "experiments/bench/bench_train_dp.h"
+#include "experiments/bench/bench_train_timing.h"
 #include "experiments/bench/python_route.h"
 #include "models/data/token_graying.h"
 #include "models/track/conditioning.h"
@@ -88,9 +90,11 @@ struct StepTiming {
 // On `device`: the model, the optimizer's state and the batch live there; loss.item() each step
 // waits for the device, so a step's time is its whole time on a GPU too. But on a GPU backward()
 // and step() return with their kernels queued: a clock read around step() sees them only after a
-// synchronize, which would also stall the step. So there the optimizer's time comes from the odd
-// timed steps, synchronised around step(), and the step time from the even ones, run as `jacond
-// train` runs them. On the CPU every timed step gives both.
+// synchronize, which would also stall the step. So there the timed steps alternate in windows of
+// W (timing_window: SOAP's precondition_frequency, else 1): the step time from the even windows,
+// run as `jacond train` runs them, the optimizer's from the odd ones, synchronised around step();
+// only whole windows count, so each mean holds one SOAP refresh per W steps (bench_train_timing.h).
+// On the CPU every timed step gives both.
 // The benchmark's model of `cfg` on `device` in training mode, its optimizer, and one random batch:
 // images [batch, 1, 28, 28] on the host (a step moves them, as a data loader hands them over) and
 // their labels on `device`.
@@ -115,11 +119,14 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
   const models::TokenGraying graying = models::parse_token_graying(cfg.token_graying);
   auto [model, opt, images, y] = bench_setup(cfg, device);
   const bool on_gpu = device.is_cuda();
+  const int64_t window = timing_window(cfg.optimizer, cfg.precondition_frequency);
   StepTiming t;
   int64_t step_samples = 0, optimizer_samples = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     const int64_t k = s - warmup;  // the timed step's index; negative while warming up
-    const bool time_optimizer = !on_gpu || k % 2 == 1, time_step = !on_gpu || k % 2 == 0;
+    const TimedRole role = timed_role(on_gpu, k, steps, window);
+    const bool time_optimizer = role == TimedRole::kOptimizer || role == TimedRole::kBoth;
+    const bool time_step = role == TimedRole::kStep || role == TimedRole::kBoth;
     const long faults0 = minor_page_faults();
     const auto t0 = Clock::now();
     const auto x = models::token_graying(images, graying, cfg.tg_eps, cfg.model.patch).to(device);
@@ -133,7 +140,6 @@ StepTiming time_training(const models::TrainConfig& cfg, const torch::Device& de
     if (on_gpu && time_optimizer) torch::cuda::synchronize();
     const double optimizer_s = since(t1);
     (void)loss.item<double>();
-    if (k < 0) continue;
     if (time_step) t.step_s += since(t0), t.graying_s += graying_s, t.page_faults += minor_page_faults() - faults0, ++step_samples;
     if (time_optimizer) t.optimizer_s += optimizer_s, ++optimizer_samples;
   }
@@ -255,6 +261,9 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
       ("batch", po::value(&cfg.batch)->default_value(128), "batch size")
       ("steps", po::value(&a.steps)->default_value(a.steps), "timed steps per route")
       ("warmup", po::value(&a.warmup)->default_value(a.warmup), "untimed steps first (SOAP's statistics-only step is one)")
+      ("precondition-frequency", po::value(&cfg.precondition_frequency)->default_value(cfg.precondition_frequency),
+       "SOAP's eigenbasis refresh period (with --device cuda also the window its timed steps alternate in: "
+       "--steps >= 2x it)")
       ("threads", po::value(&cfg.threads)->default_value(1), "torch + BLAS threads, both routes")
       ("device", po::value(&cfg.device)->default_value(cfg.device),
        "cpu | cuda: where both routes train and tracking is timed (as jacond train tracks there)")
@@ -275,8 +284,14 @@ std::optional<BenchTrainArgs> parse_bench_train(int argc, char** argv) {
   check_usage([&] {
     if (a.steps < 1 || a.warmup < 1) throw std::invalid_argument("--steps and --warmup must be >= 1");
     if (cfg.batch < 1) throw std::invalid_argument("--batch must be >= 1");
-    if (cfg.device == "cuda" && a.steps < 2)  // time_training: step and optimizer times from alternate steps
-      throw std::invalid_argument("--steps must be >= 2 with --device cuda");
+    if (cfg.precondition_frequency < 1) throw std::invalid_argument("--precondition-frequency must be >= 1");
+    // time_training: on a GPU the step and optimizer times come from alternate windows of SOAP's
+    // refresh period (bench_train_timing.h), so SOAP needs two whole windows; AdamW's are 1 step.
+    const int64_t window = timing_window("soap", cfg.precondition_frequency);
+    if (cfg.device == "cuda" && a.steps < 2 * window)
+      throw std::invalid_argument("--steps must be >= 2 x --precondition-frequency (" + std::to_string(window) +
+                                  ") with --device cuda: SOAP's step and optimizer times each need a whole window of "
+                                  "--precondition-frequency steps; got --steps " + std::to_string(a.steps));
     if (cfg.device == "cuda" && !a.nproc_list.empty())
       throw std::invalid_argument("--nproc times Gloo ranks on the CPU; with --device cuda leave it out");
     if (cfg.track_every < 0) throw std::invalid_argument("--track-every must be >= 0 (0: skip the tracking measurement)");
@@ -521,6 +536,7 @@ void write_results(const BenchTrainArgs& a, const BenchTrainResults& r, int argc
     meta["token_graying_seconds_per_image"][m] = {{"1x28x28", per_image.first}, {"3x224x224", per_image.second}};
   }
   meta["tg_eps"] = cfg.tg_eps;
+  meta["soap_precondition_frequency"] = cfg.precondition_frequency;  // on a GPU also SOAP's timing window
   meta["tracking"] = {{"track_every", cfg.track_every},
                       {"where", r.track_where},
                       {"all", {{"seconds", r.track_all.seconds}, {"reports", r.track_all.reports}}},

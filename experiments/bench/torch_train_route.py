@@ -138,8 +138,10 @@ def train(rank, a, port=None, result=None):
     on_gpu = dev.type == "cuda"
     step_s, optimizer_s, page_faults = [], [], []
     for k in range(-a.warmup, a.steps):  # k < 0: warm-up
-        # As `jacond bench train` times its own route (bench_train.cpp): on a GPU the odd timed steps
-        # time opt.step() between synchronisations and the even ones the whole step, unsynchronised.
+        # As `jacond bench train` times its AdamW route (bench_train.cpp, bench_train_timing.h): on a
+        # GPU the odd timed steps time opt.step() between synchronisations and the even ones the whole
+        # step, unsynchronised. This route is AdamW only, whose steps all cost the same: its window is
+        # one step (jacond's SOAP alternates in windows of its refresh period instead).
         time_optimizer, time_step = (not on_gpu or k % 2 == 1), (not on_gpu or k % 2 == 0)
         faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()

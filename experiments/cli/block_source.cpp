@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <stdexcept>
@@ -38,13 +40,18 @@ void BlockSource::add_options(po::options_description& desc) {
       ("sample", po::value(&sample)->default_value(sample), "sample index when tokens are [m, n, d]")
       ("norm", po::value(&norm), "pre | post: LayerNorm placement of a --weights file without jacond config "
        "(default: the file's config; pre-norm, as timm's ViT, without one)")
+      ("skip", po::value(&skip)->default_value(skip),
+       "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only); a "
+       "--weights file with jacond config has its own (rezero analysed as full, its alphas folded in)")
       ("logit-scale", number_value(&logit_scale), "logit scale s; 0 = 1/sqrt(d_h)");
 }
 
-void BlockSource::validate(const po::variables_map* typed) const {
+void BlockSource::validate(const po::variables_map* typed, bool seed_used_with_files) {
   const auto given = [&](const char* flag) { return typed && typed->count(flag) && !(*typed)[flag].defaulted(); };
-  for (const char* flag : {"init", "alpha", "beta", "c", "mlp-init", "n", "d", "mlp-ratio"})
-    if (from_files() && given(flag))
+  skip_typed = given("skip");
+  sample_typed = given("sample");
+  for (const char* flag : {"init", "alpha", "beta", "c", "mlp-init", "seed", "n", "d", "mlp-ratio"})
+    if (from_files() && given(flag) && !(seed_used_with_files && std::string(flag) == "seed"))
       throw std::invalid_argument(std::string("--") + flag + " sets up an init; with --weights the block comes from the file");
   if (!from_files() && given("layer")) throw std::invalid_argument("--layer picks a block of a --weights file");
   if (!from_files() && given("sample"))
@@ -52,6 +59,7 @@ void BlockSource::validate(const po::variables_map* typed) const {
   if (!(logit_scale >= 0) || !std::isfinite(logit_scale))
     throw std::invalid_argument("--logit-scale must be >= 0 (0: 1/sqrt(d_h)), got " + fmt(logit_scale));
   if (heads < 0) throw std::invalid_argument("--heads must be >= 1 (0: the default), got " + std::to_string(heads));
+  parse_flag("--skip", [&] { return parse_skip_mode(skip); });
   if (from_files()) {
     if (tokens.empty()) throw std::invalid_argument("--weights needs --tokens (a safetensors file with tensor `tokens`)");
     if (layer < 0) throw std::invalid_argument("--layer must be >= 0, got " + std::to_string(layer));
@@ -66,8 +74,14 @@ void BlockSource::validate(const po::variables_map* typed) const {
   if (d < 1 || mlp_ratio < 1) throw std::invalid_argument("--d and --mlp-ratio must be >= 1");
   if (d % init_heads() != 0)
     throw std::invalid_argument("--d " + std::to_string(d) + " is not divisible by --heads " + std::to_string(init_heads()));
-  models::parse_init_scheme(init);  // throws naming the value
-  if (mlp_init != "default") models::parse_mlp_init(mlp_init);
+  const models::InitScheme scheme = parse_flag("--init", [&] { return models::parse_init_scheme(init); });
+  if (mlp_init != "default") parse_flag("--mlp-init", [&] { return models::parse_mlp_init(mlp_init); });
+  // α, β, c shape `ours` only (as sweep and train): another init would ignore them, and the table
+  // records them as nan.
+  if (scheme != models::InitScheme::kOurs)
+    for (const char* knob : {"alpha", "beta", "c"})
+      if (given(knob))
+        throw std::invalid_argument(std::string("--") + knob + " is a knob of --init ours; --init " + init + " ignores it");
   for (const auto& [flag, v] : {std::pair{"--alpha", alpha}, {"--beta", beta}, {"--c", c}})
     if (!std::isfinite(v)) throw std::invalid_argument(std::string(flag) + " must be finite");
 }
@@ -101,29 +115,63 @@ struct FileArchitecture {
   double ln_eps = 1e-6;
   bool post_norm = false;
   std::string norm_note;  // set when the placement is assumed
+  std::optional<models::ViTConfig> config;  // the file's jacond config, when it has one
 };
 
 // What the tensors alone cannot say: the head count, where the LayerNorms sit (pre- and post-norm
-// blocks have the same tensors) and LayerNorm's eps. A checkpoint jacond wrote carries them in its
-// "config" metadata; a --heads or --norm that contradicts it is refused (analysing a 6-head block as
-// 2 heads, or a post-norm block with a LayerNorm before its attention, gives a valid-looking, wrong
-// κ); a file without it needs --heads, and is read as pre-norm unless --norm says post.
+// blocks have the same tensors), the residuals and LayerNorm's eps. A checkpoint jacond wrote
+// carries them in its "config" metadata; a --heads, --norm or --skip that contradicts it is a usage
+// error (analysing a 6-head block as 2 heads, a post-norm block with a LayerNorm before its
+// attention, or a full-residual block as skipless gives a valid-looking, wrong κ); a file without
+// it needs --heads, is read as pre-norm unless --norm says post, and with --skip's residuals.
 FileArchitecture file_architecture(const BlockSource& src, const std::map<std::string, std::string>& meta) {
   const std::optional<models::ViTConfig> cfg = models::ViTConfig::from_metadata(meta, src.weights);
   if (!cfg) {
     if (src.heads == 0)
       throw std::invalid_argument(src.weights + " has no jacond config metadata: pass --heads (the block's head count)");
     if (!src.norm.empty())
-      return {src.heads, 1e-6, models::parse_norm_placement(src.norm) == models::NormPlacement::kPost, ""};
-    return {src.heads, 1e-6, false, assumed_pre_norm_note(src.weights)};
+      return {src.heads, 1e-6, models::parse_norm_placement(src.norm) == models::NormPlacement::kPost, "", std::nullopt};
+    return {src.heads, 1e-6, false, assumed_pre_norm_note(src.weights), std::nullopt};
   }
   if (src.heads != 0 && src.heads != cfg->heads)
-    throw std::invalid_argument("--heads " + std::to_string(src.heads) + " contradicts " + src.weights +
-                                "'s config (heads " + std::to_string(cfg->heads) + "); drop --heads");
+    throw UsageError("--heads " + std::to_string(src.heads) + " contradicts " + src.weights + "'s config (heads " +
+                     std::to_string(cfg->heads) + "); drop --heads");
   if (!src.norm.empty() && models::parse_norm_placement(src.norm) != cfg->norm)
-    throw std::invalid_argument("--norm " + src.norm + " contradicts " + src.weights + "'s config (norm " +
-                                models::to_string(cfg->norm) + "); drop --norm");
-  return {cfg->heads, cfg->ln_eps, cfg->norm == models::NormPlacement::kPost, ""};
+    throw UsageError("--norm " + src.norm + " contradicts " + src.weights + "'s config (norm " +
+                     models::to_string(cfg->norm) + "); drop --norm");
+  if (src.skip_typed && cfg->norm == models::NormPlacement::kPre &&
+      parse_skip_mode(src.skip) != models::analysis_skip_mode(cfg->skip))
+    throw UsageError("--skip " + src.skip + " contradicts " + src.weights + "'s config (skip " +
+                     models::to_string(cfg->skip) + "); drop --skip");
+  return {cfg->heads, cfg->ln_eps, cfg->norm == models::NormPlacement::kPost, "", cfg};
+}
+
+// The config's dim, depth and MLP width against the tensors (as audit: a config that disagrees with
+// its tensors describes another model).
+void check_config_against_block(const BlockSource& src, const models::TensorMap& w, const models::ViTConfig& cfg,
+                                const BlockWeights& block) {
+  try {
+    models::check_blocks_match(w, cfg);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(src.weights + ": " + e.what());
+  }
+  const std::string p = "blocks." + std::to_string(src.layer) + ".";
+  if (block.d != cfg.dim)
+    throw std::invalid_argument(src.weights + ": config says dim " + std::to_string(cfg.dim) + ", " + p +
+                                "norm1.weight has " + std::to_string(block.d) + " entries");
+  if (block.hidden != cfg.hidden())
+    throw std::invalid_argument(src.weights + ": config says mlp_ratio " + fmt(cfg.mlp_ratio) + " (hidden " +
+                                std::to_string(cfg.hidden()) + "), " + p + "mlp.fc1.weight has " +
+                                std::to_string(block.hidden) + " rows");
+}
+
+// The key of the branch scale block `layer` stores for one branch (the first of `keys` present), "".
+std::string branch_scale_key(const models::TensorMap& w, int64_t layer, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    const std::string full = "blocks." + std::to_string(layer) + "." + key;
+    if (w.count(full)) return full;
+  }
+  return "";
 }
 
 }  // namespace
@@ -149,6 +197,8 @@ LoadedBlock load_block(const BlockSource& src) {
     out.weights = init_weights(src.init, src.alpha, src.beta, src.c, src.mlp_init, src.seed, src.d, src.init_heads(),
                                src.mlp_ratio * src.d, src.logit_scale);
     out.tokens = gaussian_tokens(src.n, src.d, src.seed ^ 0x5eedULL);
+    out.skip = parse_skip_mode(src.skip);
+    out.skip_name = src.skip;
     try {  // flags whose weights overflow the forward pass are named here, not as "K_sa contains NaN" later
       block_forward(out.weights, out.tokens, SkipMode::kFull);
     } catch (const std::invalid_argument& e) {
@@ -162,13 +212,26 @@ LoadedBlock load_block(const BlockSource& src) {
   std::map<std::string, std::string> meta;
   const models::TensorMap w = models::load_safetensors(src.weights, &meta);
   const FileArchitecture arch = file_architecture(src, meta);
+  if (arch.post_norm && src.skip_typed)
+    throw UsageError("--skip: " + src.weights + " is a post-norm model, analysed at each block's input with its own "
+                     "residuals; drop --skip");
   try {  // e.g. --layer past the file's blocks: "missing key blocks.5.norm1.weight" alone names neither
     out.weights = models::block_from_timm(w, src.layer, arch.heads, src.logit_scale, arch.ln_eps);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(src.weights + " block " + std::to_string(src.layer) + " (--layer): " + e.what());
   }
+  if (arch.config) check_config_against_block(src, w, *arch.config, out.weights);
   out.post_norm = arch.post_norm;
   out.norm_note = arch.norm_note;
+  if (arch.config) {
+    out.skip = models::analysis_skip_mode(arch.config->skip);
+    out.skip_name = models::to_string(arch.config->skip);
+  } else {
+    out.skip = parse_skip_mode(src.skip);
+    out.skip_name = src.skip;
+  }
+  out.attn_scale_key = branch_scale_key(w, src.layer, {"ls1.gamma", "rezero_attn"});
+  out.mlp_scale_key = branch_scale_key(w, src.layer, {"ls2.gamma", "rezero_mlp"});
   const models::TensorMap t = models::load_safetensors(src.tokens);
   const auto it = t.find("tokens");
   if (it == t.end()) throw std::invalid_argument(src.tokens + ": no tensor named `tokens`");
@@ -178,6 +241,10 @@ LoadedBlock load_block(const BlockSource& src) {
       throw std::invalid_argument(src.tokens + ": --sample " + std::to_string(src.sample) + " out of range [0, " +
                                   std::to_string(tok.size(0)) + ")");
     tok = tok[src.sample];
+    out.sample = src.sample;
+  } else if (src.sample_typed && tok.dim() == 2) {
+    throw UsageError("--sample picks a sample of [m, n, d] --tokens; " + src.tokens + "'s `tokens` is [n, d] (" +
+                     std::to_string(tok.size(0)) + " x " + std::to_string(tok.size(1)) + "): drop --sample");
   }
   if (tok.dim() != 2) throw std::invalid_argument(src.tokens + ": `tokens` must be [n, d] or [m, n, d], got " + std::to_string(tok.dim()) + "-D");
   if (tok.size(1) != out.weights.d) {

@@ -1,5 +1,6 @@
 // Where a block comes from on the command line: an initialization (docs/design.md §3) with Gaussian
-// tokens, or timm-named safetensors weights plus a tokens file. Shared by block/verify/sweep.
+// tokens, or timm-named safetensors weights plus a tokens file, and the residuals (--skip) it is
+// analysed with. Shared by block and spectrum.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -29,14 +30,23 @@ struct BlockSource {
   std::string norm;
   // both
   double logit_scale = 0.0;  // 0 = 1/sqrt(d_h)
+  /// --skip: the residuals of an --init block, or of a --weights file without jacond's config. A
+  /// file's config decides its own (as its heads and norm); a typed --skip that contradicts it is
+  /// refused, and a post-norm file takes none.
+  std::string skip = "none";
+  /// Which flags were typed (set by validate): --skip against a file's config, --sample against
+  /// [n, d] tokens, both known only once the files are read.
+  bool skip_typed = false, sample_typed = false;
 
   bool from_files() const { return !weights.empty(); }
   void add_options(boost::program_options::options_description& desc);
   /// The flags' own consistency (sizes, names, which flags go together); throws
   /// std::invalid_argument naming the flag. Run it under check_usage (exit 2). With the parsed
   /// flags, a flag typed for the other source is refused too (--alpha with --weights, --layer
-  /// without it), instead of being silently ignored.
-  void validate(const boost::program_options::variables_map* typed = nullptr) const;
+  /// without it, --alpha/--beta/--c with an init other than ours), instead of being silently
+  /// ignored; `seed_used_with_files`: the command seeds something besides the init with --seed
+  /// (spectrum's SLQ probes), so --seed goes with --weights too. Records skip_typed, sample_typed.
+  void validate(const boost::program_options::variables_map* typed = nullptr, bool seed_used_with_files = false);
 };
 
 struct LoadedBlock {
@@ -49,9 +59,23 @@ struct LoadedBlock {
   /// Non-empty when the placement was assumed (a file without config and no --norm): one line the
   /// command prints, so a post-norm file read as pre-norm does not pass unseen.
   std::string norm_note;
+  /// The residuals analysed: a --weights file's config's (ReZero as full, its α folded into the
+  /// weights), else --skip's; skip_name as the config or --skip spells it ("rezero", "full", ...).
+  SkipMode skip = SkipMode::kNone;
+  std::string skip_name;
+  /// The sample of [m, n, d] tokens analysed; -1 for [n, d] tokens and for an --init block.
+  int64_t sample = -1;
+  /// A branch scale the file stores for this block and block_from_timm folded into W^O, b_O
+  /// (attention: LayerScale ls1.gamma, ReZero rezero_attn) or W_2, b_2 (MLP: ls2.gamma,
+  /// rezero_mlp): its key, "" when none. Exact for the input Jacobians; a parameter Jacobian would
+  /// be w.r.t. the folded weights, not the stored ones.
+  std::string attn_scale_key, mlp_scale_key;
 };
 
-/// Builds the block and tokens; throws with a one-line message naming the bad input.
+/// Builds the block and tokens; throws with a one-line message naming the bad input: a
+/// UsageError (exit 2) for a flag the file contradicts (--heads, --norm, --skip against its
+/// config; --skip on a post-norm file; --sample with [n, d] tokens), else std::invalid_argument
+/// (exit 1; e.g. a config whose dim the tensors do not have).
 LoadedBlock load_block(const BlockSource& src);
 
 /// Refuses (std::invalid_argument naming the flags and sizes) an initialised block whose forward

@@ -189,18 +189,24 @@ struct AuditArgs {
 // The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
 std::optional<AuditArgs> parse_audit(int argc, char** argv) {
   AuditArgs a;
+  // The values the help lists are the parsers' own (a name added there shows up here).
+  std::string skips, matrices;
+  for (const models::SkipKind k : models::kSkipKinds) skips += (skips.empty() ? "" : " | ") + models::to_string(k);
+  for (const auto& m : jacond::block_matrix_names()) matrices += (matrices.empty() ? "" : " ") + m;
   po::options_description desc("jacond audit CKPT...: per-layer conditioning of checkpoints");
   desc.add_options()("help,h", "this help")
       ("ckpt", po::value(&a.paths)->composing(), "checkpoint dirs, run dirs or .safetensors files (positional)")
       ("data-free", po::bool_switch(&a.data_free), "weights only: κ(W^V W^O), κ(W^Q_h W^K_hᵀ), spectral norms")
       ("probe-size", po::value(&a.probe_size)->default_value(0), "probe images (0: the checkpoint's own, else 1)")
       ("data-dir", po::value(&a.data_dir)->default_value(a.data_dir), "Fashion-MNIST files for the probe batch")
-      ("method", po::value(&a.method)->default_value(a.method), "κ route: auto | dense | svd | mixed (fp32 LU refined to fp64) | schur (the host's block LU in pieces) | lanczos")
+      ("method", po::value(&a.method)->default_value(a.method), "κ route: auto | dense (= fast) | svd | mixed (fp32 LU refined to fp64) | schur (the host's block LU in pieces) | lanczos")
       ("lanczos-seconds", number_value(&a.lanczos_seconds), "lanczos: seconds per matrix")
       ("certify", po::value(&a.certify)->default_value(a.certify), kCertifyHelp)
-      ("matrices", po::value(&a.matrices)->default_value(a.matrices), "comma list of matrix names or all")
+      ("matrices", po::value(&a.matrices)->default_value(a.matrices),
+       ("comma list of " + matrices + " (the Jacobians at the probe batch), or all").c_str())
       ("heads", po::value(&a.heads)->default_value(0), "heads, required for .safetensors files without jacond config")
-      ("skip", po::value(&a.skip)->default_value(a.skip), "skip mode, for .safetensors files without jacond config")
+      ("skip", po::value(&a.skip)->default_value(a.skip),
+       ("skip mode, for .safetensors files without jacond config: " + skips).c_str())
       ("norm", po::value(&a.norm)->default_value(a.norm), "pre | post, for .safetensors files without jacond config")
       ("threads", po::value(&a.threads)->default_value(a.threads), "BLAS/torch threads")
       ("shard", po::value(&a.shard_spec), "I/N: audit only block I of N of the checkpoints (join with jacond merge)")
@@ -214,6 +220,8 @@ std::optional<AuditArgs> parse_audit(int argc, char** argv) {
   a.flags.heads = typed("heads") && a.heads > 0, a.flags.skip = typed("skip"), a.flags.norm = typed("norm");
   check_usage([&] {
     if (a.paths.empty()) throw std::invalid_argument("give at least one checkpoint (jacond audit CKPT...)");
+    for (const std::string& p : a.paths)
+      if (p.empty()) throw std::invalid_argument("a CKPT argument is empty (jacond audit CKPT...: a checkpoint or run directory, or a .safetensors file)");
     if (a.threads < 1) throw std::invalid_argument("--threads must be >= 1");
     if (a.probe_size < 0) throw std::invalid_argument("--probe-size must be >= 0");
     if (a.heads < 0) throw std::invalid_argument("--heads must be >= 0 (0: from the checkpoint)");

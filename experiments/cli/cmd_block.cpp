@@ -12,6 +12,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/device_option.h"
+#include "models/init/init.h"
 #include "models/track/conditioning.h"
 
 namespace jacond::cli {
@@ -23,13 +24,11 @@ namespace {
 // The flags of `jacond block`, parsed and checked.
 struct BlockArgs {
   BlockSource src;  // weights and tokens: an init, or files
-  std::string skip = "none", kappa = "fast", method = "auto", matrices = "all", certify = "none", device = "cpu", out_dir;
+  std::string kappa = "fast", method = "auto", matrices = "all", certify = "none", device = "cpu", out_dir;
   int threads = 2;
   double host_memory_gb = 0;
   GklOptions gkl;
   BlockReportOptions opt;  // route (before auto is resolved), certificate, matrices
-  SkipMode mode{};
-  bool skip_typed = false;  // a post-norm file has no skip mode to choose (its blocks keep theirs)
 };
 
 // The flags; std::nullopt after --help. Usage errors exit 2 (check_usage).
@@ -40,7 +39,6 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
   desc.add_options()("help,h", "this help");
   a.src.add_options(desc);
   desc.add_options()
-      ("skip", po::value(&a.skip)->default_value(a.skip), "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only)")
       ("matrices", po::value(&a.matrices)->default_value(a.matrices),
        "comma list of K_sa B_sa E_sa K_sab K_mlp K_ffn softmax attention and the token matrices X_in LN1_out SA_out "
        "SAB_out LN2_out FFN_out FFN_block_out, or all; only these are computed")
@@ -82,8 +80,6 @@ std::optional<BlockArgs> parse_block(int argc, char** argv) {
       throw std::invalid_argument("--host-memory bounds the host's exact route (--kappa fast|schur on --device cpu), which "
                                   "--method " + a.method + " --kappa " + a.kappa + " --device " + a.device +
                                   " does not take");
-    a.mode = parse_flag("--skip", [&] { return parse_skip_mode(a.skip); });
-    a.skip_typed = typed("skip");
     a.opt.route = parse_kappa_route(a.method);
     a.opt.certify = parse_flag("--certify", [&] { return parse_certify_mode(a.certify); });
     a.opt.matrices = parse_flag("--matrices", [&] { return parse_matrix_names(a.matrices, block_matrix_names()); });
@@ -107,19 +103,51 @@ bool print_brackets(const std::vector<ConditionReport>& reports) {
   return all_converged;
 }
 
+// The block's knobs, one value per column of block_knob_columns(): a knob the source does not have
+// is "nan" (a number) or "" (a name), as sweep writes alpha, beta, c for an init without them.
+const std::vector<std::string>& block_knob_columns() {
+  static const std::vector<std::string> columns = {"source", "init", "alpha", "beta", "c", "mlp_init", "seed",
+                                                   "layer", "tokens", "sample", "norm", "skip", "n", "d", "heads",
+                                                   "mlp_ratio", "logit_scale", "route"};
+  return columns;
+}
+
+std::vector<std::string> block_knobs(const BlockArgs& a, const LoadedBlock& blk, const BlockReportOptions& opt) {
+  const BlockSource& src = a.src;
+  const std::string none = "nan";
+  const bool files = src.from_files();
+  const bool ours = !files && models::parse_init_scheme(src.init) == models::InitScheme::kOurs;
+  const auto init_knob = [&](double v) { return ours ? fmt(v) : none; };  // α, β, c: `ours` only
+  std::string mlp_init;  // the MLP init the block was drawn with ("default" resolved)
+  if (!files)
+    mlp_init = models::to_string(src.mlp_init == "default" ? models::default_mlp_init(models::parse_init_scheme(src.init))
+                                                           : models::parse_mlp_init(src.mlp_init));
+  return {files ? src.weights : "init",
+          files ? "" : src.init,
+          init_knob(src.alpha),
+          init_knob(src.beta),
+          init_knob(src.c),
+          mlp_init,
+          files ? none : std::to_string(src.seed),
+          files ? std::to_string(src.layer) : none,
+          files ? src.tokens : "",
+          blk.sample >= 0 ? std::to_string(blk.sample) : none,
+          blk.post_norm ? "post" : "pre",
+          blk.post_norm ? "" : blk.skip_name,
+          std::to_string(blk.tokens.rows()),
+          std::to_string(blk.weights.d),
+          std::to_string(blk.weights.heads),
+          fmt(static_cast<double>(blk.weights.hidden) / static_cast<double>(blk.weights.d)),
+          fmt(blk.weights.effective_logit_scale()),
+          to_string(opt.route)};
+}
+
 // DIR/results.csv (the reports, each with the block's knobs) and DIR/run.json.
 void write_block_results(const BlockArgs& a, const LoadedBlock& blk, const BlockReportOptions& opt,
                          const std::vector<ConditionReport>& reports, int argc, char** argv) {
-  const BlockSource& src = a.src;
   begin_output_set(a.out_dir);
-  ResultsTable table({"source", "init", "alpha", "beta", "c", "seed", "layer", "norm", "skip", "n", "d", "heads",
-                      "logit_scale", "route"});
-  const std::vector<std::string> knobs = {src.from_files() ? src.weights : "init", src.from_files() ? "" : src.init,
-                                          fmt(src.alpha), fmt(src.beta), fmt(src.c), std::to_string(src.seed),
-                                          std::to_string(src.layer), blk.post_norm ? "post" : "pre",
-                                          blk.post_norm ? "" : a.skip, std::to_string(blk.tokens.rows()),
-                                          std::to_string(blk.weights.d), std::to_string(blk.weights.heads),
-                                          fmt(blk.weights.effective_logit_scale()), to_string(opt.route)};
+  ResultsTable table(block_knob_columns());
+  const std::vector<std::string> knobs = block_knobs(a, blk, opt);
   for (const auto& r : reports) table.add(knobs, r);
   write_file_atomic(a.out_dir + "/results.csv", table.to_csv());
   nlohmann::json meta = run_metadata(argc, argv);
@@ -147,19 +175,16 @@ int run_block(int argc, char** argv) {
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(a.src.weights + ": " + e.what());
     }
-    if (a.skip_typed)
-      throw UsageError("--skip: " + a.src.weights + " is a post-norm model, analysed at each block's input with its own "
-                       "residuals; drop --skip");
   }
   opt.lanczos = a.gkl;
   resolve_auto(opt, blk.tokens.rows(), blk.weights.d);
   opt.route = with_dense_flavour(opt.route, a.kappa);
   // A post-norm block's attention sees the block input itself; its skip mode changes none of these.
   const std::vector<ConditionReport> reports = blk.post_norm ? post_norm_block_reports(blk.weights, blk.tokens, opt)
-                                                             : block_reports(blk.weights, blk.tokens, a.mode, opt);
+                                                             : block_reports(blk.weights, blk.tokens, blk.skip, opt);
 
   std::cout << "block: n=" << blk.tokens.rows() << " d=" << blk.weights.d << " heads=" << blk.weights.heads
-            << " skip=" << a.skip << (blk.post_norm ? " norm=post" : "") << " logit_scale=" << blk.weights.effective_logit_scale()
+            << (blk.post_norm ? " norm=post" : " skip=" + blk.skip_name) << " logit_scale=" << blk.weights.effective_logit_scale()
             << (a.src.from_files() ? " weights=" + a.src.weights + " layer=" + std::to_string(a.src.layer)
                                    : " init=" + a.src.init + " seed=" + std::to_string(a.src.seed))
             << " device=" << device_description(opt) << "\n";

@@ -3,10 +3,14 @@
 // Matrices (one block from --init or --weights/--tokens, experiments/cli/block_source.h):
 //   K_sa, B_sa, E_sa   bare attention at LN1(X) and its Prop. 2 split        (nd × nd)
 //   K_sab              X -> SA(LN1 X) (+ X with --skip full|no-ffn-skip)      (nd × nd)
+//                      (a --weights file with jacond's config has its own skip; --skip must agree)
 //   K_mlp              bare MLP at LN2(X1)                                    (nd × nd)
 //   K_ffn              X1 -> MLP(LN2 X1) (+ X1 with --skip full|no-sab-skip)  (nd × nd)
 //   J_l, Jhat_l        ∂X2/∂θ (attention params) and ∂X2/∂θ̂ (MLP params) of the block on its
-//                      tokens: J_ℓ, Ĵ_ℓ of §4.2 for L = 1, m = 1 (nd × (4d²+4d), nd × (2d·hidden+hidden+d))
+//                      tokens: J_ℓ, Ĵ_ℓ of §4.2 for L = 1, m = 1 (nd × (4d²+4d), nd × (2d·hidden+hidden+d));
+//                      refused for a --weights block with a branch scale on that branch (LayerScale
+//                      ls1/ls2.gamma, ReZero rezero_attn/mlp): folded into W^O / W_2 for the block's
+//                      function, the parameters would be the folded weights, not the stored ones
 // Methods:
 //   dense  all singular values (LAPACKE gesdd on the matrix assembled from products; with
 //          --device cuda, cuSOLVER's gesvd on the GPU, method dense-svd-cuda) ->
@@ -161,11 +165,11 @@ std::vector<std::string> requested_matrices(const std::string& matrix, const std
   return out;
 }
 
-void write_run_json(int argc, char** argv, const std::string& dir, const std::string& matrix, const std::string& skip,
-                    const BlockSource& src, const LoadedBlock& blk, const nlohmann::json& info) {
+void write_run_json(int argc, char** argv, const std::string& dir, const std::string& matrix, const BlockSource& src,
+                    const LoadedBlock& blk, const nlohmann::json& info) {
   nlohmann::json meta = run_metadata(argc, argv);
   meta["matrix"] = matrix;
-  meta["skip"] = skip;
+  meta["skip"] = blk.skip_name;
   meta["source"] = src.from_files() ? src.weights : "init";
   meta["init"] = src.from_files() ? "" : src.init;
   meta["n"] = blk.tokens.rows();
@@ -178,12 +182,30 @@ void write_run_json(int argc, char** argv, const std::string& dir, const std::st
             << " and run.json\n";
 }
 
+// J_l / Jhat_l of a file block whose branch carries a scale (LayerScale, ReZero): block_from_timm
+// folds it into W^O, b_O (attention) or W_2, b_2 (MLP), exact for the input Jacobians, but a
+// parameter Jacobian would then be w.r.t. the folded weights (W diag(g)), whose κ is not the stored
+// parameters'. Refused, as a property of the file (exit 1).
+void refuse_folded_parameter_jacobians(const BlockSource& src, const LoadedBlock& blk,
+                                       const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const std::string& key = name == "J_l" ? blk.attn_scale_key : name == "Jhat_l" ? blk.mlp_scale_key : "";
+    if (key.empty()) continue;
+    const bool rezero = key.find("rezero") != std::string::npos;
+    throw std::invalid_argument(
+        src.weights + " block " + std::to_string(src.layer) + " has a " + (rezero ? "ReZero" : "LayerScale") +
+        " branch scale (" + key + "), folded into " + (name == "J_l" ? "W^O" : "W_2") + ": " + name +
+        " would be the Jacobian w.r.t. the folded weights, not the stored parameters; leave " + name +
+        " out of --matrix/--matrices");
+  }
+}
+
 }  // namespace
 
 int run_spectrum(int argc, char** argv) {
   BlockSource src;
   SpectrumOptions o;
-  std::string matrix, matrices, skip = "none", device = "cpu";
+  std::string matrix, matrices, device = "cpu";
   int threads = 2;
   po::options_description desc("jacond spectrum: singular values of one block's Jacobian (dense list or SLQ density) as CSV");
   desc.add_options()("help,h", "this help")
@@ -191,7 +213,6 @@ int run_spectrum(int argc, char** argv) {
       ("matrices", po::value(&matrices), "comma list of those (or all); only these are computed, each into DIR/<matrix>");
   src.add_options(desc);
   desc.add_options()
-      ("skip", po::value(&skip)->default_value(skip), "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only)")
       ("method", po::value(&o.method)->default_value(o.method), "auto | dense | slq")
       ("dense-seconds", number_value(&o.dense_seconds), "auto: dense SVD when its predicted time is within this (and half of memory)")
       ("probes", po::value(&o.probes)->default_value(o.probes), "slq: Rademacher probes")
@@ -205,9 +226,8 @@ int run_spectrum(int argc, char** argv) {
   if (!parse_options(argc, argv, desc, nullptr, &vm)) return 0;
   std::vector<std::string> names;
   bool per_matrix_dirs = false;
-  SkipMode mode{};
   check_usage([&] {
-    src.validate(&vm);
+    src.validate(&vm, /*seed_used_with_files=*/true);  // --seed also seeds the SLQ probes
     names = requested_matrices(matrix, matrices, per_matrix_dirs);
     if (o.method != "auto" && o.method != "dense" && o.method != "slq")
       throw std::invalid_argument("--method must be auto, dense or slq, got '" + o.method + "'");
@@ -216,7 +236,6 @@ int run_spectrum(int argc, char** argv) {
     if (!(o.width > 0 && o.width <= 10)) throw std::invalid_argument("--width must be in (0, 10] decades");
     if (!(o.dense_seconds >= 0)) throw std::invalid_argument("--dense-seconds must be >= 0");
     if (threads < 1) throw std::invalid_argument("--threads must be >= 1");
-    mode = parse_flag("--skip", [&] { return parse_skip_mode(skip); });
     validate_device_name(device);
   });
   if (!o.out_dir.empty()) check_output_directory(o.out_dir, "spectrum");
@@ -228,8 +247,9 @@ int run_spectrum(int argc, char** argv) {
   if (blk.post_norm)  // every spectrum operator puts LayerNorm before the attention
     throw std::invalid_argument(src.weights + " is a post-norm model (no LayerNorm before its branches): spectrum "
                                 "analyses pre-norm blocks; `jacond block` reports its K_sa, B_sa and E_sa");
+  refuse_folded_parameter_jacobians(src, blk, names);
   const BlockWeights& w = blk.weights;
-  const BlockForward f = block_forward(w, blk.tokens, mode);
+  const BlockForward f = block_forward(w, blk.tokens, blk.skip);
   for (const std::string& name : names) {
     SpectrumOptions om = o;
     if (!o.out_dir.empty() && per_matrix_dirs) om.out_dir = o.out_dir + "/" + name;
@@ -238,11 +258,11 @@ int run_spectrum(int argc, char** argv) {
       remove_previous_files(om.out_dir, {"spectrum.csv", "density.csv", "nodes.csv"});  // by either method
     }
     std::cout << "spectrum of " << name << ": n=" << blk.tokens.rows() << " d=" << w.d << " heads=" << w.heads
-              << " skip=" << skip << " logit_scale=" << w.effective_logit_scale()
+              << " skip=" << blk.skip_name << " logit_scale=" << w.effective_logit_scale()
               << (src.from_files() ? " weights=" + src.weights : " init=" + src.init + " seed=" + std::to_string(src.seed))
               << "\n";
-    const nlohmann::json info = spectrum_of_matrix(name, w, f, mode, om, src.seed ^ 0x51c0ULL);
-    if (!om.out_dir.empty()) write_run_json(argc, argv, om.out_dir, name, skip, src, blk, info);
+    const nlohmann::json info = spectrum_of_matrix(name, w, f, blk.skip, om, src.seed ^ 0x51c0ULL);
+    if (!om.out_dir.empty()) write_run_json(argc, argv, om.out_dir, name, src, blk, info);
   }
   no_empty_out.keep();
   return 0;

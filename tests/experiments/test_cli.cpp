@@ -459,6 +459,180 @@ TEST_F(CliTest, BlockReadsAConfigLessFileAsNormSaysAndNotesTheAssumption_n8_d16_
   EXPECT_EQ(expect_one_line_error({"block", "--init", "timm", "--norm", "post"}, {"--norm", "--weights", "pre-norm"}).code, 2);
 }
 
+// A checkpoint `jacond train` wrote keeps its residuals in its config ("skip": "full", "rezero",
+// ...): `block` and `spectrum` analyse it with them, as its heads and norm (both read it as
+// skipless, --skip's default: a full-residual block's K_sab singular with ln-complement rows, a
+// ReZero block's K_sab zero). A --skip that contradicts the config is a usage error naming both.
+TEST_F(CliTest, BlockAndSpectrumTakeTheResidualsOfACheckpointsConfig_n8_d16_h2) {
+  const std::string tfile = path("t.safetensors");
+  write_tokens(tfile, jacond::test::random_tokens(8, 16, 21));
+  const auto train = [&](const std::string& skip) {
+    const std::string dir = path("run-" + skip);
+    const RunResult r = run({"train", "--dim", "16", "--depth", "1", "--heads", "2", "--patch", "7", "--batch", "8",
+                             "--data-limit", "64", "--test-limit", "16", "--steps", "1", "--skip", skip,
+                             "--checkpoint-every", "1", "--track-every", "0", "--threads", "1", "--out", dir});
+    EXPECT_EQ(r.code, 0) << r.describe();
+    return dir + "/step-0000001/model.safetensors";
+  };
+  const std::string full = train("full"), rezero = train("rezero");
+
+  const RunResult r = run({"block", "--weights", full, "--tokens", tfile, "--matrices", "K_sab", "--out", path("full")});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "skip=full")) << r.out;
+  const Csv csv = read_csv(path("full") + "/results.csv");
+  ASSERT_EQ(csv.rows.size(), 1u) << csv.raw_header;  // no ln-complement row: the residual keeps K_sab regular
+  EXPECT_EQ(csv.rows[0].at("skip"), "full");
+  EXPECT_EQ(csv.rows[0].at("space"), "full");
+  EXPECT_EQ(csv.rows[0].at("status"), "exact");
+  // The same with the config's value typed; another is refused.
+  const RunResult typed = run({"block", "--weights", full, "--tokens", tfile, "--matrices", "K_sab", "--skip", "full"});
+  EXPECT_TRUE(typed.exited && typed.code == 0) << typed.describe();
+  EXPECT_EQ(expect_one_line_error({"block", "--weights", full, "--tokens", tfile, "--skip", "none", "--out", path("c")},
+                                  {"--skip none", "contradicts", "skip full", "drop --skip"}, path("c")).code, 2);
+
+  // ReZero: α₁, α₂ folded into W^O, W_2 and the residual kept (K_sab ≈ I here, not 0).
+  const RunResult z = run({"block", "--weights", rezero, "--tokens", tfile, "--matrices", "K_sab", "--out", path("rezero")});
+  ASSERT_TRUE(z.exited && z.code == 0) << z.describe();
+  const Csv zcsv = read_csv(path("rezero") + "/results.csv");
+  ASSERT_EQ(zcsv.rows.size(), 1u) << zcsv.raw_header;
+  EXPECT_EQ(zcsv.rows[0].at("skip"), "rezero");
+  EXPECT_GT(to_double(zcsv.rows[0].at("sigma_max")), 0.5);
+  EXPECT_GT(to_double(zcsv.rows[0].at("sigma_min")), 0.5);
+  EXPECT_EQ(expect_one_line_error({"block", "--weights", rezero, "--tokens", tfile, "--skip", "no-sab-skip"},
+                                  {"--skip no-sab-skip", "skip rezero"}).code, 2);
+
+  // spectrum shares the loading: K_sab of the full-residual block is regular.
+  const RunResult s = run({"spectrum", "--weights", full, "--tokens", tfile, "--matrix", "K_sab", "--method", "dense",
+                           "--out", path("spec")});
+  ASSERT_TRUE(s.exited && s.code == 0) << s.describe();
+  const json meta = json::parse(slurp(path("spec") + "/run.json"));
+  EXPECT_EQ(meta.at("skip"), "full");
+  EXPECT_EQ(meta.at("result").at("status"), "exact") << meta.dump(2);
+  EXPECT_GT(meta.at("result").at("sigma_min").get<double>(), 0.5) << meta.dump(2);
+  EXPECT_EQ(expect_one_line_error({"spectrum", "--weights", full, "--tokens", tfile, "--matrix", "K_sab", "--skip", "none"},
+                                  {"--skip none", "skip full"}).code, 2);
+}
+
+// A branch scale (timm's LayerScale ls1/ls2.gamma, ReZero's rezero_attn/mlp) is folded into W^O
+// (attention) or W_2 (MLP): the block's function, so its input Jacobians, are exact, but J_l / Jhat_l
+// would be w.r.t. the folded weights, not the stored parameters (a different κ, exit 0). spectrum
+// refuses the parameter Jacobian of a scaled branch, naming the scale, and computes the rest.
+TEST_F(CliTest, SpectrumRefusesTheParameterJacobianOfAFoldedBranchScale_n6_d8_h2) {
+  const int64_t d = 8;
+  const std::string tfile = path("t.safetensors");
+  write_tokens(tfile, jacond::test::random_tokens(6, d, 22));
+  jacond::models::TensorMap t = write_weights(path("plain.safetensors"), d, 2);
+  t["blocks.0.ls1.gamma"] = torch::full({d}, 0.1, torch::kFloat64);  // the attention branch only
+  const std::string ls = path("ls.safetensors");
+  jacond::models::save_safetensors(ls, t);
+  t.erase("blocks.0.ls1.gamma");
+  t["blocks.0.rezero_attn"] = torch::full({1}, 0.5, torch::kFloat64);
+  t["blocks.0.rezero_mlp"] = torch::full({1}, 0.25, torch::kFloat64);
+  const std::string rz = path("rezero.safetensors");
+  jacond::models::save_safetensors(rz, t);
+  const auto spectrum = [&](const std::string& weights, const std::string& matrices, const std::string& out) {
+    return std::vector<std::string>{"spectrum", "--weights", weights, "--tokens", tfile, "--heads", "2",
+                                    "--matrices", matrices, "--method", "dense", "--out", path(out)};
+  };
+  EXPECT_EQ(expect_one_line_error(spectrum(ls, "J_l", "ls-j"), {"ls.safetensors", "LayerScale", "blocks.0.ls1.gamma", "J_l"},
+                                  path("ls-j")).code, 1);
+  EXPECT_EQ(expect_one_line_error(spectrum(rz, "K_sa,Jhat_l", "rz-jhat"), {"ReZero", "blocks.0.rezero_mlp", "Jhat_l"},
+                                  path("rz-jhat")).code, 1);
+  EXPECT_EQ(expect_one_line_error(spectrum(rz, "all", "rz-all"), {"ReZero", "blocks.0.rezero_attn", "J_l"}, path("rz-all")).code, 1);
+  // The unscaled MLP branch's Jhat_l, the input Jacobians, and a block without scales: computed.
+  for (const auto& [weights, matrices] : std::vector<std::pair<std::string, std::string>>{
+           {ls, "Jhat_l,K_sa"}, {rz, "K_sab"}, {path("plain.safetensors"), "J_l"}}) {
+    const RunResult r = run(spectrum(weights, matrices, "ok"));
+    EXPECT_TRUE(r.exited && r.code == 0) << r.describe();
+  }
+}
+
+// results.csv has a column for every knob that changes the results, and a knob the block's source
+// does not have is nan (as sweep writes α, β, c of an init without them): timm has no α, β, c; a
+// --weights block no init, α, β, c, seed, but a layer, a tokens file and (for [m, n, d] tokens) a
+// sample. Two runs that differ in --mlp-ratio differ in a column (they wrote the same knobs).
+TEST_F(CliTest, BlockResultsHaveEveryKnobAndNanForTheOnesItsSourceLacks_n6_d8_h2) {
+  const auto first_row = [&](const std::vector<std::string>& args, const std::string& out) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--matrices", "K_sa", "--out", path(out)});
+    const RunResult r = run(a);
+    EXPECT_TRUE(r.exited && r.code == 0) << r.describe();
+    const Csv csv = read_csv(path(out) + "/results.csv");
+    return csv.rows.empty() ? std::map<std::string, std::string>{} : csv.rows[0];
+  };
+  const std::vector<std::string> ours = {"block", "--init", "ours", "--n", "6", "--d", "8"};
+  std::vector<std::string> ours2 = ours;
+  ours2.insert(ours2.end(), {"--mlp-ratio", "2"});
+  const auto a = first_row(ours, "ours"), b = first_row(ours2, "ours2");
+  ASSERT_FALSE(a.empty() || b.empty());
+  EXPECT_EQ(a.at("mlp_ratio"), "4");
+  EXPECT_EQ(b.at("mlp_ratio"), "2");
+  EXPECT_EQ(a.at("mlp_init"), "dks");  // `ours`' default, resolved
+  EXPECT_EQ(a.at("alpha"), "2");
+  EXPECT_EQ(a.at("layer"), "nan");
+  EXPECT_EQ(a.at("sample"), "nan");
+  EXPECT_EQ(a.at("tokens"), "");
+
+  const auto timm = first_row({"block", "--init", "timm", "--n", "6", "--d", "8", "--seed", "3"}, "timm");
+  ASSERT_FALSE(timm.empty());
+  EXPECT_EQ(timm.at("alpha") + timm.at("beta") + timm.at("c"), "nannannan");
+  EXPECT_EQ(timm.at("seed"), "3");
+  EXPECT_EQ(timm.at("mlp_init"), "timm");
+
+  const std::string wfile = path("w.safetensors"), tfile = path("t.safetensors"), batch = path("batch.safetensors");
+  write_weights(wfile, 8, 2);
+  write_tokens(tfile, jacond::test::random_tokens(6, 8, 23));
+  {
+    jacond::models::TensorMap tokens;
+    tokens["tokens"] = torch::stack({jacond::models::to_torch(jacond::test::random_tokens(6, 8, 24)),
+                                     jacond::models::to_torch(jacond::test::random_tokens(6, 8, 25))});
+    jacond::models::save_safetensors(batch, tokens);
+  }
+  const auto file = first_row({"block", "--weights", wfile, "--tokens", tfile, "--heads", "2"}, "file");
+  ASSERT_FALSE(file.empty());
+  EXPECT_EQ(file.at("source"), wfile);
+  EXPECT_EQ(file.at("init") + "|" + file.at("mlp_init"), "|");
+  EXPECT_EQ(file.at("alpha") + file.at("beta") + file.at("c") + file.at("seed"), "nannannannan");
+  EXPECT_EQ(file.at("layer"), "0");
+  EXPECT_EQ(file.at("tokens"), tfile);
+  EXPECT_EQ(file.at("sample"), "nan");
+  EXPECT_EQ(file.at("mlp_ratio"), "4");  // the file's hidden / d
+  const auto sampled = first_row({"block", "--weights", wfile, "--tokens", batch, "--heads", "2", "--sample", "1"}, "sampled");
+  ASSERT_FALSE(sampled.empty());
+  EXPECT_EQ(sampled.at("sample"), "1");
+  EXPECT_NE(sampled.at("kappa"), file.at("kappa"));
+}
+
+// A file's config against the tensors and the flags: a config whose dim the tensors do not have
+// describes another model (exit 1, as audit; block analysed the tensors, exit 0), and a --heads,
+// --norm or --skip that contradicts the config is a usage error (exit 2; --heads and --norm exited 1).
+TEST_F(CliTest, BlockChecksAFilesConfigAgainstItsTensorsAndTheFlags_n6_d16_h2) {
+  const std::string tfile = path("t.safetensors");
+  write_tokens(tfile, jacond::test::random_tokens(6, 16, 26));
+  const jacond::models::TensorMap t = write_weights(path("bare.safetensors"), 16, 2);
+  jacond::models::ViTConfig cfg;
+  cfg.dim = 32, cfg.heads = 2, cfg.depth = 1;
+  jacond::models::save_safetensors(path("dim.safetensors"), t, {{"config", cfg.to_json().dump()}});
+  EXPECT_EQ(expect_one_line_error({"block", "--weights", path("dim.safetensors"), "--tokens", tfile, "--out", path("dim")},
+                                  {"dim.safetensors", "config says dim 32", "16 entries"}, path("dim")).code, 1);
+  cfg.dim = 16;
+  jacond::models::save_safetensors(path("pre.safetensors"), t, {{"config", cfg.to_json().dump()}});
+  cfg.norm = jacond::models::NormPlacement::kPost;
+  jacond::models::save_safetensors(path("post.safetensors"), t, {{"config", cfg.to_json().dump()}});
+  for (const auto& [file, flag, value, needles] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::vector<std::string>>>{
+           {"pre", "--heads", "4", {"--heads 4", "heads 2"}},
+           {"pre", "--norm", "post", {"--norm post", "norm pre"}},
+           {"pre", "--skip", "none", {"--skip none", "skip full"}},
+           {"post", "--skip", "full", {"--skip", "post-norm"}}}) {
+    SCOPED_TRACE(file + " " + flag + " " + value);
+    const RunResult r = expect_one_line_error(
+        {"block", "--weights", path(file + ".safetensors"), "--tokens", tfile, flag, value, "--out", path("x")}, needles,
+        path("x"));
+    EXPECT_EQ(r.code, 2) << r.describe();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input: one-line error, nonzero exit, nothing written.
 
@@ -974,6 +1148,22 @@ TEST_F(CliTest, HelpPrintsDefaultsAsWritten) {
   EXPECT_FALSE(contains(train.out, "--lr arg (=")) << train.out;
 }
 
+// audit's help lists the values its flags take: --skip's residual layouts, --matrices' names and
+// --method's `fast` (accepted, and missing from the help).
+TEST_F(CliTest, AuditHelpListsTheValuesOfItsFlags) {
+  const RunResult r = run({"audit", "--help"});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  std::string help;  // boost wraps the descriptions: whitespace runs as one space
+  for (std::istringstream in(r.out); in >> std::ws && !in.eof();) {
+    std::string word;
+    in >> word;
+    help += word + " ";
+  }
+  for (const char* listed : {"none | full | no-ffn-skip | no-sab-skip | rezero", "K_sa B_sa E_sa K_sab K_mlp K_ffn",
+                             "softmax attention", "dense (= fast)"})
+    EXPECT_TRUE(contains(help, listed)) << "audit --help does not list '" << listed << "'\n" << r.out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exit codes (experiments/cli/commands.h): 0 ok, 1 bad input data or a failed check, 2 usage.
 // Each failing case prints exactly one stderr line that names what is wrong.
@@ -1005,6 +1195,18 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"block", "--n", "8", "--d", "8", "--layer", "2"}, 2, "--layer picks a block of a --weights file"},
       {{"block", "--n", "8", "--d", "8", "--sample", "3"}, 2, "--sample picks a sample of [m, n, d] --tokens"},
       {{"block", "--n", "99999999", "--d", "8"}, 1, "the forward pass alone needs"},
+      // a flag the chosen source ignores (they ran, and results.csv recorded the ignored value)
+      {{"block", "--init", "timm", "--alpha", "5"}, 2, "--alpha is a knob of --init ours"},
+      {{"block", "--init", "mimetic", "--c", "5"}, 2, "--init mimetic ignores it"},
+      {{"block", "--weights", wfile, "--tokens", tfile, "--heads", "2", "--seed", "7"}, 2, "--seed sets up an init"},
+      {{"block", "--weights", wfile, "--tokens", tfile, "--heads", "2", "--sample", "2"}, 2, "--sample picks a sample"},
+      // an empty list or name is a typo, not "all" (the text is parse_matrix_names')
+      {{"block", "--matrices", ""}, 2, "--matrices"},
+      {{"block", "--matrices", "K_sa,"}, 2, "--matrices"},
+      {{"audit", out, "--matrices", ""}, 2, "--matrices"},
+      {{"block", "--init", "bogus"}, 2, "--init: unknown init scheme 'bogus'"},
+      {{"block", "--mlp-init", "bogus"}, 2, "--mlp-init: unknown MLP init 'bogus'"},
+      {{"audit", ""}, 2, "CKPT argument is empty"},
       {{"block", "--seed", "-1"}, 2, "--seed must be a non-negative integer, got -1"},  // was 2^64 − 1
       {{"verify", "prop1", "--seed=-3"}, 2, "--seed must be a non-negative integer, got -3"},
       {{"block", "--method", "lanczos", "--kappa", "svd"}, 2, "--method lanczos has none"},
@@ -1660,6 +1862,76 @@ TEST_F(CliTest, SpectrumMatricesWritesOneDirectoryEach_n6_d8_h2) {
   const RunResult plot = run({"plot", out + "/K_sa", "--format", "png"});
   ASSERT_EQ(plot.code, 0) << plot.describe();
   EXPECT_TRUE(is_figure(out + "/K_sa/figures/spectrum.png"));
+}
+
+
+// bench train on a GPU times SOAP's step and its optimizer.step() in alternate windows of
+// --precondition-frequency steps (experiments/bench/bench_train_timing.h), each needing a whole
+// one: fewer than two windows of --steps is a usage error naming both flags (checked before any
+// device is looked for, so here too).
+TEST_F(CliTest, BenchTrainOnCudaNeedsTwoWindowsOfSoapsRefreshPeriod) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"bench", "train", "--device", "cuda", "--steps", "19"},
+        {"bench", "train", "--device", "cuda", "--steps", "5", "--precondition-frequency", "3"}}) {
+    const RunResult r = expect_one_line_error(args, {"--steps", "--precondition-frequency"});
+    EXPECT_EQ(r.code, 2) << r.describe();
+  }
+  EXPECT_EQ(expect_one_line_error({"bench", "train", "--precondition-frequency", "0"}, {"--precondition-frequency"}).code, 2);
+}
+
+// bench dense takes a speed ratio only with a route that gave κ: at N 1280 under timm (κ 2.8e9)
+// the mixed route's refinement fails here (mixed_lu.h: a documented outcome, so exit 0) and its
+// row has no cpu/route ratio (n/a; an empty CSV cell) and "no kappa" for its agreement, never
+// PASS; the main table says n/a where nothing was compared; with --skip-full the split table says
+// skipped, not 0.000. A BLAS whose fp32 LU lets the refinement converge takes the other branch:
+// a ratio and PASS.
+TEST_F(CliTest, BenchDenseGivesNoSpeedRatioForARouteWithoutKappa_n20_d64_h4) {
+  const std::string out = path("bench-dense-no-kappa");
+  const RunResult r = run({"bench", "dense", "--n", "20", "--d", "64", "--heads", "4", "--init", "timm", "--skip-python",
+                           "--skip-full", "--threads", "1", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  std::map<std::string, std::map<std::string, std::string>> rows;
+  for (const auto& row : read_csv(out + "/bench_dense.csv").rows) rows[row.at("route")] = row;
+  const auto& mixed = rows.at("jacond-mixed-kappa");
+  std::string line;  // the mixed route's row of the table against the CPU exact route
+  for (std::istringstream in(r.out); std::getline(in, line);)
+    if (line.find(" jacond-mixed-kappa ") != std::string::npos && line.find('|') != std::string::npos) break;
+  ASSERT_NE(line.find("jacond-mixed-kappa"), std::string::npos) << r.out;
+  if (mixed.at("status") == "not-converged") {
+    EXPECT_EQ(mixed.at("cpu_exact_over_this"), "");
+    EXPECT_EQ(mixed.at("agree_with_cpu_exact"), "no kappa");
+    EXPECT_NE(line.find("s       n/a |"), std::string::npos) << line;
+    EXPECT_NE(line.find("no kappa"), std::string::npos) << line;
+  } else {
+    EXPECT_GT(std::stod(mixed.at("cpu_exact_over_this")), 0);
+    EXPECT_EQ(mixed.at("agree_with_cpu_exact"), "PASS");
+  }
+  EXPECT_EQ(line.find("PASS") != std::string::npos, mixed.at("status") != "not-converged") << line;
+  EXPECT_NE(r.out.find("|     skipped      skipped |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("0.000        0.000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("n/a      n/a\n"), std::string::npos) << "nothing compared: agree n/a\n" << r.out;
+}
+
+// bench dense's torch row: total_s is the best of --repeat runs and total_median_s their median
+// (run.json: "median in total_median_s"), from every run's total the script lists; it was the best
+// run twice over.
+TEST_F(CliTest, BenchDenseTorchRowReportsTheMedianOfItsRepeats_n8_d16_h2) {
+  const std::string out = path("bench-dense-torch-median");
+  const RunResult r = run({"bench", "dense", "--n", "8", "--d", "16", "--heads", "2", "--skip-full", "--threads", "1",
+                           "--repeat", "3", "--out", out});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const json torch = json::parse(slurp(out + "/run.json"))["sizes"][0]["torch"];
+  const std::vector<double> runs = torch["script_output"].at("total_s_runs").get<std::vector<double>>();
+  ASSERT_EQ(runs.size(), 3u);
+  std::vector<double> sorted = runs;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_DOUBLE_EQ(torch.at("total_s").get<double>(), sorted[0]);
+  EXPECT_DOUBLE_EQ(torch.at("total_median_s").get<double>(), sorted[1]);
+  EXPECT_DOUBLE_EQ(torch["script_output"].at("total_median_s").get<double>(), sorted[1]);
+  for (const auto& row : read_csv(out + "/bench_dense.csv").rows)
+    if (row.at("route") == "torch") {
+      EXPECT_DOUBLE_EQ(std::stod(row.at("total_median_s")), sorted[1]);
+    }
 }
 
 }  // namespace
