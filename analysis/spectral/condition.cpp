@@ -191,7 +191,7 @@ ConditionReport condition_fast(Mat A, const std::string& matrix) {
   if (e.outcome == LuLanczosExtremes::Outcome::kExactlySingular)
     why = "exactly singular pivot";
   else if (e.outcome != LuLanczosExtremes::Outcome::kOk)
-    why = "lanczos did not converge (or matrix numerically singular)";
+    why = !e.why.empty() ? e.why : "lanczos did not converge (or matrix numerically singular)";
   else
     why = unsupported_sigma_min(e, (unfactored * e.v_min).norm(), noise_floor(given_rows, given_cols, e.sigma_max));
   if (!why.empty()) {
@@ -261,8 +261,13 @@ double spectral_norm(const Mat& A) {
   GramOp gram(A);
   double lam = 0;
   Index products = 0;
-  if (!detail::top_eigenvalue(gram, &lam, &products)) return singular_values(A).maxCoeff();
-  return std::sqrt(std::max(lam, 0.0));
+  Vec v;
+  if (!detail::top_eigenvalue(gram, &lam, &products, &v)) return singular_values(A).maxCoeff();
+  const double sigma = std::sqrt(std::max(lam, 0.0));
+  // The σ_max check of lu_lanczos.h: a Ritz value its own vector does not support answers by the SVD.
+  if (!sigma_max_supported(sigma, (A * v).stableNorm(), noise_floor(A.rows(), A.cols(), sigma)))
+    return singular_values(A).maxCoeff();
+  return sigma;
 }
 
 std::string format_report(const ConditionReport& r) {

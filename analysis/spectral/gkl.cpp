@@ -99,8 +99,12 @@ struct Bracket {
 
 // The bounds of analysis/spectral/gkl.h (Weyl + Courant–Fischer). For the largest end `norm_kv`
 // (‖K ṽ_1‖, or θ_1 while iterating) gives the rigorous lower end; for the smallest end the
-// rigorous upper end. The Weyl end takes the extreme over all kept Ritz values, so a second
-// Ritz value whose interval reaches further out widens the bracket.
+// rigorous upper end, ‖K ṽ_1‖ + δ, and not min(θ_1, ‖K ṽ_1‖) + δ: the explicit θ_1 = ũᵀKṽ is at most
+// ‖K ṽ‖ (Cauchy–Schwarz), so that min was always θ_1, which is no Courant–Fischer bound (a ũ off
+// K ṽ's direction puts it below σ_min). While iterating θ_1 is used: K P_j = Q_j B_j makes
+// ‖K ṽ_1‖ = θ_1 there. Guarded by GklBracket.ALeftVectorOffItsDirectionDoesNotLowerSigmaMinsUpperEnd.
+// The Weyl end takes the extreme over all kept Ritz values, so a second Ritz value whose interval
+// reaches further out widens the bracket.
 Bracket bracket_of(const Ritz& r, Which which, double norm_kv, double delta) {
   Bracket b;
   b.bound = "weyl";
@@ -111,7 +115,7 @@ Bracket bracket_of(const Ritz& r, Which which, double norm_kv, double delta) {
       if (r.theta[i] + r.eta[i] > b.hi) b.hi = r.theta[i] + r.eta[i], b.limiting = i;
     if (r.rest > b.hi) b.hi = r.rest, b.limiting = r.theta.size();
   } else {
-    b.hi = std::min(r.theta[0] + delta, norm_kv + delta);     // (CF)
+    b.hi = norm_kv + delta;                                   // (CF)
     b.lo = kInf;                                              // (W) + (A)
     for (size_t i = 0; i < r.theta.size(); ++i)
       if (r.theta[i] - r.eta[i] < b.lo) b.lo = r.theta[i] - r.eta[i], b.limiting = i;

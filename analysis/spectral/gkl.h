@@ -51,15 +51,20 @@
 //        σ_min(K) ≤ θ_min and θ_max ≤ σ_max(K).
 // Brackets (θ_i the kept Ritz values, wanted end first, η_i their residuals):
 //   σ_max ∈ [‖K ṽ_1‖ − δ,  max_i (θ_i + η_i)]                  (CF, W)
-//   σ_min ∈ [max(0, min_i (θ_i − η_i)),  min(θ_1, ‖K ṽ_1‖) + δ] (W, CF)
+//   σ_min ∈ [max(0, min_i (θ_i − η_i)),  ‖K ṽ_1‖ + δ]          (W, CF)
 // Kato–Temple (λ ≥ θ − η²/(μ − θ) given a gap μ to the next eigenvalue, with μ from θ_2 − η_2)
 // would be quadratic in η, but its gap assumption fails silently when two singular values sit
 // closer together than the Krylov space can resolve (a single-vector Krylov space then holds one
 // mixture of them, with one Ritz value between the two): the test SeparatedSpectrum (σ = 1e-6 and
 // 1.5e-6 under a bulk in [0.2, 0.8]) produced a false KT certificate, so KT is not used.
 // δ is a rounding allowance (4·sqrt(max(rows, cols))·eps·σ_max) added to every η. The upper end of σ_min
-// and the lower end of σ_max are rigorous (CF). The other two ends rest on ONE assumption,
-// which no Krylov method can verify without an inertia count (a factorisation of H − μI):
+// and the lower end of σ_max are rigorous (CF). (σ_min's upper end was once min(θ_1, ‖K ṽ_1‖) + δ;
+// but θ_1 = ũᵀKṽ ≤ ‖K ṽ_1‖ always, so that was θ_1 + δ, which is not a CF bound: with ũ off the
+// direction of K ṽ_1 it lies below σ_min. In exact arithmetic K ṽ = θ ũ for a GKL Ritz triplet, and
+// the two differ by ~η²/θ ≤ δ in practice, so the old end held on every run we know of; guarded by
+// GklBracket.ALeftVectorOffItsDirectionDoesNotLowerSigmaMinsUpperEnd, which perturbs ũ.)
+// The other two ends rest on ONE assumption, which no Krylov method can verify without an
+// inertia count (a factorisation of H − μI):
 //   (A) no singular value of K lies beyond the Ritz values found, i.e. the eigenvalue of H that
 //       (W) places near the kept Ritz values include the extreme one. A singular value with
 //       (almost) no component in the Krylov space can be missed, and so can one that the space

@@ -1,6 +1,7 @@
 #include "analysis/core/clock.h"
 #include "analysis/spectral/inertia.h"
 
+#include <Eigen/SVD>
 #include <Spectra/SymEigsSolver.h>
 #include <algorithm>
 #include <chrono>
@@ -32,11 +33,15 @@ double gamma_of(Index M) {
   return pu / (1.0 - pu);
 }
 
-// ρ(|K|) bound for the augmented matrix: ‖|K|‖₂ ≤ sqrt(‖K‖₁ ‖K‖_∞).
+// ρ(|K|) bound for the augmented matrix: ‖|K|‖₂ ≤ sqrt(‖K‖₁ ‖K‖_∞), taken as sqrt(‖K‖₁)·sqrt(‖K‖_∞):
+// the product ‖K‖₁‖K‖_∞ overflows to inf for entries ≳ 1e154 (δ = inf: nothing certified) and
+// underflows to 0 below ≈ 1e-154 (δ too small: a count read as exact that is not). The two roots
+// cost one more rounding each, covered by the (1 + 4Mu) of rounding_radius. Guarded by
+// InertiaCount.CountsAreScaleInvariantFromTinyToHuge.
 double abs_norm_bound(const Mat& K) {
   const double one = K.cwiseAbs().colwise().sum().maxCoeff();
   const double inf = K.cwiseAbs().rowwise().sum().maxCoeff();
-  return std::sqrt(one * inf);
+  return std::sqrt(one) * std::sqrt(inf);
 }
 
 // H_μ = P L D Lᵀ Pᵀ of the augmented matrix (header), factorised by `device` (its `ldlt`: rook on
@@ -57,12 +62,27 @@ class AugmentedLdlt {
   const std::string& where() const { return f_->where; }
 
   // Negative eigenvalues of D (= of the computed P L D Lᵀ Pᵀ, by Sylvester).
+  // A 2 × 2 block [a b; b c] of either pivoting has |ac| < α²b² ≈ 0.41 b² (ldlt.h: the pivot test
+  // LAPACK and cuSOLVER apply to these very entries), so det = ac − b² < 0: one eigenvalue of
+  // each sign. The determinant's sign is read from the block scaled by a power of two (exact)
+  // that brings its largest entry into [0.5, 1): unscaled, ac − b² underflowed to 0 for entries
+  // ≲ 1e-154 (the block then counted 0 negatives: 18 below instead of 23 at scale 1e-165, and a
+  // false certified σ_min) and overflowed to inf − inf = NaN for entries ≳ 1e154 (0 again; the
+  // count went to −1). Scaled, a'c' and b'² are ≤ 1, and by the pivot bound b'² ≥ |a'c'|/0.41, so
+  // neither cancellation nor underflow can flip the sign; the full 2 × 2 rule is kept for a
+  // factorisation that would break the bound. Guarded by InertiaCount.CountsAreScaleInvariantFromTinyToHuge
+  // and CertifyExtremes.ATinyMatrixsMissedSigmaMinIsNotCertifiedAway.
   Index negative_count() const {
     Index neg = 0;
     const Mat& F = f_->F;
     for (Index i = 0; i < order(); ++i) {
       if (f_->is_2x2(i)) {
-        const double a = F(i, i), b = f_->e(i), c = F(i + 1, i + 1);
+        double a = F(i, i), b = f_->e(i), c = F(i + 1, i + 1);
+        const double top = std::max({std::abs(a), std::abs(b), std::abs(c)});
+        if (top > 0 && std::isfinite(top)) {
+          const int e = std::ilogb(top) + 1;  // top · 2^−e ∈ [0.5, 1)
+          a = std::ldexp(a, -e), b = std::ldexp(b, -e), c = std::ldexp(c, -e);
+        }
         const double det = a * c - b * b;
         neg += det < 0 ? 1 : (det > 0 && a < 0 ? 2 : (det == 0 && (a + c) < 0 ? 1 : 0));
         ++i;
@@ -325,28 +345,97 @@ void certify_bottom(const Mat& K, double estimate, const DenseDevice& device, Ce
   const SingularValueCount c0 = count_singular_values_below(K, mu0, 0, device);
   ++out.factorisations;
   if (c0.below == 0) return certify_by_zero_count(c0, out, note);
-  note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " ";
+  // A value below μ₀ + δ₀ (C): an upper end for σ_min, which certify_extremes holds against the
+  // claim's lower end (a claim above it is refuted, not kept).
+  bound_above(c0, out);
+  note << "sigma_min not certified: N(" << fmt(mu0) << ")=" << c0.below << " (delta " << fmt(c0.delta) << ") ";
 }
 
+// y = TᵀT x for a tall T (Spectra's operator concept): the Gram operator whose top Ritz vector
+// sigma_max_lower_end uses.
+class TallGramOp {
+ public:
+  using Scalar = double;
+  explicit TallGramOp(const Mat& T) : T_(T), tmp_(T.rows()) {}
+  Index rows() const { return T_.cols(); }
+  Index cols() const { return T_.cols(); }
+  void perform_op(const double* x, double* y) const {
+    tmp_.noalias() = T_ * Eigen::Map<const Vec>(x, T_.cols());
+    Eigen::Map<Vec>(y, T_.cols()).noalias() = T_.transpose() * tmp_;
+  }
+
+ private:
+  const Mat& T_;
+  mutable Vec tmp_;
+};
+
 }  // namespace
+
+double sigma_max_lower_end(const Mat& K) {
+  if (K.size() == 0 || !K.allFinite()) return 0.0;
+  const double top = K.cwiseAbs().maxCoeff();
+  if (!(top > 0)) return 0.0;
+  const bool tall = K.rows() >= K.cols();
+  // The search for x: the tall side T scaled by a power of two (max |entry| in [1, 2)) so that TᵀT
+  // neither underflows (entries ≲ 1e-154) nor overflows; its rounding only moves x, which the
+  // bound below does not trust.
+  const double scale = std::ldexp(1.0, -std::ilogb(top));
+  const Mat T = tall ? Mat(K * scale) : Mat(K.transpose() * scale);
+  const Index n = T.cols();
+  Vec x;
+  double lam = 0;
+  Index products = 0;
+  const Vec start = detail::second_start(n);  // not Spectra's fixed start (lu_lanczos.h, σ_max check)
+  TallGramOp gram(T);
+  if (n < kFastMinSize) {
+    x = Eigen::BDCSVD<Mat>(T, Eigen::ComputeThinV).matrixV().col(0);
+  } else if (!detail::top_eigenvalue(gram, &lam, &products, &x, &start)) {
+    x = start;  // Lanczos failed: power steps, each giving a valid (if looser) bound
+    Vec y(n);
+    for (int step = 0; step < 50; ++step) {
+      gram.perform_op(x.data(), y.data());
+      const double ny = y.stableNorm();
+      if (!(ny > 0) || !std::isfinite(ny)) break;
+      x = y / ny;
+    }
+  }
+  // ‖K x‖ / ‖x‖ ≤ σ_max (Courant–Fischer; Kᵀ for a wide K, same σ_max), computed in fp64 from K
+  // itself and its rounding taken off: with p the inner dimension, fl(K x) = K x + e with
+  // |e| ≤ γ_p |K||x| + p·η (η = the smallest subnormal: underflow), so ‖K x‖ ≥ ‖fl(K x)‖ − γ_p ‖|K|‖₂ ‖x‖
+  // − √m·p·η with ‖|K|‖₂ ≤ sqrt(‖K‖₁‖K‖_∞) (abs_norm_bound); the two stableNorms and the quotient
+  // are within γ_{m+n+8} relative (each norm a sum of squares within γ of its length + 2, a
+  // square root and a division within u each). Guarded by CertifyReport.ASigmaMaxAboveTheSpectrumIsNotCertified.
+  const Index p = x.size(), m = tall ? K.rows() : K.cols();
+  const Vec Kx = tall ? Vec(K * x) : Vec(K.transpose() * x);
+  const double nx = x.stableNorm();
+  if (!(nx > 0) || !std::isfinite(nx)) return 0.0;
+  const double g = gamma_of(m + p + 8);  // 2(m+p+8)u/(1 − ·): at least γ_{m+p+8}
+  const double gp = gamma_of(p);
+  const double underflow = std::sqrt(static_cast<double>(m)) * static_cast<double>(p) *
+                           std::numeric_limits<double>::denorm_min();
+  const double lo = (Kx.stableNorm() / nx) * (1 - g) - (gp * abs_norm_bound(K) + underflow / nx) * (1 + g);
+  return std::max(0.0, lo);
+}
 
 CertifiedExtremes certify_extremes(const Mat& K, const ClaimedExtremes& claim, bool bottom_counts,
                                    const DenseDevice& device) {
   const auto t0 = Clock::now();
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  constexpr double kEstimateAllowance = 1e-10;  // a backward-stable σ_max: 2N·u < 1e-10 (header)
   CertifiedExtremes out;
-  // The inner ends: the claim's where they are proofs (ClaimedExtremes), else counted below.
-  out.sigma_max_lo = claim.courant_fischer ? claim.sigma_max_lo : claim.sigma_max_lo * (1 - kEstimateAllowance);
+  // The inner ends: the claim's where they are proofs (ClaimedExtremes), else σ_max's from
+  // Courant–Fischer on a vector of our own (sigma_max_lower_end) and σ_min's counted below.
+  const bool loose = !(claim.sigma_min_lo > 0) || claim.sigma_min_hi > 1.05 * claim.sigma_min_lo;
+  out.sigma_max_lo = claim.courant_fischer ? claim.sigma_max_lo : 0.0;
+  if (!claim.courant_fischer || loose) out.sigma_max_lo = std::max(out.sigma_max_lo, sigma_max_lower_end(K));
   out.sigma_min_hi = claim.courant_fischer ? claim.sigma_min_hi : kInf;
   double sigma_max_hi = claim.sigma_max_hi;
   std::ostringstream note;
   double estimate = claim.sigma_min_hi;  // where σ_min is counted, and above which a count refutes the claim
-  if (!(claim.sigma_min_lo > 0) || claim.sigma_min_hi > 1.05 * claim.sigma_min_lo) {
+  if (loose) {
     // A loose claim: an exact σ_min estimate first (LU + inverse Lanczos, 1/4 of one count's flops).
+    // Its σ_max only says where to count the top: the lower end stays the Courant–Fischer one above.
     const ConditionReport fast = device.condition_fast(K, "certify");
     estimate = std::min(claim.sigma_min_hi, fast.sigma_min * (1 + 1e-10));
-    out.sigma_max_lo = std::max(out.sigma_max_lo, fast.sigma_max * (1 - kEstimateAllowance));
     sigma_max_hi = std::max(sigma_max_hi, fast.sigma_max);
   }
   if (estimate > 0) certify_bottom(K, estimate, device, out, note);
@@ -354,6 +443,14 @@ CertifiedExtremes certify_extremes(const Mat& K, const ClaimedExtremes& claim, b
     out.min_certified = false;  // the claim (or a count's upper end) contradicts the count
     out.refuted = true;
     note << "inconsistent: count puts sigma_min above the claimed upper end ";
+  } else if (!out.min_certified && out.sigma_min_hi < claim.sigma_min_lo) {
+    // A count saw a singular value below the claim's lower end (σ_min < μ + δ < claimed lo, (C)):
+    // the claim is false, not merely unproven, and its κ_hi (and rank) must not stand. Found by a
+    // review: a not-converged GKL row of K_ffn kept κ_hi 5.36 and full rank while its own note said
+    // N(2.69e-17) = 2. Guarded by CertifyReport.ACountBelowTheClaimedLowerEndRefutesTheClaim.
+    out.refuted = true;
+    note << "refuted: a count puts sigma_min below " << fmt(out.sigma_min_hi) << ", under the claimed lower end "
+         << fmt(claim.sigma_min_lo) << " ";
   } else if (out.min_certified && !(out.sigma_min_hi < kInf)) {
     out.min_certified = false;  // a dense estimate, and no count saw a value to bound σ_min above
     note << "sigma_min's upper end not proven (the route's value is an estimate, and no count saw a value) ";

@@ -10,7 +10,8 @@
 // Bunch–Kaufman cusolverDnDsytrf on a GPU; L unit lower triangular, D block diagonal with 1 × 1 and
 // 2 × 2 blocks) is a congruence, so H_μ and D have the same inertia. A 2 × 2 pivot [a b; b c] of
 // either pivoting has |ac| < 0.41 b² (ldlt.h), so det < 0: one eigenvalue of each sign, decided
-// without rounding doubt.
+// without rounding doubt once the block is scaled by a power of two (unscaled, ac − b² underflows
+// to 0 below entries of ~1e-154 and overflows to NaN above ~1e154: inertia.cpp, negative_count).
 //
 // Why H_μ and not KᵀK − μ²I (half the order): forming KᵀK costs an absolute error O(eps·σ_max²)
 // in σ_j², i.e. a relative error O(eps·κ²) in σ_min (1e-4 at κ = 1e6, so the count near σ_min is
@@ -115,26 +116,31 @@ struct CertifiedExtremes {
   std::string where = "cpu";  // the device that factorised H_μ
   /// A count contradicts the claim itself, not just its assumption-bearing end: N((1 + 1e-6)·σ_max_hi)
   /// < min(rows, cols) (a singular value above the claimed σ_max), or no singular value below
-  /// 1.01 × the claimed σ_min's upper end (σ_min above it). certify_report then answers with the SVD.
+  /// 1.01 × the claimed σ_min's upper end (σ_min above it), or a count that saw a value below the
+  /// claimed σ_min's lower end (σ_min below it). certify_report then answers with the SVD.
   bool refuted = false;
 };
 
 /// What a route claims of K's extreme singular values. The counts prove σ_min's lower end and
 /// σ_max's upper end; the two inner ends (σ_min's upper, σ_max's lower: what κ_lo rests on) are
 /// taken from the claim only as far as the claim proves them:
-///  - bracket(...): a GKL bracket (gkl.h), whose σ_min upper end min(θ_1, ‖Kṽ_1‖) + δ and σ_max
+///  - bracket(...): a GKL bracket (gkl.h), whose σ_min upper end ‖Kṽ_1‖ + δ and σ_max
 ///    lower end ‖Kṽ_1‖ − δ are Courant–Fischer ends with their rounding allowance: kept as they are.
 ///  - estimate(σ_min, σ_max): a dense route's point values (LU + inverse Lanczos, mixed, SVD). Their
 ///    σ_min carries a relative error up to O(κ·u) (the solves' backward error against a σ_min that
 ///    small; 1e-5 at κ 7e8, wider than a located interval), so it proves nothing and only says where
 ///    to count: σ_min's upper end is counted (the located interval's upper end, or μ + δ of a count
-///    that saw a value: (C)). Their σ_max is a backward-stable route's, within p(N)·u·σ_max of K's
-///    with p(N) = 2N (the constant of this file's one assumption, here taken for the route's own
-///    backward error: a second use of it), so its lower end is the claim less 1e-10 of it
-///    (2N·u < 1e-10 for N < 4.5e5, past every matrix a count factorises).
-/// Found by a review: a dense estimate taken as a Courant–Fischer end gave a `certified` κ_lo above
-/// the SVD's κ (722 774 381 against 722 774 375 at κ 7.2e8). Guarded by
-/// CertifyExtremes.ADenseEstimateBelowSigmaMinIsNotTakenAsItsUpperEnd.
+///    that saw a value: (C)). Their σ_max proves nothing either (a Lanczos Ritz value, which Spectra
+///    can return above the spectrum: lu_lanczos.h, "The σ_max check"), so its lower end is
+///    sigma_max_lower_end(K): Courant–Fischer on a vector of certify_extremes' own.
+/// Found by reviews: a dense estimate taken as a Courant–Fischer end gave a `certified` κ_lo above
+/// the SVD's κ (722 774 381 against 722 774 375 at κ 7.2e8; guarded by
+/// CertifyExtremes.ADenseEstimateBelowSigmaMinIsNotTakenAsItsUpperEnd), and a σ_max 2 % above the
+/// spectrum, taken less 1e-10 as its lower end, a `certified` κ ∈ [203.961, 203.961] for a true 200
+/// (guarded by CertifyReport.ASigmaMaxAboveTheSpectrumIsNotCertified).
+///
+/// A claim whose σ_min lower end lies above an upper end a count proves (a count that saw a value
+/// below it, (C)) is refuted (CertifiedExtremes::refuted), not kept with its κ_hi.
 struct ClaimedExtremes {
   double sigma_min_lo = 0, sigma_min_hi = 0;  // where σ_min was found; hi is the count's target
   double sigma_max_lo = 0, sigma_max_hi = 0;
@@ -147,10 +153,18 @@ struct ClaimedExtremes {
   }
 };
 
+/// A rigorous lower end of σ_max(K) by Courant–Fischer: ‖K x‖/‖x‖ less the rounding of computing it
+/// (inertia.cpp states the bound), for x the top Ritz vector of KᵀK (KKᵀ for a wide K) by Lanczos
+/// from a Gaussian start on K scaled by a power of two (the dense SVD's vector below 48 columns;
+/// power steps if Lanczos fails: the bound holds for any x, a poor x only loosens it). O(mn) per
+/// product, tens of products: small beside one count's factorisation. 0 for an empty, zero or
+/// non-finite K.
+double sigma_max_lower_end(const Mat& K);
+
 /// Replaces the assumption-bearing ends of a claim by inertia counts: σ_min_lo and σ_max_hi are
 /// proven by counts at μ = 1.01·σ_min_hi (bottom, with nearest intervals), 1.1·σ_min_hi (bottom
 /// cluster, if `bottom_counts`) and (1 + 1e-6)·σ_max_hi (top); the inner ends as ClaimedExtremes
-/// says. A loose σ_min claim (hi/lo > 1.05) is first refined by condition_fast (an estimate: where
+/// says (σ_max's lower end by sigma_max_lower_end unless the claim is a bracket). A loose σ_min claim (hi/lo > 1.05) is first refined by condition_fast (an estimate: where
 /// to count). An end that a count does not confirm stays uncertified (the note says why).
 /// `device` runs the factorisations (its `ldlt` and, for a loose claim, its condition_fast).
 CertifiedExtremes certify_extremes(const Mat& K, const ClaimedExtremes& claim, bool bottom_counts = true,

@@ -37,6 +37,23 @@
 //     matrix, n = 80: λ = 8.5e72 where 3.2e25 is the largest possible).
 // A `singular` claim is checked the same way: it needs ‖A v‖ ≤ the noise floor.
 //
+// The σ_max check (sigma_max_supported). Courant–Fischer: ‖A v‖ ≤ σ_max for every unit v, and for
+// the converged top Ritz vector v of AᵀA, ‖A v‖² = vᵀAᵀAv is its Rayleigh quotient, equal to the
+// Ritz value up to rounding. So a Ritz value above ‖A v‖² is not an eigenvalue Lanczos found: Spectra
+// returns one with status Successful when its start vector (SimpleRandom(0), fixed) is an
+// eigenvector of AᵀA (the Krylov space breaks down at once; a review's 100 × 100 A with a right
+// singular vector equal to that start gave σ_max 2.0396 for a true 2, labelled exact, and a
+// `certified` κ ∈ [203.961, 203.961] for a true 200). lu_lanczos_extremes computes ‖A v‖ by one more
+// gram product (ρ = vᵀ(AᵀA v), before the factorisation overwrites A) and requires
+// σ_max ≤ sqrt(ρ)(1 + 1e-9) + floor (the route's stated accuracy, as for σ_min, plus the noise floor
+// max(m, n)·eps·σ_max for ρ's rounding at the top of the spectrum). Failing that, σ_max is run
+// again from a Gaussian start (a different Krylov space) and checked again; failing twice, the
+// outcome is kNotConverged with `why` saying so, and the caller answers with the SVD (condition_fast)
+// or not-converged (the mixed and Schur routes). The vector is returned (v_max) for callers that
+// want ‖A v‖ themselves. A certificate never takes a route's σ_max as a proof: inertia.h's
+// certify_extremes takes σ_max's lower end from Courant–Fischer on its own vector. Guarded by
+// ConditionFast.AStartVectorThatIsASingularVectorDoesNotInflateSigmaMax (test_condition.cpp).
+//
 // Outcomes: kExactlySingular (a pivot or diagonal entry is exactly zero: the caller answers with
 // an SVD, which gives the rank), kNotConverged (Lanczos did not converge, or the solve overflowed:
 // numerically singular or pathologically clustered; the caller falls back likewise), kOk.
@@ -48,6 +65,7 @@
 #include <Spectra/SymEigsSolver.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -80,9 +98,18 @@ enum class FactorOutcome { kFactored, kExactlySingular };
 struct LuLanczosExtremes {
   enum class Outcome { kOk, kExactlySingular, kNotConverged } outcome = Outcome::kNotConverged;
   double sigma_max = 0, sigma_min = 0;
+  Vec v_max;           // unit Ritz vector of σ_max (checked: sigma_max_supported)
   Vec v_min;           // unit Ritz vector of σ_min (kOk only): the right singular vector's estimate
   Index products = 0;  // applications of AᵀA and (AᵀA)⁻¹ together
+  std::string why;     // kNotConverged from a failed σ_max check: the reason, for the note (else empty)
 };
+
+/// Whether σ_max of an exact extremes route is supported by its Ritz vector v (the header's "σ_max
+/// check"): `Av_norm` = ‖A v‖ for the unit v, `floor` = noise_floor(rows, cols, σ_max). σ_max may
+/// exceed ‖A v‖ (≤ the true σ_max, Courant–Fischer) by 1e-9 relative plus the floor, no more.
+inline bool sigma_max_supported(double sigma_max, double Av_norm, double floor) {
+  return std::isfinite(Av_norm) && sigma_max <= Av_norm * (1 + 1e-9) + floor;
+}
 
 /// Whether σ_min of an exact extremes route is supported by its Ritz vector: `Av_norm` = ‖A v_min‖
 /// computed in fp64 from A itself (not from its factors), `floor` = noise_floor(rows, cols, σ_max).
@@ -181,16 +208,18 @@ bool finished(Step&& step) {
 }
 
 // Top eigenvalue (and its unit Ritz vector, when `vector` is given) of a symmetric positive
-// semi-definite operator, run on the operator scaled by power_of_two_scale; false if Lanczos did
-// not converge or overflowed (`finished`).
+// semi-definite operator, run on the operator scaled by power_of_two_scale, from `start` (Spectra's
+// fixed SimpleRandom(0) vector when null); false if Lanczos did not converge or overflowed
+// (`finished`). The value is Spectra's Ritz value, unchecked: see the header's σ_max check.
 template <typename Op>
-bool top_eigenvalue(Op& op, double* value, Index* products, Vec* vector = nullptr) {
+bool top_eigenvalue(Op& op, double* value, Index* products, Vec* vector = nullptr, const Vec* start = nullptr) {
   double scale = 1.0;
   if (!finished([&] { scale = power_of_two_scale(op, products); })) return false;
   ScaledOp<Op> scaled(op, scale);
   Spectra::SymEigsSolver<ScaledOp<Op>> eigs(scaled, 1, std::min<Index>(op.rows(), 24));
   const bool ran = finished([&] {
-    eigs.init();
+    if (start) eigs.init(start->data());
+    else eigs.init();
     eigs.compute(Spectra::SortRule::LargestAlge, 500, kLuLanczosTol);
   });
   *products += eigs.num_operations();
@@ -202,14 +231,54 @@ bool top_eigenvalue(Op& op, double* value, Index* products, Vec* vector = nullpt
 
 }  // namespace detail
 
-/// σ_max by Lanczos on AᵀA, then the factorisation, then σ_min by Lanczos on (AᵀA)⁻¹.
+namespace detail {
+
+// ‖A v‖ for a unit v through the backend's gram product: sqrt(vᵀ(AᵀA v)), one product.
+template <typename Backend>
+double gram_norm(Backend& backend, const Vec& v, Index* products) {
+  Vec y(v.size());
+  backend.gram(v.data(), y.data());
+  ++*products;
+  return std::sqrt(std::max(v.dot(y), 0.0));
+}
+
+// A fixed pseudo-random Gaussian unit vector (not Spectra's start): the σ_max check's second start.
+inline Vec second_start(Index n) {
+  std::mt19937_64 rng(0x5eca1d);
+  std::normal_distribution<double> normal;
+  Vec x(n);
+  for (Index i = 0; i < n; ++i) x(i) = normal(rng);
+  return x.normalized();
+}
+
+}  // namespace detail
+
+/// σ_max by Lanczos on AᵀA (checked against its Ritz vector, the header's σ_max check), then the
+/// factorisation, then σ_min by Lanczos on (AᵀA)⁻¹.
 template <typename Backend>
 LuLanczosExtremes lu_lanczos_extremes(Backend& backend) {
   LuLanczosExtremes out;
   double lam_max = 0, lam_inv = 0;
   detail::BackendGramOp<Backend, false> gram(backend);
-  if (!detail::top_eigenvalue(gram, &lam_max, &out.products)) return out;
-  out.sigma_max = std::sqrt(std::max(lam_max, 0.0));
+  const Index n = backend.order();
+  double Av_norm = 0;
+  bool supported = false;
+  for (int attempt = 0; attempt < 2 && !supported; ++attempt) {
+    const Vec start = attempt == 0 ? Vec() : detail::second_start(n);
+    if (!detail::top_eigenvalue(gram, &lam_max, &out.products, &out.v_max, attempt == 0 ? nullptr : &start))
+      return out;
+    out.sigma_max = std::sqrt(std::max(lam_max, 0.0));
+    if (!detail::finished([&] { Av_norm = detail::gram_norm(backend, out.v_max, &out.products); })) return out;
+    supported = sigma_max_supported(out.sigma_max, Av_norm, static_cast<double>(n) * std::numeric_limits<double>::epsilon() * out.sigma_max);
+  }
+  if (!supported) {
+    std::ostringstream os;
+    os.precision(6);
+    os << "sigma_max's Ritz value " << out.sigma_max << " is above its Ritz vector's ||A v|| " << Av_norm
+       << " from two starts";
+    out.why = os.str();
+    return out;
+  }
   if (backend.factor(out.sigma_max) == FactorOutcome::kExactlySingular) {
     out.outcome = LuLanczosExtremes::Outcome::kExactlySingular;
     return out;

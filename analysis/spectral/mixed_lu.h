@@ -279,6 +279,7 @@ ConditionReport condition_mixed_with(Factor32& lu, const LinearMap& A, const std
                                    : e.outcome == LuLanczosExtremes::Outcome::kExactlySingular
                                        ? "a pivot of the fp32 LU is exactly zero"
                                    : !failure.empty() ? "fp32 LU refinement failed: " + failure
+                                   : !e.why.empty()   ? e.why
                                                       : "lanczos did not converge");
   }
   r.seconds = seconds_since(t0);

@@ -614,6 +614,7 @@ ConditionReport condition_schur_with(Store& store, const TokenMap& map, const Sc
   } else {
     finish_not_converged_report(r, !unsupported.empty()    ? unsupported
                                    : s.singular_piece >= 0 ? zero_pivot_note(plan, s.singular_piece)
+                                   : !e.why.empty()        ? e.why
                                                            : "lanczos did not converge (or the matrix is numerically singular)");
   }
   r.note += std::string(r.note.empty() ? "" : "; ") + describe(plan, s);

@@ -46,7 +46,12 @@ void slq_finish(SlqResult& out) {
   }
   // lowest_node_sigma: the largest of the probes' lowest nodes. lowest_node_mass: per probe, the
   // weights of its nodes up to its first at or above that σ (Chebyshev–Markov–Stieltjes: they
-  // bound μ_z at or below it), summed over the probes (weights carry their 1/P).
+  // bound μ_z at or below it), summed over the probes (weights carry their 1/P). A node below the
+  // floor never ends the sum: its σ is clamped to the floor, not placed there (its θ lies anywhere
+  // in [0, floor²]), so when every probe's lowest node is below the floor (lowest_node_sigma = the
+  // floor) all of them lie at or below it and the sum runs to the first node above the floor. The
+  // sum once stopped at the first floor node and dropped the others: 3.7e-30 for a mass of 1/6 (a
+  // review's 10-dimensional null space in N = 60). Guarded by Slq.EveryFloorNodeCountsInTheLowestMass.
   out.lowest_node_sigma = out.lowest_node_mass = 0;
   for (auto& [probe, nodes] : by_probe) {
     std::sort(nodes.begin(), nodes.end(), [](const SlqNode* a, const SlqNode* b) { return a->theta < b->theta; });
@@ -55,7 +60,7 @@ void slq_finish(SlqResult& out) {
   for (const auto& [probe, nodes] : by_probe)
     for (const SlqNode* n : nodes) {
       out.lowest_node_mass += n->weight;
-      if (n->sigma >= out.lowest_node_sigma) break;
+      if (!n->below_floor && n->sigma >= out.lowest_node_sigma) break;
     }
 }
 

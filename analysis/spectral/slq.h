@@ -19,8 +19,9 @@
 //     space (E_sa has one) shows as weight at the lowest nodes, not at σ = 0. `lowest_node_sigma`
 //     is the largest of the probes' lowest nodes: below it the density is not resolved (some
 //     probe has no node there). `lowest_node_mass` bounds the probe-averaged measure
-//     (1/P) Σ_z μ_z at or below it: per probe, the weights up to its first node at or above
-//     lowest_node_sigma, summed over the probes (/P each). It bounds the estimate, not μ itself
+//     (1/P) Σ_z μ_z at or below it: per probe, the weights up to its first node above the floor
+//     at or above lowest_node_sigma (every node below the floor counts: it lies at or below the
+//     floor, slq_finish), summed over the probes (/P each). It bounds the estimate, not μ itself
 //     (Hutchinson's error applies to it as to every SLQ number).
 //   * rounding: Lanczos works on G, which squares κ; eigenvalues of G below the allowance
 //     kSlqRounding·eps·‖G‖ are rounding (the Gram product's error is eps·‖G‖ times a small

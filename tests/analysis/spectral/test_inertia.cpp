@@ -23,6 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include <Eigen/QR>
+#include <Spectra/Util/SimpleRandom.h>
+
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/inertia.h"
@@ -106,6 +109,28 @@ TEST(InertiaCount, NearestIntervalsHoldTheSingularValuesNearTheShift) {
     bool holds = false;
     for (Index i = 0; i < s.size(); ++i) holds = holds || (s(i) >= iv.lo - 1e-15 && s(i) <= iv.hi + 1e-15);
     EXPECT_TRUE(holds) << "[" << iv.lo << ", " << iv.hi << "] holds no singular value";
+  }
+}
+
+// A 2 × 2 pivot's determinant a·c − b² underflowed to 0 for entries ≲ 1e-154 and overflowed to
+// NaN for entries ≳ 1e154, so its block counted no negative eigenvalue (18 below instead of 23 at
+// scale 1e-165, 17 at 1e160), and ‖K‖₁‖K‖_∞ overflowed (δ = inf at 1e160). The count is the
+// singular values' and must not depend on the scale; nor must δ relative to μ.
+TEST(InertiaCount, CountsAreScaleInvariantFromTinyToHuge) {
+  const Vec s = test::geometric(40, 1e3);
+  const Mat K = with_spectrum(s, 40, 5);
+  const double mu = 0.05;
+  const SingularValueCount unscaled = count_singular_values_below(K, mu, 0);
+  ASSERT_EQ(unscaled.below, count_below(s, mu));
+  ASSERT_EQ(unscaled.below, 23);
+  for (double scale : {1e-300, 1e-165, 1e160}) {
+    SCOPED_TRACE("scale " + std::to_string(std::log10(scale)));
+    const SingularValueCount c = count_singular_values_below(K * scale, mu * scale, 0);
+    EXPECT_EQ(c.below, unscaled.below);
+    EXPECT_TRUE(std::isfinite(c.delta));
+    EXPECT_GT(c.delta, 0.0);
+    EXPECT_LT(c.delta / (mu * scale), 1e-9);
+    EXPECT_NEAR(c.delta / (mu * scale), unscaled.delta / mu, 0.2 * unscaled.delta / mu);
   }
 }
 
@@ -557,6 +582,160 @@ TEST(CertifyExtremes, OnlyTheFirstShiftsIntervalsPlaceSigmaMinWhenTheSecondsAreN
   EXPECT_LE(e.sigma_min_lo, smin + tau) << e.note;
   EXPECT_GE(e.sigma_min_hi, smin - tau) << e.note;
   EXPECT_GT(e.sigma_min_lo, smin - 0.25 * c1.delta) << e.note;  // σ_min's interval, not the count of 0
+}
+
+// The review's false certificate (before the count was scale invariant): σ_min = 0.0099 missed by a
+// claim that sits on σ_2 = 0.01, the whole matrix scaled by 1e-165. The counts at 1.01·σ_2 and at
+// 0.999·σ_2 each missed the 2 × 2 pivots' negative eigenvalues, and σ_min was certified in
+// [0.0099901, 0.0100001]·scale. A certificate must hold the dense σ_min; the claim's lower end
+// (above a value a count sees) refutes the claim, and certify_report answers with the SVD.
+TEST(CertifyExtremes, ATinyMatrixsMissedSigmaMinIsNotCertifiedAway) {
+  const Index n = 30;
+  Vec s = test::geometric(n, 1e2);
+  s(n - 1) = 0.99e-2;
+  s(n - 2) = 1e-2;
+  s(n - 3) = 1.3e-2;
+  const double scale = 1e-165;
+  const Mat K0 = with_spectrum(s, n, 1);
+  const Mat K = K0 * scale;
+  const Vec ref = singular_values(K0);  // the unscaled matrix's σ (scaling rounds each entry by ≤ u)
+  const double smin = ref.minCoeff() * scale, smax = ref.maxCoeff() * scale;
+  const double tau = 4 * std::sqrt(static_cast<double>(n)) * kEps * smax;
+  const double s2 = 1e-2 * scale;
+  const ClaimedExtremes claim = ClaimedExtremes::bracket(s2 * (1 - 1e-5), s2 * (1 + 1e-5), smax * (1 - 1e-12), smax * (1 + 1e-12));
+  const CertifiedExtremes c = certify_extremes(K, claim);
+  if (c.min_certified) {
+    EXPECT_LE(c.sigma_min_lo, smin + tau) << c.note;
+    EXPECT_GE(c.sigma_min_hi, smin - tau) << c.note;
+  }
+  EXPECT_TRUE(c.refuted) << c.note;
+  ConditionReport r;
+  r.matrix = "K";
+  r.method = "gkl";
+  r.status = Status::kBracket;
+  r.rows = r.cols = n;
+  r.sigma_min = s2;
+  r.sigma_max = smax;
+  r.kappa = smax / s2;
+  r.kappa_lo = claim.sigma_max_lo / claim.sigma_min_hi;
+  r.kappa_hi = claim.sigma_max_hi / claim.sigma_min_lo;
+  r.rank = n;
+  const ConditionReport got = certify_report(r, K, claim);
+  const double kappa = ref.maxCoeff() / ref.minCoeff();
+  ASSERT_EQ(got.status, Status::kCertified) << got.note;
+  EXPECT_LE(got.kappa_lo, kappa * (1 + 1e-9)) << got.note;
+  EXPECT_GE(got.kappa_hi, kappa * (1 - 1e-9)) << got.note;
+  EXPECT_EQ(got.note.rfind("inertia refuted gkl (", 0), 0u) << got.note;
+}
+
+// A σ_min claim (a GKL bracket settled on σ = 0.6, the bottom of a bulk, with ten values in
+// [1e-3, 1e-2] missed) that a count contradicts: the count below its lower end sees ten values. Only
+// the claim's κ_hi rested on that lower end; the report kept it (κ_hi 1.67 for a κ of 1000) with
+// full rank, as a review's K_ffn row did (`gkl not-converged kappa_hi 5.36 rank 128` beside the note
+// "N(2.69e-17)=2"). The claim is refuted and the SVD answers.
+TEST(CertifyReport, ACountBelowTheClaimedLowerEndRefutesTheClaim) {
+  Vec s(60);
+  for (Index i = 0; i < 50; ++i) s(i) = 1.0 - 0.4 * static_cast<double>(i) / 49.0;         // bulk down to 0.6
+  for (Index i = 0; i < 10; ++i) s(50 + i) = std::pow(10.0, -2.0 - static_cast<double>(i) / 9.0);  // 1e-2 … 1e-3
+  const Mat K = with_spectrum(s, 60, 9);
+  const Vec ref = singular_values(K);
+  const double kappa = ref.maxCoeff() / ref.minCoeff();
+  const ClaimedExtremes claim = ClaimedExtremes::bracket(0.6 * (1 - 1e-5), 0.6 * (1 + 1e-5), 1.0 - 1e-12, 1.0 + 1e-12);
+  const CertifiedExtremes c = certify_extremes(K, claim);
+  EXPECT_FALSE(c.min_certified) << c.note;
+  EXPECT_TRUE(c.refuted) << c.note;
+  ConditionReport r;
+  r.matrix = "K";
+  r.method = "gkl";
+  r.status = Status::kNotConverged;
+  r.rows = r.cols = 60;
+  r.sigma_min = 0.6;
+  r.sigma_max = 1.0;
+  r.kappa = 1.0 / 0.6;
+  r.kappa_lo = claim.sigma_max_lo / claim.sigma_min_hi;
+  r.kappa_hi = claim.sigma_max_hi / claim.sigma_min_lo;
+  r.rank = 60;
+  const ConditionReport got = certify_report(r, K, claim);
+  EXPECT_GE(got.kappa_hi, kappa * (1 - 1e-9)) << "the claim's kappa_hi stood: " << got.note;
+  EXPECT_LE(got.kappa_lo, kappa * (1 + 1e-9)) << got.note;
+  EXPECT_EQ(got.status, Status::kCertified) << got.note;
+  EXPECT_EQ(got.note.rfind("inertia refuted gkl (", 0), 0u) << got.note;
+}
+
+// A = U diag(s) Vᵀ (n = 100) whose right singular vector of σ = s(1) is Spectra's fixed start vector
+// (SimpleRandom(0), the one SymEigsSolver::init() uses): Lanczos on AᵀA breaks down at once and
+// Spectra returned σ_max 2.0396 for a true 2 with status Successful (lu_lanczos.h, "The σ_max
+// check"). σ_max = 2, the rest linspace(1, 0.5), σ_min = 1/kmin.
+Mat spectra_start_adversary(double kmin) {
+  const Index n = 100;
+  Spectra::SimpleRandom<double> start(0);
+  Vec r0 = start.random_vec(n);
+  r0.normalize();
+  std::mt19937_64 g(3);
+  Mat M = test::gaussian(n, n, 1.0, g);
+  M.col(0) = r0;  // QR keeps r0 as the first direction, the others orthogonal to it
+  const Mat Q = Eigen::HouseholderQR<Mat>(M).householderQ();
+  Mat V(n, n);
+  V.col(0) = Q.col(1);      // σ_max's, orthogonal to r0
+  V.col(n - 1) = Q.col(2);  // σ_min's, orthogonal to r0
+  V.col(1) = Q.col(0);      // ±r0
+  for (Index i = 2; i < n - 1; ++i) V.col(i) = Q.col(i + 1);
+  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(n, n, 1.0, g)).householderQ();
+  Vec s = Vec::LinSpaced(n, 1.0, 0.5);
+  s(0) = 2.0;
+  s(n - 1) = 1.0 / kmin;
+  return U * s.asDiagonal() * V.transpose();
+}
+
+// A route's σ_max above the spectrum (the 2.0396 of spectra_start_adversary, before
+// lu_lanczos_extremes checked it) was taken less 1e-10 as σ_max's proven lower end: `certified`
+// κ ∈ [203.961, 203.961] for a true 200. The lower end is Courant–Fischer on certify_extremes' own
+// vector (from a start of its own: this matrix is built against Spectra's).
+TEST(CertifyReport, ASigmaMaxAboveTheSpectrumIsNotCertified) {
+  const Mat A = spectra_start_adversary(1e2);
+  const Vec ref = singular_values(A);
+  const double smax = ref.maxCoeff(), smin = ref.minCoeff(), kappa = smax / smin;
+  ASSERT_NEAR(kappa, 200.0, 1e-9);
+  const double claimed_max = 2.03961;  // what condition_fast reported on this matrix
+  ConditionReport r;
+  r.matrix = "A";
+  r.method = "dense-lu-lanczos";
+  r.status = Status::kExact;
+  r.rows = r.cols = A.rows();
+  r.sigma_min = smin;
+  r.sigma_max = claimed_max;
+  r.kappa = r.kappa_lo = r.kappa_hi = claimed_max / smin;
+  r.rank = A.rows();
+  const CertifiedExtremes e = certify_extremes(A, ClaimedExtremes::estimate(smin, claimed_max));
+  EXPECT_LE(e.sigma_max_lo, smax) << e.note;
+  EXPECT_GE(e.sigma_max_lo, smax * (1 - 1e-10)) << "the own vector's lower end is not tight: " << e.note;
+  const ConditionReport got = certify_report(r, A, ClaimedExtremes::estimate(smin, claimed_max));
+  EXPECT_LE(got.kappa_lo, 200.0 * (1 + 1e-12)) << got.note;
+  EXPECT_GE(got.kappa_hi, 200.0 * (1 - 1e-12)) << got.note;
+  EXPECT_GE(got.kappa, got.kappa_lo);
+  EXPECT_LE(got.kappa, got.kappa_hi);
+}
+
+// sigma_max_lower_end is a lower end: on exactly known spectra (signed permutations of diag(s)), at
+// tiny and huge scales, tall and wide, and below the Lanczos size (the SVD's vector).
+TEST(CertifyExtremes, SigmaMaxLowerEndIsBelowSigmaMaxAndTight) {
+  Vec s;
+  const Mat K = exact_spectrum_matrix(s);  // 40 × 40, σ_max = 1 exactly
+  for (double scale : {1.0, 0x1p-1000, 0x1p900}) {
+    const double lo = sigma_max_lower_end(K * scale);
+    EXPECT_LE(lo, scale) << scale;
+    EXPECT_GE(lo, scale * (1 - 1e-12)) << scale;
+  }
+  const Vec t = test::geometric(60, 1e4);
+  const Mat T = with_spectrum(t, 90, 12);  // 90 × 60
+  const double smax = singular_values(T).maxCoeff();
+  const double tau = std::sqrt(90.0) * kEps * smax;  // the reference's own error
+  for (const Mat& M : {T, Mat(T.transpose())}) {
+    const double lo = sigma_max_lower_end(M);
+    EXPECT_LE(lo, smax + tau);
+    EXPECT_GE(lo, smax * (1 - 1e-10));
+  }
+  EXPECT_EQ(sigma_max_lower_end(Mat::Zero(5, 5)), 0.0);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -451,6 +452,61 @@ TEST(GklBracket, NonFiniteOperatorIsAnErrorNamingIt) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("NaN or inf"), std::string::npos) << e.what();
   }
+}
+
+// A KrylovBasis that hands out the left Ritz vectors of the small end turned by an angle φ off their
+// direction (as a basis whose Q lost orthogonality might; here on purpose), everything else the
+// host basis's. The small end is told by ‖Kᵀ ũ‖ < `below` (one uncounted product of its own).
+class TurnedLeftBasis final : public KrylovBasis {
+ public:
+  TurnedLeftBasis(std::unique_ptr<KrylovBasis> inner, double phi, double below)
+      : inner_(std::move(inner)), phi_(phi), below_(below) {}
+  bool product(KrylovSide from, Index j) override { return inner_->product(from, j); }
+  Vec orthogonalise(KrylovSide side, Index j) override { return inner_->orthogonalise(side, j); }
+  double work_norm(KrylovSide side) const override { return inner_->work_norm(side); }
+  void store(KrylovSide side, Index j, double alpha) override { inner_->store(side, j, alpha); }
+  void set_column(KrylovSide side, Index j, const Vec& x) override { inner_->set_column(side, j, x); }
+  void set_work(KrylovSide side, const Vec& x) override { inner_->set_work(side, x); }
+  void restart(Index kk, const Mat& V_sel, const Mat& U_sel) override { inner_->restart(kk, V_sel, U_sel); }
+  Vec apply(bool transpose, const Vec& x) const override { return inner_->apply(transpose, x); }
+  Vec combination(KrylovSide side, Index kk, const Vec& c) const override {
+    Vec x = inner_->combination(side, kk, c);
+    if (side != KrylovSide::kLeft || !(inner_->apply(true, x).norm() < below_ * x.norm())) return x;
+    Vec w = Vec::LinSpaced(x.size(), 1.0, 2.0);  // a fixed direction, made orthogonal to x
+    w -= x * (x.dot(w) / x.squaredNorm());
+    return std::cos(phi_) * x + std::sin(phi_) * x.norm() * w.normalized();
+  }
+
+ private:
+  std::unique_ptr<KrylovBasis> inner_;
+  double phi_, below_;
+};
+
+// σ_min's upper end was min(θ_1, ‖K ṽ_1‖) + δ with the explicit θ_1 = ũᵀKṽ ≤ ‖K ṽ_1‖: θ_1 + δ, no
+// Courant–Fischer bound. With ũ turned 0.1 rad off K ṽ's direction, θ_1 = cos(0.1)·‖K ṽ_1‖ lies half
+// a percent below σ_min, and so did the bracket's upper end (and κ_lo above κ). The end is ‖K ṽ_1‖ + δ
+// (gkl.h), which holds whatever ũ is.
+TEST(GklBracket, ALeftVectorOffItsDirectionDoesNotLowerSigmaMinsUpperEnd) {
+  const Index n = 60;
+  const Mat A = with_spectrum(separated(n, 1e2), 61);  // σ_min 0.01 under a bulk in [0.2, 0.8]
+  const Truth t = dense_truth(A);
+  const DenseOp dense{A};
+  const OperatorRef op = make_operator_ref(dense);  // keeps a reference to `dense`
+  KrylovSpace space;
+  space.rows = space.cols = n;
+  space.make_basis = [&op](Index k) -> std::unique_ptr<KrylovBasis> {
+    return std::make_unique<TurnedLeftBasis>(std::make_unique<HostKrylovBasis>(op, k), 0.1, 0.1);
+  };
+  GklOptions opt;
+  opt.max_basis = 24;
+  opt.keep = 8;
+  opt.confirm_smallest = false;
+  opt.max_products = 2000;
+  const LanczosCondition r = condition_lanczos(space, "A", opt);
+  ASSERT_LT(r.smallest.theta, t.smin - t.tau) << "the explicit theta is not below sigma_min: the case tests nothing; "
+                                               << r.report.note;
+  EXPECT_GE(r.smallest.hi, t.smin - t.tau) << r.report.note;
+  EXPECT_LE(r.report.kappa_lo, t.smax / (t.smin - t.tau) * (1 + 1e-12)) << r.report.note;
 }
 
 // ---------------------------------------------------------------------------------------------
