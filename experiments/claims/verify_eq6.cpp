@@ -7,6 +7,12 @@
 //       exactly ‖AᵀB‖₂ of Eq. 32, and Weyl's inequality gives Eq. 35–36 for any K),
 // if ρ < s_min² then
 //   κ(M) ≤ sqrt((s_max² + ρ)/(s_min² − ρ)) ≤ τ sqrt((1 + ρ/s_max²)/(1 − ρ/s_min²)) κ_max   (Eq. 37).
+// Paper misprint: Eq. 37's middle expression, sqrt(((1 + ρ/s_max²)/(1 − ρ/s_min²))·s_max/s_min), is
+// smaller than the first (s_max = 2, s_min = 1, ρ = 0.1: 1.509 < 2.134), so its first "≤" is false;
+// the correct middle is (s_max/s_min)·sqrt((1 + ρ/s_max²)/(1 − ρ/s_min²)), equal to the first. jacond
+// checks the first and last expressions, which are right.
+// The premise makes M̃ᵀM̃ positive definite, so under it rank(J) = Σ_k rank(J_k) must hold too: a
+// case where it does not fails the check (rules::a24_outcome, experiments/claims/verify_rules.h).
 // σ_min here is the smallest of the min(rows, cols) singular values, so the appendix argument
 // (a minimum over all [x; y]) is only non-vacuous when M is tall (mnd ≥ p). The parameter
 // Jacobians have exact structural nullspaces (b_K: softmax is invariant to a per-row shift of
@@ -36,6 +42,7 @@
 #include "experiments/cli/cli_common.h"
 #include "experiments/cli/network_source.h"
 #include "experiments/claims/verify.h"
+#include "experiments/claims/verify_rules.h"
 
 namespace jacond::cli {
 
@@ -85,8 +92,8 @@ struct CaseResult {
   std::string eq6_full, eq6_eff;
   // A.2.4 on row-space-restricted blocks
   double rho = 0, rho_pair = 0, s_max = 0, s_min = 0, tau = 0, bound_tight = kInf, bound_paper = kInf;
-  bool premise = false, restricted_full_rank = false;
-  double kappa_restricted = kInf;
+  bool premise = false;
+  Index total_rank = 0;  // Σ_k rank(J_k), the columns of M̃
   // wide-regime bound
   bool wide = false;
   double wide_bound = kInf;
@@ -188,8 +195,7 @@ CaseResult run_case(const StackConfig& cfg, Index m, Index n, const std::string&
   r.premise = a.premise;
   r.bound_tight = a.bound_tight;
   r.bound_paper = a.bound_paper;
-  r.restricted_full_rank = total_rank <= r.rows && r.J.rank == total_rank;
-  if (r.restricted_full_rank) r.kappa_restricted = r.J.kappa_eff;  // nonzero σ(J) = σ(M̃)
+  r.total_rank = total_rank;  // where rank(J) = total_rank, the nonzero σ(J) are those of M̃
 
   if (r.wide && max_smin_wide > 0) r.wide_bound = std::sqrt(sum_smax2) / max_smin_wide;
   return r;
@@ -214,7 +220,8 @@ void print_case(const CaseResult& r) {
 
 // Counts over the cases: the findings (how often Eq. 6 holds) and the theorems that must hold.
 struct Tally {
-  int total = 0, thm_checked = 0, thm_ok = 0, wide_checked = 0, wide_ok = 0, norm_ok = 0, norm_checked = 0;
+  int total = 0, wide_checked = 0, wide_ok = 0, norm_ok = 0, norm_checked = 0;
+  rules::A24Tally a24;
   int eq6_full_holds = 0, eq6_full_fails = 0, eq6_eff_holds = 0, premise_count = 0, tall_cases = 0;
   std::string eq6_eff_failures;  // "init/skip/regime kappa_eff(J) > max block" of each failing case
 
@@ -230,11 +237,8 @@ struct Tally {
       ++tall_cases;
       premise_count += r.premise;
     }
-    // Theorem (A.2.4 via Weyl): premise ⇒ κ(M̃) ≤ tight bound ≤ paper bound.
-    if (r.premise && r.restricted_full_rank) {
-      ++thm_checked;
-      thm_ok += r.kappa_restricted <= r.bound_tight * (1 + 1e-8) && r.bound_tight <= r.bound_paper * (1 + 1e-8);
-    }
+    // Theorem (A.2.4 via Weyl): premise ⇒ rank(J) = Σ_k rank(J_k) and κ(M̃) ≤ tight bound ≤ paper bound.
+    a24.add(rules::a24_outcome(r.premise, r.J.rank, r.total_rank, r.rows, r.J.kappa_eff, r.bound_tight, r.bound_paper));
     // Theorem (wide regime, JJᵀ = Σ J_k J_kᵀ).
     if (r.wide && r.wide_bound < kInf && r.J.kappa < kInf) {
       ++wide_checked;
@@ -266,8 +270,13 @@ struct Tally {
     v.note("structural nullspaces: every tall J_l is exactly singular (b_K, Q/K gauge), so kappa(J_l) = inf there");
     v.check_cases("sigma_max bounds: max_k sigma_max(J_k) <= sigma_max(J) <= sqrt(sum_k sigma_max(J_k)^2)", norm_ok,
                   norm_checked, of(norm_ok, norm_checked) + " cases");
-    v.check_cases("A.2.4 (Weyl form): premise => kappa(J on row spaces) <= sqrt((s_max^2+rho)/(s_min^2-rho)) <= paper Eq. 37",
-                  thm_ok, thm_checked, of(thm_ok, thm_checked) + " cases where the premise held");
+    v.check_cases("A.2.4 (Weyl form): premise => rank(J) = sum_k rank(J_k) and kappa(J on row spaces) <= "
+                  "sqrt((s_max^2+rho)/(s_min^2-rho)) <= paper Eq. 37's last bound",
+                  a24.ok, a24.checked,
+                  of(a24.ok, a24.checked) + " cases where the premise held" +
+                      (a24.rank_mismatches ? "; rank(J) != sum_k rank(J_k) in " + std::to_string(a24.rank_mismatches) +
+                                                 " (the premise forbids it)"
+                                           : ""));
   }
 };
 

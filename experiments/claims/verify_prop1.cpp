@@ -1,6 +1,9 @@
 // Proposition 1 (softmax conditioning), paper §5.2, App. A.2.1 and Fig. 5.
 //
 // M = αZ + βI ∈ R^{n×n}, Z_ij ~ N(0, 1), A = S_τ(M) row-wise softmax with temperature τ = 1.
+// Z's variance is jacond's convention: App. A.2.1 states none for Fig. 5 ("truncated normal"), and
+// it departs from Eq. 11's Z_ij ~ N(0, 1/d), which at d = n = 10 is α/√10 here and raises the
+// diffuse κ about 3× (a note measures it on draws of its own).
 //
 // Diagonal dominance, with γ = min_i (M_ii − max_{j≠i} M_ij) > 0. We derive the ε of the
 // proposition: every off-diagonal entry satisfies A_ij = e^{(M_ij−M_ii)/τ}/Σ_k e^{(M_ik−M_ii)/τ}
@@ -14,6 +17,10 @@
 // Av = (A − 11ᵀ/n)v, so σ_min(A) ≤ e^{Δ_r/τ} − 1, while σ_max(A) ≥ ‖A1‖/‖1‖ = 1. Hence
 //     κ(A) ≥ 1/(e^{Δ_r/τ} − 1) ≈ τ/Δ_r       (the proposition's "κ ≳ τ/Δ").
 //
+// Fig. 5 reports one draw of each case, so the checks against it ask that the paper's draw be a
+// typical one of jacond's: the peak case's median κ ≤ 1.15 and its 5–95 % range meeting [1.05, 1.15]
+// (the values "κ ≈ 1.1" rounds from), the diffuse case's 5–95 % range holding 730.1
+// (rules::peak_agrees, rules::diffuse_agrees, experiments/claims/verify_rules.h).
 // Both bounds are checked on every draw of four experiments: the paper's peak (β = 5) and
 // diffuse (β = 0) cases at n = 10, α = 0.1; β from 0 to 6 at n = 10 (κ falls from the diffuse
 // to the peaked regime); and n from 10 to 160 in the diffuse case (κ grows with n). With --out,
@@ -28,6 +35,7 @@
 #include "analysis/jacobians/block.h"
 #include "analysis/spectral/condition.h"
 #include "experiments/claims/verify.h"
+#include "experiments/claims/verify_rules.h"
 #include "experiments/cli/cli_common.h"
 
 namespace jacond::cli {
@@ -37,7 +45,7 @@ namespace {
 constexpr double kTau = 1.0, kAlpha = 0.1;
 
 Mat draw_logits(Index n, double alpha, double beta, std::mt19937_64& rng) {
-  std::normal_distribution<double> N(0.0, 1.0);
+  std::normal_distribution<double> N(0.0, 1.0);  // Z ~ N(0, 1): jacond's convention (file comment)
   Mat M(n, n);
   for (Index j = 0; j < n; ++j)
     for (Index i = 0; i < n; ++i) M(i, j) = alpha * N(rng);
@@ -45,10 +53,7 @@ Mat draw_logits(Index n, double alpha, double beta, std::mt19937_64& rng) {
   return M;
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * (v.size() - 1))];
-}
+using rules::quantile;
 
 /// One draw of M, its softmax A = S_τ(M), κ(A) and both bounds of the proposition.
 struct Draw {
@@ -114,11 +119,14 @@ void write_prop1_csv(const std::string& out_dir, const std::vector<Draw>& draws,
 }  // namespace
 
 bool verify_prop1(const VerifyOptions& opt, Verifier& v) {
-  std::cout << "Proposition 1: softmax conditioning, M = alpha Z + beta I (App. A.2.1: n = 10, alpha = 0.1)\n";
+  std::cout << "Proposition 1: softmax conditioning, M = alpha Z + beta I (App. A.2.1: n = 10, alpha = 0.1), "
+               "Z_ij ~ N(0, 1)\n";
   std::mt19937_64 rng(opt.seed + 101);
   std::vector<Draw> draws;
-  for (int s = 0; s < opt.seeds; ++s) draws.push_back(draw("peak", 10, 5.0, rng));
-  for (int s = 0; s < opt.seeds; ++s) draws.push_back(draw("diffuse", 10, 0.0, rng));
+  // At least 20 draws per Fig. 5 case, as per point of the sweeps: a 5–95 % range needs a sample.
+  const int fig5 = std::max(20, opt.seeds);
+  for (int s = 0; s < fig5; ++s) draws.push_back(draw("peak", 10, 5.0, rng));
+  for (int s = 0; s < fig5; ++s) draws.push_back(draw("diffuse", 10, 0.0, rng));
   const int per_point = std::max(20, opt.seeds / 4);
   const std::vector<Index> sizes = {10, 20, 40, 80, 160};
   for (Index n : sizes)
@@ -135,20 +143,43 @@ bool verify_prop1(const VerifyOptions& opt, Verifier& v) {
   }
   const std::string total = std::to_string(draws.size());
   v.note("peak (beta = 5): kappa median " + num(median(k_peak)) + ", 5%-95% [" + num(quantile(k_peak, 0.05)) + ", " +
-         num(quantile(k_peak, 0.95)) + "] over " + std::to_string(opt.seeds) + " seeds (paper: ~1.1)");
+         num(quantile(k_peak, 0.95)) + "] over " + std::to_string(fig5) + " draws (paper: ~1.1)");
   v.check("diagonal dominance bound kappa <= (1+eps)/(1-eps), eps = 2(n-1)exp(-gamma/tau)",
           upper_ok == applies && applies > 0,
           "held in " + std::to_string(upper_ok) + "/" + std::to_string(applies) + " draws where eps < 1 (of " + total +
               " draws over all four experiments)");
-  v.check("peak case is well conditioned (paper kappa ~ 1.1)", median(k_peak) < 1.5,
-          "median kappa " + num(median(k_peak)) + " < 1.5");
+  v.check("peak case agrees with Fig. 5 (kappa ~ 1.1, one draw): median kappa <= 1.15 and the 5%-95% range meets "
+          "[1.05, 1.15]",
+          rules::peak_agrees(k_peak, median(k_peak)),
+          "median kappa " + num(median(k_peak)) + ", 5%-95% [" + num(quantile(k_peak, 0.05)) + ", " +
+              num(quantile(k_peak, 0.95)) + "]");
   v.note("diffuse (beta = 0): kappa median " + num(median(k_diffuse)) + ", 5%-95% [" + num(quantile(k_diffuse, 0.05)) +
          ", " + num(quantile(k_diffuse, 0.95)) + "] (paper: kappa ~ 730.1 for one draw)");
   v.check("diffuse lower bound kappa >= 1/(exp(Delta/tau) - 1) ~ tau/Delta", lower_ok == static_cast<int>(draws.size()),
           "held in " + std::to_string(lower_ok) + "/" + total + " draws");
-  const double med = median(k_diffuse);
-  v.check("paper's order of magnitude (kappa ~ 730.1)", med > 73.01 && med < 7301,
-          "median " + num(med) + " within a factor 10 of 730.1");
+  v.check("diffuse case agrees with Fig. 5 (kappa ~ 730.1, one draw): 730.1 inside the 5%-95% range",
+          rules::diffuse_agrees(k_diffuse),
+          "5%-95% [" + num(quantile(k_diffuse, 0.05)) + ", " + num(quantile(k_diffuse, 0.95)) + "], median " +
+              num(median(k_diffuse)));
+  {
+    // Eq. 11's variance, Z ~ N(0, 1/d) with d = n = 10, on draws of their own (a separate stream: the
+    // draws above and their CSV are unchanged): how far the convention moves Fig. 5's numbers.
+    std::mt19937_64 rng11(opt.seed + 1011);
+    std::vector<double> peak11, diffuse11;
+    const double alpha11 = kAlpha / std::sqrt(10.0);
+    const auto kappa11 = [&](double beta) {
+      return condition_svd(softmax_rows(draw_logits(10, alpha11, beta, rng11) / kTau), "attention").kappa;
+    };
+    for (int s = 0; s < fig5; ++s) peak11.push_back(kappa11(5.0));
+    for (int s = 0; s < fig5; ++s) diffuse11.push_back(kappa11(0.0));
+    v.note("convention: Z_ij ~ N(0, 1) (Fig. 5 states no variance), not Eq. 11's N(0, 1/d); with Eq. 11's at d = n = 10 "
+           "the diffuse median would be " + num(median(diffuse11)) + ", 5%-95% [" + num(quantile(diffuse11, 0.05)) + ", " +
+           num(quantile(diffuse11, 0.95)) + "], the peak median " + num(median(peak11)) +
+           "; Fig. 5's draws " +
+           (rules::diffuse_agrees(diffuse11) && rules::peak_agrees(peak11, median(peak11))
+                ? "are typical under it too (one draw per case cannot tell the two conventions apart)"
+                : "would not be typical under it"));
+  }
 
   std::string growth;
   double prev = 0;

@@ -817,6 +817,12 @@ TEST_F(CliTest, VerifyProp1PassesAndWritesItsDraws_50seeds) {
   EXPECT_EQ(r.code, 0) << r.describe();
   EXPECT_TRUE(contains(r.out, "PASS")) << r.describe();
   EXPECT_FALSE(contains(r.out, "FAIL")) << r.describe();
+  // Fig. 5's one draw per case must be a typical draw of jacond's (the old checks: peak median < 1.5,
+  // diffuse median within 10× of 730.1), under Z ~ N(0, 1), stated as departing from Eq. 11's N(0, 1/d).
+  EXPECT_TRUE(contains(r.out, "[PASS] peak case agrees with Fig. 5 (kappa ~ 1.1, one draw): median kappa <= 1.15")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[PASS] diffuse case agrees with Fig. 5 (kappa ~ 730.1, one draw): 730.1 inside the 5%-95%"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "Z_ij ~ N(0, 1)") && contains(r.out, "not Eq. 11's N(0, 1/d)")) << r.out;
   const Csv draws = read_csv(out + "/prop1_draws.csv");
   EXPECT_EQ(draws.where("experiment", "peak").size(), 50u);
   EXPECT_EQ(draws.where("experiment", "diffuse").size(), 50u);
@@ -946,6 +952,10 @@ TEST_F(CliTest, VerifyLemma1WritesEveryDrawAndItsBound_100seeds) {
   EXPECT_LT(fitted_slope(gap), -0.3);
   EXPECT_NEAR(fitted_slope(log_norm), fitted_slope(gap), 0.15 * std::abs(fitted_slope(gap)));
   EXPECT_TRUE(contains(r.out, "[PASS] ||dA/dM||_2 decays as exp(-gamma)")) << r.out;
+  // The finding on e^-beta depends on the logit scale; the one on alpha does not.
+  EXPECT_TRUE(contains(r.out, "With logits scaled by s = 1/d (jacond's)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "at the paper's s = 1 the same logits are d times larger")) << r.out;
+  EXPECT_TRUE(contains(r.out, "The factor alpha fails at any scale")) << r.out;
   const RunResult plot = run({"plot", out, "--format", "png"});
   ASSERT_EQ(plot.code, 0) << plot.describe();
   EXPECT_TRUE(is_figure(out + "/figures/lemma1.png"));
@@ -975,6 +985,16 @@ TEST_F(CliTest, VerifyProp2PassesAndWritesEverySplit_40seeds) {
     EXPECT_GE(to_double(row.at("weyl_hi")), kappa * (1 - 1e-9));
   }
   EXPECT_GT(premise, 0) << "the premise holds at (alpha, beta) = (0.5, 3)";
+  // The Weyl bracket cannot tell K from B (any K' within ||E|| of B passes it): K (the JVP) is held
+  // against B + E (the assembly) entry by entry, in each setting and in the sweep.
+  int assembly_checks = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (contains(line, "K_sa (matrix-free JVP) = B_sa + E_sa (assembled)")) {
+      EXPECT_EQ(line.rfind("  [PASS] ", 0), 0u) << line;
+      ++assembly_checks;
+    }
+  EXPECT_EQ(assembly_checks, 4) << r.out;  // 3 settings + the beta sweep
   // A check whose premise no case met tested nothing: N/A, never PASS. At the paper's setting
   // ‖E‖ < σ_min(B) does not hold (reports/prop2: 0 of 20 seeds), so the Weyl check there is N/A.
   EXPECT_TRUE(contains(r.out, "[N/A] (alpha, beta, c) = (2, 0.6, 3) (paper), 1 head, 3 seeds: Weyl bracket")) << r.out;

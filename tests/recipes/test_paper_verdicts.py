@@ -42,6 +42,23 @@ def test_the_weyl_sentence_comes_from_the_checks_that_met_the_premise():
         "The Weyl bracket missed κ(K_sa) in 1 of the 2 checks that met the premise (verdict table)"
 
 
+def test_the_assembly_sentence_comes_from_the_checks_of_k_against_b_plus_e():
+    def verify(*checks):
+        return {"claims": [{"checks": [{"check": c, "pass": p, "verdict": v} for c, p, v in checks]}]}
+    name = "(2, 0.6, 3): K_sa (matrix-free JVP) = B_sa + E_sa (assembled): ||K - (B + E)||_F <= 1e-12 ||K||_F"
+    passed = prop2.assembly_text(verify((name, True, "pass"), ("beta sweep: " + name, True, "pass"),
+                                        ("Weyl bracket contains kappa", True, "pass")))
+    assert passed.startswith("K_sa from the matrix-free JVP (`analysis/operators`) equals B_sa + E_sa") and \
+        "(2 checks): two independent implementations agree" in passed
+    assert prop2.assembly_text(verify((name, False, "fail"), ("beta sweep: " + name, True, "pass"))).endswith(
+        "in 1 of the 2 checks (verdict table): the two implementations disagree")
+    assert prop2.assembly_text(verify(("Weyl bracket contains kappa", True, "pass"))) == \
+        "K_sa was not compared with B_sa + E_sa entry by entry"
+    # The Weyl sentence no longer claims to compare the two implementations: it cannot (B alone passes it).
+    weyl = prop2.weyl_text(verify(("Weyl bracket contains kappa", True, "pass")))
+    assert "two independent implementations" not in weyl and "B_sa alone" in weyl
+
+
 def test_how_far_the_diagonal_dominance_bound_overstates_kappa():
     draws = pd.DataFrame(dict(experiment=["beta"] * 4 + ["peak"], beta=[4.0, 4.0, 6.0, 6.0, 5.0],
                               kappa=[1.2, 1.1, 1.01, 1.02, 1.1], upper_bound=[2.0, 1.5, 1.05, np.inf, 1.5]))

@@ -160,8 +160,10 @@ them through each init's weights, and fits ln κ(out) against ln κ(X).""")
     report.section("Prop. 4.2: the skip regularises the attention output")
     report.text("""
 **The claim** (§4, Prop. 4.2). κ(XM + X) ≪ κ(XM) for the attention output XM: adding the input back
-keeps the output as well conditioned as the input. `jacond verify prop42` measures both for the same
-inputs and weights, checks the bound (4.2) κ(XM + X) ≤ κ(X)·κ(I + M) and when it implies "≪".""")
+makes the output far better conditioned than without it; the paper states only this "≪". The bound
+κ(XM + X) ≤ κ(X)·κ(I + M) (the output about as well conditioned as the input where I + M is) is jacond's
+own addition. `jacond verify prop42` measures both for the same inputs and weights, checks that bound
+(labelled (4.2) below) and when it implies "≪".""")
     verify42 = r.verify_json(data42)
     report.table(r.checks_table(verify42))
     report.text("\n".join(f"- {n}" for n in r.notes(verify42)))
@@ -961,8 +963,8 @@ likelier: about 1 − (1 − 2^-{n})⁴ = {1 - (1 - 2 ** -n) ** 4:.0%} if they w
     report = r.start_report("Always Skip Attention: the cubic law, the skip ablation, Token Graying")
     report.text("""
 *Always Skip Attention* (Ji et al., ICCV 2025) argues that self-attention, unlike the FFN, needs its
-skip connection because it cubes the condition number of its input (Prop. 4.1) while the skip keeps
-the output as well conditioned as the input (Prop. 4.2); that removing the attention block's skip
+skip connection because it cubes the condition number of its input (Prop. 4.1) while the skip makes
+the output far better conditioned, κ(XM + X) ≪ κ(XM) (Prop. 4.2); that removing the attention block's skip
 therefore ruins training while removing the FFN's does not; and that "Token Graying", conditioning the
 input image, helps a little. This page checks each claim with jacond, on synthetic matrices for the
 propositions and on Fashion-MNIST ViTs for the rest.""")

@@ -108,6 +108,13 @@ removes one direction per token); and tests Eq. 6 on the parameter Jacobian by b
     report.text("Theorems and agreements between independent computations: these fail only if jacond is wrong "
                 "(N/A: no case met the check's premise).")
     report.table(pd.concat([r.checks_table(r.verify_json(eq89)), r.checks_table(r.verify_json(eq6))]))
+    report.text("""
+**Paper misprint** (App. A.2.4, Eq. 37). Eq. 37's middle expression, sqrt(((1 + ρ/s_max²)/(1 − ρ/s_min²))·s_max/s_min),
+is smaller than its first, sqrt((s_max² + ρ)/(s_min² − ρ)) (s_max = 2, s_min = 1, ρ = 0.1: 1.509 against 2.134), so
+its first "≤" is false; the correct middle is (s_max/s_min)·sqrt((1 + ρ/s_max²)/(1 − ρ/s_min²)), which equals the
+first. The A.2.4 check above ("≤ paper Eq. 37's last bound") uses the first and last expressions, which are right
+(s_max/s_min ≤ τ κ_max). Under the premise ρ < s_min², M̃ᵀM̃ is positive definite, so the check also asks that
+J's rank be Σ_k rank(J_k): a case where it is not fails.""")
     report.section("Figure")
     for png in figures:
         r.add_figure(report, png, "kappa and rank against depth, skip vs skipless")

@@ -55,6 +55,10 @@ A = softmax(M), M = X W^Q W^Kᵀ Xᵀ, "the 2-norm of the derivative scales" as
 and bounds that by the off-diagonal mass of the diagonally dominant rows (Eqs. 22–28). Prop. 2 uses the
 lemma to make ‖E‖ small (Eq. 31).
 
+**Paper misprints**, read here as corrected: Eq. 31 prints ‖W^O W^V‖₂ ≤ O(α e^{{−β}}) where ‖E‖₂ is meant (the
+sentence after it uses ‖E‖₂ ≤ O(α e^{{−β}})); Eq. 27 sums j, k from 1 to d although each block J_(A,i) is n × n
+(so n, not d), and Eq. 28 drops Eq. 27's factor (d·O(α e^{{−β}}) becomes O(α e^{{−β}})).
+
 `jacond verify lemma1` (experiments/claims/verify_lemma1.cpp) builds one head of the `ours` init at
 n = {int(first['n'])}, d = {int(first['d'])}, α ∈ {{{', '.join(f'{a:g}' for a in sorted(df['alpha'].unique()))}}},
 β = 0 … {top:g}, {df['seed'].nunique()} seeds each, on LayerNorm'd Gaussian tokens with logit scale 1/d, and

@@ -49,6 +49,10 @@ noise, not a tuned tolerance.""")
 - The paper's printed formula disagrees with the simulation in {len(wrong)} place(s):
   {', '.join(f"{row.equation} Var({row.quantity}) (prints {row.paper_formula} = {row.paper:.4g}, measured {row.measured:.4g})" for row in wrong.itertuples())}.
   Eq. 17's Var(B_ij) is d, not ≈ 1 (E[B_ij²] = Σ_ab E[Z_ab²] E[x_ia²] E[x_jb²] = d² · 1/d), and Eqs. 19–20 inherit it.
+- **Eq. 19's misprint undermines the paper's case that the default init is diffuse** (App. A.2.1, the paragraph
+  after Eq. 19: β = 0, α ≈ 0.04, "all the values in the attention map are mean 0 with a variance much
+  smaller than 1"). That reads Var(C_ij) as α² = {0.04 ** 2:.4f}; the corrected α²d is {0.04 ** 2 * 64:.2f} at d = 64
+  (a ViT-B head) but {0.04 ** 2 * 768:.2f} at d = 768 (ViT-B's width), not much smaller than 1.
 - The conclusion holds **per pair** and at large d: E[γ] = βd while sd(γ) grows like sqrt(d) under the
   corrected variance; here E[γ]/sd(γ) = {ratio:.3g}, so one gap γ = C_ii − C_ij is positive most of the time.
 - Proposition 1's dominance is stronger: C_ii above **every** C_ij of its row, all n − 1 gaps at once. The
