@@ -574,7 +574,7 @@ void embedding_reports(const BlockForward& f, const BlockReportOptions& opt, std
 namespace {
 // The ln-complement space drops x̂_i as LayerNorm's near-null direction: J_i x̂_i =
 // γσ_i⁻¹ (1 − ‖x̂_i‖²/d) x̂_i with ‖x̂_i‖²/d = var_i/(var_i + eps), so LayerNorm keeps a fraction
-// eps/(var_i + eps) of it. Where var_i ≤ eps (a near-constant token) that is half or more, and for
+// eps/(var_i + eps) of it. Where var_i < eps (a near-constant token) that is over half, and for
 // a constant token x̂_i is rounding noise: the restriction then drops a live direction and its κ
 // can be below the one on the true nullspace's complement. The row says so; it stays the
 // complement of span{1, x̂_i} as defined.
@@ -587,7 +587,7 @@ std::string ln_live_direction_note(const LayerNormCache& ln, const char* layerno
       if (first < 0) first = i;
     }
   if (live == 0) return "";
-  return std::to_string(live) + " token(s) (first " + std::to_string(first) + ") with variance <= " + layernorm +
+  return std::to_string(live) + " token(s) (first " + std::to_string(first) + ") with variance < " + layernorm +
          "'s eps: x-hat is not near-null there, the restriction drops a live direction (kappa may be low)";
 }
 

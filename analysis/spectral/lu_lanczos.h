@@ -45,8 +45,8 @@
 // singular vector equal to that start gave σ_max 2.0396 for a true 2, labelled exact, and a
 // `certified` κ ∈ [203.961, 203.961] for a true 200). lu_lanczos_extremes computes ‖A v‖ by one more
 // gram product (ρ = vᵀ(AᵀA v), before the factorisation overwrites A) and requires
-// σ_max ≤ sqrt(ρ)(1 + 1e-9) + floor (the route's stated accuracy, as for σ_min, plus the noise floor
-// max(m, n)·eps·σ_max for ρ's rounding at the top of the spectrum). Failing that, σ_max is run
+// σ_max ≤ sqrt(ρ)(1 + 1e-9) + floor (the route's stated accuracy, as for σ_min, plus order·eps·σ_max,
+// the Gram operator's order, for ρ's rounding at the top of the spectrum; the 1e-9 dominates). Failing that, σ_max is run
 // again from a Gaussian start (a different Krylov space) and checked again; failing twice, the
 // outcome is kNotConverged with `why` saying so, and the caller answers with the SVD (condition_fast)
 // or not-converged (the mixed and Schur routes). The vector is returned (v_max) for callers that
@@ -105,7 +105,7 @@ struct LuLanczosExtremes {
 };
 
 /// Whether σ_max of an exact extremes route is supported by its Ritz vector v (the header's "σ_max
-/// check"): `Av_norm` = ‖A v‖ for the unit v, `floor` = noise_floor(rows, cols, σ_max). σ_max may
+/// check"): `Av_norm` = ‖A v‖ for the unit v, `floor` = order·eps·σ_max (the header). σ_max may
 /// exceed ‖A v‖ (≤ the true σ_max, Courant–Fischer) by 1e-9 relative plus the floor, no more.
 inline bool sigma_max_supported(double sigma_max, double Av_norm, double floor) {
   return std::isfinite(Av_norm) && sigma_max <= Av_norm * (1 + 1e-9) + floor;

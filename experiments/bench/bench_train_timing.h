@@ -1,5 +1,5 @@
 // Which of `jacond bench train`'s timed steps time what (bench_train.cpp, time_training), apart
-// so that tests/bench/test_bench_train_timing.cpp checks it without a GPU.
+// so that tests/bench/test_bench_rules.cpp (BenchTrainTiming.*) checks it without a GPU.
 //
 // On the CPU every timed step gives both times. On a GPU a step cannot time its optimizer.step()
 // without synchronising around it, which would also stall the step, so the timed steps alternate

@@ -27,7 +27,8 @@
 // (bmm, batched eigh and QR) for the whole group, as adamw.h's multi-tensor step is for the 1-D
 // parameters. Why: on a GPU a small ViT's step is bound by kernel launches, and one matrix at a
 // time issued ~22 operations per matrix (97 per block of 4 matrices and a bias; 185 on a refresh
-// step), so SOAP's step at d 192, depth 6 was 1.65× AdamW's on the first H200 run (reports/gpu).
+// step), so SOAP's step at d 192, depth 6 was 1.65× AdamW's on the first H200 run (reports/gpu; a
+// figure without its refreshes, so low: see reports/gpu/reading.md).
 // Batched, the count is that of two blocks whatever the depth
 // (Soap.OneShapesMatricesStepTogetherWhateverTheirNumber). On the CPU each member goes through all
 // the operations in turn, on its slice of the group's state, while it is in cache: batched, the
