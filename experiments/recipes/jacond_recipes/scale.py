@@ -61,9 +61,9 @@ tolerance (a multiple of κ·u, the rounding both routes carry).""")
         report.text(f"The exact fp64 route is {speedup_span(exact['torch_over_this'])}× "
                     "faster than PyTorch here. The mixed route (`--kappa mixed`: fp32 LU, every solve refined to fp64 "
                     "by GMRES-IR, analysis/spectral/mixed_lu.h) is checked against the fp64 route instead. It halves the "
-                    "LU's memory but converges only while the fp32 LU still preconditions K. Whether it did at ViT-B, "
-                    "and what the fp64 Schur route (`--method dense`) took there, were measured on a GPU: they are on "
-                    "[reports/gpu](../gpu/README.md) (section 5), not here.")
+                    "LU's memory but converges only while the fp32 LU still preconditions K. Whether it did at ViT-B "
+                    "was measured on a GPU and is on [reports/gpu](../gpu/README.md), not here; ViT-B's exact κ is "
+                    "left to the fp64 Schur route (`--method dense`), not yet run at that size.")
     mixed = rows[rows["route"].str.contains("mixed")]
     failed = mixed[mixed["status"] == "not-converged"]
     converged = mixed[mixed["status"] != "not-converged"]
