@@ -180,7 +180,7 @@ ConditionReport unless_refinement_failed(ConditionReport mixed, const DenseDevic
 }  // namespace
 
 ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route,
-                                const std::shared_ptr<const DenseDevice>& device) {
+                                const std::shared_ptr<const DenseDevice>& device, const GklOptions& gkl) {
   // A is taken by value and moved on: condition_fast factorises its argument in place, so a
   // temporary (or a matrix the caller is done with) is never copied (80 MB at n·d = 3200).
   const DenseDevice& dev = device_or_host(device);
@@ -192,9 +192,9 @@ ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route
       ConditionReport mixed = dev.condition_mixed(A.cast<float>(), linear_map(op), name);
       return unless_refinement_failed(std::move(mixed), dev, [&] { return std::move(A); });
     }
-    case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name).report;
+    case KappaRoute::kLanczos: return condition_lanczos(DenseMatrixOp(A), name, gkl).report;
     case KappaRoute::kAuto:
-      if (!dev.fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{})) return condition_lanczos(DenseMatrixOp(A), name).report;
+      if (!dev.fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{})) return condition_lanczos(DenseMatrixOp(A), name, gkl).report;
       break;
     case KappaRoute::kFast:
     case KappaRoute::kSchur: break;  // A is assembled already: the full route

@@ -172,10 +172,10 @@ bool wants_certificate(const BlockReportOptions& opt, Index rows, Index cols);
 std::string auto_decisions(const BlockReportOptions& opt, Index n, Index d, Index hidden);
 
 /// κ of a dense matrix by the chosen route on `device` (null: the host; kLanczos runs GKL on the
-/// dense matrix, on the host; kMixed refines against A itself; kAuto by device->fits with the
-/// default budget).
+/// dense matrix, on the host, with `gkl`'s budget and progress hook; kMixed refines against A
+/// itself; kAuto by device->fits with the default budget).
 ConditionReport condition_dense(Mat A, const std::string& name, KappaRoute route,
-                                const std::shared_ptr<const DenseDevice>& device = nullptr);
+                                const std::shared_ptr<const DenseDevice>& device = nullptr, const GklOptions& gkl = {});
 
 /// Spectral norm of E_sa and σ_min of B_sa etc. are read from the reports; this finds one.
 const ConditionReport& find_report(const std::vector<ConditionReport>& reports, const std::string& matrix,

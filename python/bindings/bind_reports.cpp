@@ -101,10 +101,9 @@ std::vector<ConditionReport> reports_of_block(const BlockWeights& w, const Eigen
   }
 }
 
-// condition_dense's routes, except that its Lanczos route (method 'lanczos', or 'auto' where the
-// dense route does not fit, condition_dense's rule) runs here with the caller's budget and the
-// Ctrl-C hook of block_reports: condition_dense's own GKL run has neither, and a call ignored
-// KeyboardInterrupt for its whole 120 s.
+// condition_dense's routes; its Lanczos route (method 'lanczos', or 'auto' where the dense route
+// does not fit) with the caller's budget and block_reports' Ctrl-C hook (without it a call ignored
+// KeyboardInterrupt for its whole 120 s).
 ConditionReport condition_of(Mat A, const std::string& method, const std::string& name, const std::string& device,
                              double lanczos_seconds, double lanczos_tol) {
   if (A.size() == 0) throw std::invalid_argument("A is empty");
@@ -115,19 +114,13 @@ ConditionReport condition_of(Mat A, const std::string& method, const std::string
   if (!(lanczos_seconds > 0)) throw std::invalid_argument("lanczos_seconds must be > 0");
   if (!(lanczos_tol > 0)) throw std::invalid_argument("lanczos_tol must be > 0");
   const auto on = dense_device(device);
-  const bool lanczos = route == KappaRoute::kLanczos ||
-                       (route == KappaRoute::kAuto && !on->fits(DenseRoute::kFast, A.rows(), A.cols(), DenseBudget{}));
-  if (!lanczos) {
-    py::gil_scoped_release release;
-    return condition_dense(std::move(A), name, route, on);  // the routes factor in place: A is this call's copy
-  }
   GklOptions gkl;
   gkl.max_seconds = lanczos_seconds;
   gkl.tolerance = lanczos_tol;
   gkl.progress = [](const GklProgress&) { check_signals(); };
   try {
     py::gil_scoped_release release;
-    return condition_lanczos(DenseMatrixOp(A), name, gkl).report;
+    return condition_dense(std::move(A), name, route, on, gkl);  // the routes factor in place: A is this call's copy
   } catch (const Interrupted&) {
     throw py::error_already_set();  // the KeyboardInterrupt PyErr_CheckSignals left pending
   }

@@ -11,9 +11,6 @@
 #include <random>
 #include <string>
 
-#include <Eigen/QR>
-#include <Spectra/Util/SimpleRandom.h>
-
 #include "analysis/core/lapack.h"
 #include "analysis/spectral/condition.h"
 #include "support/constructed_spectrum.h"
@@ -227,37 +224,12 @@ TEST(ConditionFast, ATenFoldBottomClusterKeepsKappaToItsStatedAccuracy) {
   }
 }
 
-// A = U diag(s) Vᵀ (n = 100) with σ_max = 2, the rest linspace(1, 0.5) and σ_min = 1/kmin, whose
-// right singular vector of σ = s(1) is Spectra's fixed start vector (SimpleRandom(0), the one
-// SymEigsSolver::init() uses), the vectors of σ_max and σ_min orthogonal to it (a review's
-// construction). Lanczos on AᵀA from that start breaks down at once.
-Mat spectra_start_adversary(double kmin) {
-  const Index n = 100;
-  Spectra::SimpleRandom<double> start(0);
-  Vec r0 = start.random_vec(n);
-  r0.normalize();
-  std::mt19937_64 g(3);
-  Mat M = test::gaussian(n, n, 1.0, g);
-  M.col(0) = r0;
-  const Mat Q = Eigen::HouseholderQR<Mat>(M).householderQ();
-  Mat V(n, n);
-  V.col(0) = Q.col(1);
-  V.col(n - 1) = Q.col(2);
-  V.col(1) = Q.col(0);
-  for (Index i = 2; i < n - 1; ++i) V.col(i) = Q.col(i + 1);
-  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(n, n, 1.0, g)).householderQ();
-  Vec s = Vec::LinSpaced(n, 1.0, 0.5);
-  s(0) = 2.0;
-  s(n - 1) = 1.0 / kmin;
-  return U * s.asDiagonal() * V.transpose();
-}
-
-// From that start Spectra returned a Ritz value above AᵀA's spectrum with status Successful:
-// condition_fast said σ_max 2.0396 (κ 204, 20 040, 2.04e6), exact, for a true 2. Its Ritz vector
-// shows it (‖A v‖ ≤ σ_max, lu_lanczos.h "The σ_max check"), and a second start finds σ_max.
+// From its own start (test::spectra_start_adversary) Spectra returned a Ritz value above AᵀA's
+// spectrum, status Successful: condition_fast said σ_max 2.0396 (κ 204, 20 040, 2.04e6), exact,
+// for a true 2. Its Ritz vector shows it (‖A v‖ ≤ σ_max, lu_lanczos.h "The σ_max check"), and a second start finds σ_max.
 TEST(ConditionFast, AStartVectorThatIsASingularVectorDoesNotInflateSigmaMax) {
   for (double kmin : {1e2, 1e4, 1e6}) {
-    const Mat A = spectra_start_adversary(kmin);
+    const Mat A = test::spectra_start_adversary(kmin);
     const ConditionReport r = condition_fast(A, "A"), truth = condition_svd(A, "A");
     SCOPED_TRACE("kmin " + std::to_string(kmin) + ": " + format_report(r) + " | " + r.note);
     EXPECT_EQ(r.status, Status::kExact);

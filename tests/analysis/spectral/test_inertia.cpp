@@ -23,9 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include <Eigen/QR>
-#include <Spectra/Util/SimpleRandom.h>
-
 #include "analysis/jacobians/jacobians.h"
 #include "analysis/spectral/condition.h"
 #include "analysis/spectral/inertia.h"
@@ -584,6 +581,24 @@ TEST(CertifyExtremes, OnlyTheFirstShiftsIntervalsPlaceSigmaMinWhenTheSecondsAreN
   EXPECT_GT(e.sigma_min_lo, smin - 0.25 * c1.delta) << e.note;  // σ_min's interval, not the count of 0
 }
 
+// The report a route hands certify_report with `claim`: its σ's, κ = σ_max/σ_min, the κ ends the
+// claim's intervals give (for an estimate, κ itself), full rank.
+ConditionReport claimed_report(const std::string& matrix, const std::string& method, Status status, Index n,
+                               double sigma_min, double sigma_max, const ClaimedExtremes& claim) {
+  ConditionReport r;
+  r.matrix = matrix;
+  r.method = method;
+  r.status = status;
+  r.rows = r.cols = n;
+  r.sigma_min = sigma_min;
+  r.sigma_max = sigma_max;
+  r.kappa = sigma_max / sigma_min;
+  r.kappa_lo = claim.sigma_max_lo / claim.sigma_min_hi;
+  r.kappa_hi = claim.sigma_max_hi / claim.sigma_min_lo;
+  r.rank = n;
+  return r;
+}
+
 // The review's false certificate (before the count was scale invariant): σ_min = 0.0099 missed by a
 // claim that sits on σ_2 = 0.01, the whole matrix scaled by 1e-165. The counts at 1.01·σ_2 and at
 // 0.999·σ_2 each missed the 2 × 2 pivots' negative eigenvalues, and σ_min was certified in
@@ -609,17 +624,7 @@ TEST(CertifyExtremes, ATinyMatrixsMissedSigmaMinIsNotCertifiedAway) {
     EXPECT_GE(c.sigma_min_hi, smin - tau) << c.note;
   }
   EXPECT_TRUE(c.refuted) << c.note;
-  ConditionReport r;
-  r.matrix = "K";
-  r.method = "gkl";
-  r.status = Status::kBracket;
-  r.rows = r.cols = n;
-  r.sigma_min = s2;
-  r.sigma_max = smax;
-  r.kappa = smax / s2;
-  r.kappa_lo = claim.sigma_max_lo / claim.sigma_min_hi;
-  r.kappa_hi = claim.sigma_max_hi / claim.sigma_min_lo;
-  r.rank = n;
+  const ConditionReport r = claimed_report("K", "gkl", Status::kBracket, n, s2, smax, claim);
   const ConditionReport got = certify_report(r, K, claim);
   const double kappa = ref.maxCoeff() / ref.minCoeff();
   ASSERT_EQ(got.status, Status::kCertified) << got.note;
@@ -644,17 +649,7 @@ TEST(CertifyReport, ACountBelowTheClaimedLowerEndRefutesTheClaim) {
   const CertifiedExtremes c = certify_extremes(K, claim);
   EXPECT_FALSE(c.min_certified) << c.note;
   EXPECT_TRUE(c.refuted) << c.note;
-  ConditionReport r;
-  r.matrix = "K";
-  r.method = "gkl";
-  r.status = Status::kNotConverged;
-  r.rows = r.cols = 60;
-  r.sigma_min = 0.6;
-  r.sigma_max = 1.0;
-  r.kappa = 1.0 / 0.6;
-  r.kappa_lo = claim.sigma_max_lo / claim.sigma_min_hi;
-  r.kappa_hi = claim.sigma_max_hi / claim.sigma_min_lo;
-  r.rank = 60;
+  const ConditionReport r = claimed_report("K", "gkl", Status::kNotConverged, 60, 0.6, 1.0, claim);
   const ConditionReport got = certify_report(r, K, claim);
   EXPECT_GE(got.kappa_hi, kappa * (1 - 1e-9)) << "the claim's kappa_hi stood: " << got.note;
   EXPECT_LE(got.kappa_lo, kappa * (1 + 1e-9)) << got.note;
@@ -662,54 +657,22 @@ TEST(CertifyReport, ACountBelowTheClaimedLowerEndRefutesTheClaim) {
   EXPECT_EQ(got.note.rfind("inertia refuted gkl (", 0), 0u) << got.note;
 }
 
-// A = U diag(s) Vᵀ (n = 100) whose right singular vector of σ = s(1) is Spectra's fixed start vector
-// (SimpleRandom(0), the one SymEigsSolver::init() uses): Lanczos on AᵀA breaks down at once and
-// Spectra returned σ_max 2.0396 for a true 2 with status Successful (lu_lanczos.h, "The σ_max
-// check"). σ_max = 2, the rest linspace(1, 0.5), σ_min = 1/kmin.
-Mat spectra_start_adversary(double kmin) {
-  const Index n = 100;
-  Spectra::SimpleRandom<double> start(0);
-  Vec r0 = start.random_vec(n);
-  r0.normalize();
-  std::mt19937_64 g(3);
-  Mat M = test::gaussian(n, n, 1.0, g);
-  M.col(0) = r0;  // QR keeps r0 as the first direction, the others orthogonal to it
-  const Mat Q = Eigen::HouseholderQR<Mat>(M).householderQ();
-  Mat V(n, n);
-  V.col(0) = Q.col(1);      // σ_max's, orthogonal to r0
-  V.col(n - 1) = Q.col(2);  // σ_min's, orthogonal to r0
-  V.col(1) = Q.col(0);      // ±r0
-  for (Index i = 2; i < n - 1; ++i) V.col(i) = Q.col(i + 1);
-  const Mat U = Eigen::HouseholderQR<Mat>(test::gaussian(n, n, 1.0, g)).householderQ();
-  Vec s = Vec::LinSpaced(n, 1.0, 0.5);
-  s(0) = 2.0;
-  s(n - 1) = 1.0 / kmin;
-  return U * s.asDiagonal() * V.transpose();
-}
-
 // A route's σ_max above the spectrum (the 2.0396 of spectra_start_adversary, before
 // lu_lanczos_extremes checked it) was taken less 1e-10 as σ_max's proven lower end: `certified`
 // κ ∈ [203.961, 203.961] for a true 200. The lower end is Courant–Fischer on certify_extremes' own
 // vector (from a start of its own: this matrix is built against Spectra's).
 TEST(CertifyReport, ASigmaMaxAboveTheSpectrumIsNotCertified) {
-  const Mat A = spectra_start_adversary(1e2);
+  const Mat A = test::spectra_start_adversary(1e2);
   const Vec ref = singular_values(A);
   const double smax = ref.maxCoeff(), smin = ref.minCoeff(), kappa = smax / smin;
   ASSERT_NEAR(kappa, 200.0, 1e-9);
   const double claimed_max = 2.03961;  // what condition_fast reported on this matrix
-  ConditionReport r;
-  r.matrix = "A";
-  r.method = "dense-lu-lanczos";
-  r.status = Status::kExact;
-  r.rows = r.cols = A.rows();
-  r.sigma_min = smin;
-  r.sigma_max = claimed_max;
-  r.kappa = r.kappa_lo = r.kappa_hi = claimed_max / smin;
-  r.rank = A.rows();
-  const CertifiedExtremes e = certify_extremes(A, ClaimedExtremes::estimate(smin, claimed_max));
+  const ClaimedExtremes claim = ClaimedExtremes::estimate(smin, claimed_max);
+  const ConditionReport r = claimed_report("A", "dense-lu-lanczos", Status::kExact, A.rows(), smin, claimed_max, claim);
+  const CertifiedExtremes e = certify_extremes(A, claim);
   EXPECT_LE(e.sigma_max_lo, smax) << e.note;
   EXPECT_GE(e.sigma_max_lo, smax * (1 - 1e-10)) << "the own vector's lower end is not tight: " << e.note;
-  const ConditionReport got = certify_report(r, A, ClaimedExtremes::estimate(smin, claimed_max));
+  const ConditionReport got = certify_report(r, A, claim);
   EXPECT_LE(got.kappa_lo, 200.0 * (1 + 1e-12)) << got.note;
   EXPECT_GE(got.kappa_hi, 200.0 * (1 - 1e-12)) << got.note;
   EXPECT_GE(got.kappa, got.kappa_lo);
