@@ -42,7 +42,8 @@ void BlockSource::add_options(po::options_description& desc) {
        "(default: the file's config; pre-norm, as timm's ViT, without one)")
       ("skip", po::value(&skip)->default_value(skip),
        "residuals: none | full | no-ffn-skip (attention residual only) | no-sab-skip (MLP residual only); a "
-       "--weights file with jacond config has its own (rezero analysed as full, its alphas folded in)")
+       "--weights file with jacond config, or with rezero_* tensors, has its own (rezero analysed as full, its alphas "
+       "folded in)")
       ("logit-scale", number_value(&logit_scale), "logit scale s; 0 = 1/sqrt(d_h)");
 }
 
@@ -174,6 +175,10 @@ std::string branch_scale_key(const models::TensorMap& w, int64_t layer, std::ini
   return "";
 }
 
+bool has_rezero_scales(const models::TensorMap& w, int64_t layer) {
+  return !branch_scale_key(w, layer, {"rezero_attn", "rezero_mlp"}).empty();
+}
+
 }  // namespace
 
 void refuse_forward_that_cannot_fit(int64_t n, int64_t d, int64_t heads, int64_t mlp_ratio) {
@@ -226,6 +231,16 @@ LoadedBlock load_block(const BlockSource& src) {
   if (arch.config) {
     out.skip = models::analysis_skip_mode(arch.config->skip);
     out.skip_name = models::to_string(arch.config->skip);
+  } else if (!arch.post_norm && has_rezero_scales(w, src.layer)) {
+    // rezero_attn / rezero_mlp are jacond's names for ReZero's α₁, α₂ (models/vit/vit.h): the block is
+    // x + α₁ a(LN1 x), x + α₂ m(LN2 x), a full residual with the α folded into W^O, W_2 below (as audit
+    // infers from the same keys). Read as --skip none it would be α·F alone: K_sab ≈ 0 at init.
+    if (src.skip_typed && parse_skip_mode(src.skip) != SkipMode::kFull)
+      throw UsageError("--skip " + src.skip + " contradicts " + src.weights + ": its blocks." +
+                       std::to_string(src.layer) + ".rezero_* make it a ReZero block (skip rezero, a full residual); "
+                       "drop --skip");
+    out.skip = SkipMode::kFull;
+    out.skip_name = models::to_string(models::SkipKind::kRezero);
   } else {
     out.skip = parse_skip_mode(src.skip);
     out.skip_name = src.skip;

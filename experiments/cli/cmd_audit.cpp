@@ -13,6 +13,8 @@
 #include <optional>
 #include <iostream>
 #include <new>
+#include <string>
+#include <type_traits>
 
 #include "analysis/core/progress.h"
 #include "analysis/core/threads.h"
@@ -77,6 +79,21 @@ void note_flags_against_config(const std::string& path, const models::ViTConfig&
   if (flags.norm) note("norm", models::to_string(flags.cfg.norm), models::to_string(cfg.norm));
 }
 
+// A field of a checkpoint's meta.json section, its JSON type checked: nlohmann's value() says "type
+// must be number, but is string", naming neither the file nor the key, and reads 1.5 or true as 1.
+template <class T>
+T meta_field(const nlohmann::json& section, const std::string& where, const char* key, T fallback) {
+  if (!section.contains(key)) return fallback;
+  const nlohmann::json& v = section.at(key);
+  const char* wanted = std::is_same_v<T, std::string> ? "a string" : std::is_integral_v<T> ? "an integer" : "a number";
+  bool ok = false;
+  if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+  else ok = v.is_number();
+  if (!ok) throw std::runtime_error(where + "." + key + " must be " + wanted + ", got " + models::printable(v.dump()));
+  return v.get<T>();
+}
+
 // A checkpoint directory `jacond train` wrote: its config, weights and the run's probe settings.
 // optimizer.pt is not read (an audit of a run whose optimizer states were deleted is an audit).
 AuditTarget load_checkpoint_dir(const std::string& path, const ArchitectureFlags& flags, bool data_free) {
@@ -84,7 +101,8 @@ AuditTarget load_checkpoint_dir(const std::string& path, const ArchitectureFlags
   t.path = path;
   models::Checkpoint c = models::read_checkpoint(path, models::CheckpointParts::kModel);
   t.step = c.meta["step"].get<int64_t>();
-  const std::string arch = c.meta["model"].value("arch", std::string("vit"));
+  const std::string where = path + ": meta.json ";
+  const std::string arch = meta_field(c.meta["model"], where + "model", "arch", std::string("vit"));
   if (arch != "vit")
     throw std::runtime_error(path + ": a " + models::printable(arch) +
                              " checkpoint; jacond audit analyses ViT blocks (the run's conditioning.csv has its token-matrix κ)");
@@ -93,9 +111,10 @@ AuditTarget load_checkpoint_dir(const std::string& path, const ArchitectureFlags
   t.state = std::move(c.model);
   if (c.meta.contains("train") && !data_free) {  // the probe batch's settings; --data-free has none
     const nlohmann::json& train = c.meta["train"];
-    t.probe_size = train.value("probe_size", int64_t{1});
-    t.token_graying = train.value("token_graying", std::string("none"));
-    t.tg_eps = train.value("tg_eps", 1.0);
+    if (!train.is_object()) throw std::runtime_error(where + "train must be an object, got " + models::printable(train.dump()));
+    t.probe_size = meta_field(train, where + "train", "probe_size", int64_t{1});
+    t.token_graying = meta_field(train, where + "train", "token_graying", std::string("none"));
+    t.tg_eps = meta_field(train, where + "train", "tg_eps", 1.0);
   }
   return t;
 }

@@ -1,6 +1,7 @@
 #include "models/classifier/convmixer.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace jacond::models {
 
@@ -8,7 +9,10 @@ void ConvMixerConfig::validate() const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("convmixer: " + what);
   };
-  require(dim >= 1 && depth >= 1 && in_chans >= 1 && num_classes >= 2, "--dim, --depth must be >= 1");
+  require(dim >= 1, "--dim must be >= 1, got " + std::to_string(dim));
+  require(depth >= 1, "--depth must be >= 1, got " + std::to_string(depth));
+  require(in_chans >= 1, "in_chans must be >= 1, got " + std::to_string(in_chans));
+  require(num_classes >= 2, "num_classes must be >= 2, got " + std::to_string(num_classes));
   require(patch >= 1 && image_size % patch == 0, "--patch " + std::to_string(patch) + " must divide the image size " +
                                                     std::to_string(image_size));
   require(kernel >= 1 && kernel % 2 == 1, "--kernel must be odd and >= 1 (a 'same' padding), got " + std::to_string(kernel));

@@ -222,10 +222,15 @@ void encode_u64_le(uint64_t v, char* b) {
   for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-/// A JSON number that is a non-negative integer (nlohmann stores those as unsigned).
+/// A JSON number that is a non-negative integer. nlohmann stores those as unsigned, except `-0`
+/// (a signed 0), which Python's json, and so jacond.safetensors, reads as 0.
 bool as_nonnegative_integer(const json& j, uint64_t* out) {
-  if (!j.is_number_unsigned()) return false;
-  *out = j.get<uint64_t>();
+  if (j.is_number_unsigned()) {
+    *out = j.get<uint64_t>();
+    return true;
+  }
+  if (!j.is_number_integer() || j.get<int64_t>() != 0) return false;
+  *out = 0;
   return true;
 }
 
@@ -249,7 +254,7 @@ std::vector<int64_t> parse_entry_shape(const std::string& path, const std::strin
     throw SafetensorsError(path, tensor_label(name) + ": missing or non-array \"shape\"");
   std::vector<int64_t> shape;
   for (const json& d : *it) {
-    if (d.is_number_integer() && !d.is_number_unsigned())
+    if (d.is_number_integer() && !d.is_number_unsigned() && d.get<int64_t>() < 0)
       throw SafetensorsError(path, tensor_label(name) + ": shape " + json_snippet(*it) +
                                        " has a negative dimension " + json_snippet(d));
     uint64_t v = 0;

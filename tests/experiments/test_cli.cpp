@@ -500,6 +500,19 @@ TEST_F(CliTest, BlockAndSpectrumTakeTheResidualsOfACheckpointsConfig_n8_d16_h2) 
   EXPECT_GT(to_double(zcsv.rows[0].at("sigma_min")), 0.5);
   EXPECT_EQ(expect_one_line_error({"block", "--weights", rezero, "--tokens", tfile, "--skip", "no-sab-skip"},
                                   {"--skip no-sab-skip", "skip rezero"}).code, 2);
+  // The same tensors without the config (a copy saved with no metadata): rezero_* alone make it
+  // ReZero, so the residual is kept (read with --skip none it was α·F alone, σ ≈ 0 at init).
+  const std::string bare = path("rezero-bare.safetensors");
+  jacond::models::save_safetensors(bare, jacond::models::load_safetensors(rezero));
+  const RunResult zb = run({"block", "--weights", bare, "--heads", "2", "--tokens", tfile, "--matrices", "K_sab",
+                            "--out", path("rezero-bare")});
+  ASSERT_TRUE(zb.exited && zb.code == 0) << zb.describe();
+  const Csv zbcsv = read_csv(path("rezero-bare") + "/results.csv");
+  ASSERT_EQ(zbcsv.rows.size(), 1u) << zbcsv.raw_header;
+  EXPECT_EQ(zbcsv.rows[0].at("skip"), "rezero");
+  EXPECT_EQ(zbcsv.rows[0].at("sigma_min"), zcsv.rows[0].at("sigma_min"));
+  EXPECT_EQ(expect_one_line_error({"block", "--weights", bare, "--heads", "2", "--tokens", tfile, "--skip", "none"},
+                                  {"--skip none", "contradicts", "ReZero", "drop --skip"}).code, 2);
 
   // spectrum shares the loading: K_sab of the full-residual block is regular.
   const RunResult s = run({"spectrum", "--weights", full, "--tokens", tfile, "--matrix", "K_sab", "--method", "dense",
@@ -511,6 +524,36 @@ TEST_F(CliTest, BlockAndSpectrumTakeTheResidualsOfACheckpointsConfig_n8_d16_h2) 
   EXPECT_GT(meta.at("result").at("sigma_min").get<double>(), 0.5) << meta.dump(2);
   EXPECT_EQ(expect_one_line_error({"spectrum", "--weights", full, "--tokens", tfile, "--matrix", "K_sab", "--skip", "none"},
                                   {"--skip none", "skip full"}).code, 2);
+}
+
+// audit reads a checkpoint's model.arch and train.{probe_size, token_graying, tg_eps}: a field of
+// the wrong JSON type is named with its key (it was "type must be number, but is string", and
+// probe_size 1.5 or true read as 1).
+TEST_F(CliTest, AuditNamesAMetaFieldOfTheWrongType) {
+  const std::string dir = path("run");
+  const RunResult r = run({"train", "--dim", "16", "--depth", "1", "--heads", "2", "--patch", "7", "--batch", "8",
+                           "--data-limit", "64", "--test-limit", "16", "--steps", "1", "--checkpoint-every", "1",
+                           "--track-every", "0", "--threads", "1", "--out", dir});
+  ASSERT_TRUE(r.exited && r.code == 0) << r.describe();
+  const std::string ckpt = dir + "/step-0000001";
+  const json meta = json::parse(slurp(ckpt + "/meta.json"));
+  const auto audit_with = [&](const std::string& section, const std::string& key, const json& value,
+                              std::vector<std::string> expected) {
+    json edited = meta;
+    if (key.empty()) edited[section] = value;
+    else edited[section][key] = value;
+    std::ofstream(ckpt + "/meta.json") << edited.dump();
+    return expect_one_line_error({"audit", ckpt, "--matrices", "K_sa", "--threads", "1"}, expected).code;
+  };
+  EXPECT_EQ(audit_with("model", "arch", 5, {"meta.json model.arch must be a string", "got 5"}), 1);
+  EXPECT_EQ(audit_with("train", "probe_size", "x", {"train.probe_size must be an integer", "\"x\""}), 1);
+  EXPECT_EQ(audit_with("train", "probe_size", 1.5, {"train.probe_size must be an integer", "1.5"}), 1);
+  EXPECT_EQ(audit_with("train", "tg_eps", "x", {"train.tg_eps must be a number"}), 1);
+  EXPECT_EQ(audit_with("train", "token_graying", true, {"train.token_graying must be a string"}), 1);
+  EXPECT_EQ(audit_with("train", "", 3, {"meta.json train must be an object"}), 1);
+  std::ofstream(ckpt + "/meta.json") << meta.dump();  // the control: the written meta audits
+  const RunResult ok = run({"audit", ckpt, "--matrices", "K_sa", "--threads", "1", "--out", path("audit")});
+  EXPECT_TRUE(ok.exited && ok.code == 0) << ok.describe();
 }
 
 // A branch scale (timm's LayerScale ls1/ls2.gamma, ReZero's rezero_attn/mlp) is folded into W^O

@@ -92,6 +92,27 @@ TEST(ConvMixer, StateRoundTripsAndBadStatesAreRejected) {
   bad = small(true);
   bad.patch = 5;
   EXPECT_THROW(bad.validate(), std::invalid_argument);
+  // Each bad field is named (one message used to say "--dim, --depth" for all four).
+  const auto message = [](const ConvMixerConfig& c) {
+    try {
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  bad = small(true);
+  bad.num_classes = 1;
+  EXPECT_NE(message(bad).find("num_classes must be >= 2, got 1"), std::string::npos) << message(bad);
+  bad = small(true);
+  bad.in_chans = 0;
+  EXPECT_NE(message(bad).find("in_chans must be >= 1, got 0"), std::string::npos) << message(bad);
+  bad = small(true);
+  bad.depth = 0;
+  EXPECT_NE(message(bad).find("--depth must be >= 1, got 0"), std::string::npos) << message(bad);
+  bad = small(true);
+  bad.dim = 0;
+  EXPECT_NE(message(bad).find("--dim must be >= 1, got 0"), std::string::npos) << message(bad);
 }
 
 // Each reported κ is σ_max/σ_min of the [n, h] token matrix, recomputed here by torch's SVD from

@@ -518,6 +518,19 @@ TEST_F(SafetensorsTest, RejectsBadShapesAndOffsets) {
   expect_read_error(p6, {"cannot open"});
 }
 
+// JSON's -0 is a signed zero to nlohmann; it was refused with "has a negative dimension 0" and
+// "must be two non-negative integers ... got [0, 0]". Python's json (jacond.safetensors) reads 0.
+TEST_F(SafetensorsTest, ANegativeZeroIsZero) {
+  const std::string path = file("negzero.safetensors");
+  write_file(path, make_file(one_tensor_header("F32", "[-0]", "[-0,0]"), zeros(0)));
+  const jacond::models::TensorMap t = jacond::models::load_safetensors(path);
+  ASSERT_EQ(t.count("x"), 1u);
+  EXPECT_EQ(t.at("x").sizes().vec(), std::vector<int64_t>{0});
+  const std::string p2 = file("negone.safetensors");  // a real negative stays refused
+  write_file(p2, make_file(one_tensor_header("F32", "[-1]", "[0,0]"), zeros(0)));
+  expect_read_error(p2, {"'x'", "negative dimension"});
+}
+
 TEST_F(SafetensorsTest, ErrorMessagesStayOnOneLine) {
   const std::string path = file("newline.safetensors");
   const std::string header =
