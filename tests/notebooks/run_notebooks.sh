@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # CI executes every notebook (issue 12) on small results made here by the jacond under test:
 #   run_notebooks.sh JACOND WORK_DIR [PYTHON_PACKAGE_DIR]
-# A tiny sweep, a tiny training run with tracking, its audit (data-dependent and data-free); then
-# `jupyter nbconvert --execute` of each notebook in notebooks/ with JACOND_* pointing at them, and of
-# sweep.ipynb once more on a tiny seeds-only sweep (--init timm: no alpha, beta, c; a few seconds). A
-# cell that raises fails the test (nbconvert exits nonzero); the executed copies are checked for
-# the outputs the notebooks promise (a PNG per figure cell, the sensitivity verdict with a finite
-# ratio or an explicit "cannot decide"; on the timm sweep, kappa per seed and no alpha x beta cells;
-# the audit's agreement with the tracking, python_api's statuses as its prose states them).
+# A tiny sweep, a tiny training run with tracking at 2 probe images, its audit (data-dependent and data-free);
+# then `jupyter nbconvert --execute` of each notebook in notebooks/ with JACOND_* pointing at them, of
+# sweep.ipynb once more on a tiny seeds-only sweep (--init timm: no alpha, beta, c; a few seconds), and once
+# more on sweep-two-seeds/ (here: a synthetic 2-seed sweep.csv whose cells a plain median and the heatmap's
+# median of log kappa read differently). A cell that raises fails the test (nbconvert exits nonzero); the
+# executed copies are checked for the outputs the notebooks promise (a PNG per figure cell, the sensitivity
+# verdict with a finite ratio or an explicit "cannot decide"; on the timm sweep, kappa per seed and no
+# alpha x beta cells; the audit's agreement with the tracking, python_api's statuses as its prose states
+# them), and by check_readings.py for how they read kappa (the sweep's table, lines and verdict as the
+# heatmap; one line per layer and one axis per tracked matrix in training_audit; the softmax rows in
+# audit_your_checkpoint; prose that lists the statuses or what a row is). The notebooks run unmodified:
+# record_figures.py, an IPython startup file in a private IPYTHONDIR, logs the data of every figure they
+# show (plt.show) to $WORK/figures/NAME.jsonl for those checks.
 # PYTHON_PACKAGE_DIR (<build>/python) holds the in-tree Python module for python_api.ipynb; without
 # it (a build without pybind11) that notebook is skipped.
 set -euo pipefail
@@ -15,20 +21,27 @@ JACOND=$1
 WORK=$2
 PYTHON_PACKAGE_DIR=${3:-}
 if [ -n "$PYTHON_PACKAGE_DIR" ]; then export PYTHONPATH="$PYTHON_PACKAGE_DIR${PYTHONPATH:+:$PYTHONPATH}"; fi
-SOURCE=$(cd "$(dirname "$0")/../.." && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+SOURCE=$(cd "$HERE/../.." && pwd)
 rm -rf "$WORK" && mkdir -p "$WORK"
 "$JACOND" sweep --alpha 1.5:2.5:0.5 --beta 0.1:1.1:0.5 --c 3 --seeds 1 --n 4 --d 8 --heads 2 --out "$WORK/sweep" > "$WORK/sweep.log" 2>&1
 "$JACOND" sweep --init timm --seeds 2 --n 4 --d 8 --heads 2 --threads 1 --out "$WORK/sweep-timm" > "$WORK/sweep-timm.log" 2>&1
 "$JACOND" train --dim 16 --depth 2 --heads 2 --patch 7 --batch 32 --data-limit 640 --test-limit 200 --threads 1 \
   --steps 12 --warmup-steps 3 --optimizer soap --skip none --init ours --eval-every 6 --track-every 6 \
-  --track-matrices K_sa,K_sab,softmax --checkpoint-every 6 --checkpoint-init --print-every 6 --out "$WORK/run" > "$WORK/train.log"
+  --track-matrices K_sa,K_sab,softmax --probe-size 2 --checkpoint-every 6 --checkpoint-init --print-every 6 --out "$WORK/run" > "$WORK/train.log"
 "$JACOND" audit "$WORK/run" --matrices K_sa,softmax --threads 1 --out "$WORK/audit" > "$WORK/audit.log"
 "$JACOND" audit "$WORK/run" --data-free --out "$WORK/audit-free" > "$WORK/audit-free.log"
+cp -r "$HERE/sweep-two-seeds" "$WORK/sweep-two-seeds"
+# Every figure a notebook shows, logged for check_readings.py (record_figures.py, run at each kernel's start).
+mkdir -p "$WORK/ipython/profile_default/startup" "$WORK/figures"
+cp "$HERE/record_figures.py" "$WORK/ipython/profile_default/startup/00-record-figures.py"
+export IPYTHONDIR="$WORK/ipython"
 export JACOND="$JACOND" JACOND_NOTEBOOK_WORK="$WORK/own-vit"
 export JACOND_SWEEP="$WORK/sweep" JACOND_RUN="$WORK/run" JACOND_AUDIT="$WORK/audit" JACOND_AUDIT_FREE="$WORK/audit-free"
 for nb in "$SOURCE"/notebooks/*.ipynb; do
   name=$(basename "$nb" .ipynb)
   if [ "$name" = python_api ] && [ -z "$PYTHON_PACKAGE_DIR" ]; then echo "skipped $name (no Python module in this build)"; continue; fi
+  JACOND_FIGURE_LOG="$WORK/figures/$name.jsonl" \
   jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=300 --output-dir "$WORK/executed" "$nb" \
     > "$WORK/$name.nbconvert.log" 2>&1 || { echo "notebook $name failed:"; tail -n 30 "$WORK/$name.nbconvert.log"; exit 1; }
   echo "executed $name"
@@ -38,8 +51,15 @@ JACOND_SWEEP="$WORK/sweep-timm" jupyter-nbconvert --to notebook --execute --Exec
   --output sweep-timm "$SOURCE/notebooks/sweep.ipynb" > "$WORK/sweep-timm.nbconvert.log" 2>&1 \
   || { echo "notebook sweep on a timm sweep failed:"; tail -n 30 "$WORK/sweep-timm.nbconvert.log"; exit 1; }
 echo "executed sweep on a timm sweep"
-# What the notebooks promise, in their executed copies.
-/usr/bin/python3 - "$WORK/executed" <<'PY'
+# sweep.ipynb on a synthetic 2-seed sweep: its table, lines and verdict must read kappa as the heatmap does.
+JACOND_SWEEP="$WORK/sweep-two-seeds" JACOND_FIGURE_LOG="$WORK/figures/sweep-two-seeds.jsonl" \
+  jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=300 --output-dir "$WORK/executed" \
+  --output sweep-two-seeds "$SOURCE/notebooks/sweep.ipynb" > "$WORK/sweep-two-seeds.nbconvert.log" 2>&1 \
+  || { echo "notebook sweep on sweep-two-seeds failed:"; tail -n 30 "$WORK/sweep-two-seeds.nbconvert.log"; exit 1; }
+echo "executed sweep on sweep-two-seeds"
+# What the notebooks promise, in their executed copies (both sets of checks run; either failing fails the test).
+status=0
+/usr/bin/python3 - "$WORK/executed" <<'PY' || status=1
 import json, math, os, re, sys
 d = sys.argv[1]
 def outputs(name):
@@ -111,3 +131,5 @@ if failures:
     print("\n".join(failures)); sys.exit(1)
 print("notebook outputs as promised")
 PY
+/usr/bin/python3 "$HERE/check_readings.py" "$WORK" "$SOURCE" || status=1
+exit $status
