@@ -163,6 +163,51 @@ def test_layers_singular_at_the_same_kappa_lo_are_named_where_their_markers_coin
     plt.close(fig)
 
 
+def test_notes_of_different_layer_sets_at_neighbouring_steps_do_not_overlap(tmp_path, saved_figures):
+    """Layers 1-3 singular at step 0, layers 2-3 from step 250 on, all at one κ_lo (the skipless-ours
+    audit): two notes at x = 0 and 250 of a 0..1000 axis, each wider than a quarter of it; they were
+    printed on one line over each other."""
+    rows = []
+    for step in (0, 250, 500, 750, 1000):
+        rows.append(k_sa(f"run/step-{step:07d}", step, 0, 1e8))
+        rows.append(k_sa(f"run/step-{step:07d}", step, 1, 1e9) if step else singular_k_sa("run/step-0000000", 0, 1, 1.4e12))
+        rows += [singular_k_sa(f"run/step-{step:07d}", step, layer, 1.4e12) for layer in (2, 3)]
+    fig = drawn_audit(tmp_path, saved_figures, rows)
+    texts = fig.axes[0].texts
+    assert sorted(t.get_text() for t in texts) == ["layers 1–3 singular", "layers 2–3 singular"]
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert not boxes[0].overlaps(boxes[1]), boxes
+    plt.close(fig)
+
+
+def test_a_set_of_layers_is_named_once_and_inside_the_panel(tmp_path, saved_figures):
+    """Layers 2-3 singular from step 500 on at κ_lo a rounding apart, which of them is lower changing
+    between steps (the skipless-timm audit): named once, not once per order, and the note at the last
+    step stays inside the axes (it ran past the right edge)."""
+    rows = []
+    for step in (0, 250, 500, 750, 1000):
+        rows.append(k_sa(f"run/step-{step:07d}", step, 0, 1e8))
+        rows.append(k_sa(f"run/step-{step:07d}", step, 1, 1e9))
+        lo2, lo3 = (1.40e12, 1.41e12) if step != 1000 else (1.41e12, 1.40e12)
+        if step >= 500:
+            rows += [singular_k_sa(f"run/step-{step:07d}", step, 2, lo2), singular_k_sa(f"run/step-{step:07d}", step, 3, lo3)]
+        else:
+            rows += [k_sa(f"run/step-{step:07d}", step, layer, 1e10) for layer in (2, 3)]
+    fig = drawn_audit(tmp_path, saved_figures, rows)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts] == ["layers 2–3 singular"]
+    assert audit.coincident_singular([(0, 1.40e12, "layer 2"), (0, 1.41e12, "layer 3"),
+                                      (1, 1.40e12, "layer 3"), (1, 1.41e12, "layer 2")]) == \
+        [(("layer 2", "layer 3"), 0, 1.41e12)]
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    for t in ax.texts:
+        box = t.get_window_extent(renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1, (t.get_text(), box, inside)
+    plt.close(fig)
+
+
 def test_singular_markers_apart_are_not_named():
     hollow = [(0, 1e12, "layer 1"), (0, 5e12, "layer 2"), (10, 1e12, "layer 1"), (10, 1.01e12, "layer 3")]
     assert audit.coincident_singular(hollow) == [(("layer 1", "layer 3"), 10, 1.01e12)]

@@ -97,6 +97,7 @@ def series_names(labels):
     return "layers " + ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
 
 
+ANNOTATION_STEP = 9  # points between successive "… singular" notes of a panel (fontsize 7 plus a gap)
 COINCIDENT = 0.05  # hollow markers closer than this in log10 κ (12 %) at one x are drawn on one another
 
 
@@ -111,7 +112,7 @@ def coincident_singular(hollow):
             if label is not None and np.log10(k) - np.log10(cluster[-1][0]) < COINCIDENT:
                 cluster.append((k, label))
                 continue
-            labels = tuple(dict.fromkeys(c[1] for c in cluster))
+            labels = tuple(sorted(set(c[1] for c in cluster)))  # one set, whatever order κ_lo's rounding gave
             if len(labels) > 1 and labels not in named:
                 named.add(labels)
                 groups.append((labels, xv, cluster[-1][0]))
@@ -133,10 +134,14 @@ def panel(ax, sub, matrix, over_steps, omitted=0, by_checkpoint=False):
         ax.scatter(xs[s], stats["median"][s], facecolors="none", edgecolors=colour, s=24)
         if label is not None:
             hollow += [(xv, k, label) for xv, k in zip(xs[s], stats["median"][s])]
-    for labels, xv, k in coincident_singular(hollow):
-        # below the markers: singular ones sit at κ_lo near the fp64 floor, the top of the axis
-        ax.annotate(f"{series_names(labels)} singular", (xv, k), xytext=(5, -6), textcoords="offset points",
-                    fontsize=7, ha="left", va="top")
+    left, right = ax.get_xlim()
+    for i, (labels, xv, k) in enumerate(coincident_singular(hollow)):
+        # below the markers: singular ones sit at κ_lo near the fp64 floor, the top of the axis; each
+        # note a line lower than the last, so notes at neighbouring steps do not print over each other;
+        # in the right half of the axis the note ends at its marker, so it stays inside the panel
+        to_the_left = xv > (left + right) / 2
+        ax.annotate(f"{series_names(labels)} singular", (xv, k), xytext=(-5 if to_the_left else 5, -6 - ANNOTATION_STEP * i),
+                    textcoords="offset points", fontsize=7, ha="right" if to_the_left else "left", va="top")
     kappa_scale(ax, sub["drawn"])
     ax.set_xlabel("training step of the checkpoint" if over_steps else "layer")
     space = sub["space"].iloc[0]
