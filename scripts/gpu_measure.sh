@@ -111,6 +111,26 @@ twice = {stem: sorted(p) for stem, p in paths.items() if len(p) > 1}
 print(f"--- one Python process maps {len(paths)} libraries; from more than one file: {twice or 'none'}")
 PY
 }
+# One more control for those deaths (the first H200 run's test_cli and test_train_cli died at a
+# fixture's teardown, after their bodies passed): a CliFixture test whose jacond child computes on
+# the CPU only (a block at n 8: BLAS, the fixture's folder), in the environment of the failing
+# tests (env.sh's LD_LIBRARY_PATH, JACOND_EXPECT_GPU=1), run as ctest runs it, from
+# $build/tests. Its exit status is logged raw (139: SIGSEGV; ctest would say 8 for any failure):
+# dying too, it puts the deaths on this machine's fixture teardown; passing, on a GPU child run
+# before it in the same executable.
+cpu_child_control() {
+  local control=CliTest.BlockFromInitWritesTidyResults_n8_d16_h2 exe=$build/tests/test_cli control_rc
+  if [ ! -x "$exe" ]; then
+    echo "control $control: $exe was not built"
+    return 0
+  fi
+  exe=$(realpath "$exe")
+  (cd "$build/tests" && JACOND_EXPECT_GPU=1 "$exe" --gtest_filter="$control")
+  control_rc=$?
+  echo "control $control (a CliFixture test whose jacond child runs on the CPU only): exit status $control_rc"
+}
+export -f cpu_child_control
+
 # Every helper an item calls is exported with it: an item runs in a child shell (bash -c in run_item),
 # which sees only exported functions; library_mix was not, and item 1's diagnosis said "command not
 # found" (tests/scripts/test_gpu_measure.sh checks the log for its output).
@@ -143,6 +163,7 @@ item1_tests() {
     (cd "$build" && JACOND_EXPECT_GPU=1 ctest -j1 --rerun-failed --output-on-failure) || true
     (cd "$build" && ctest -j1 -R "^CliTest.TopLevelHelp$|^TrainCli.NegativeOrNonFiniteOptimizerValuesAreUsageErrors$" \
       --output-on-failure) || true
+    cpu_child_control
     library_mix
   fi
   # ctest's list of the tests that did not run (a tab, then " 24 - Name (Skipped)"), less no_gpu_tests.

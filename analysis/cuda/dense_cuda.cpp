@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -43,12 +44,35 @@ void check(cusolverStatus_t s, const char* call, const char* file, int line) {
 
 #define JACOND_CUDA(call) check((call), #call, __FILE__, __LINE__)
 
-// One cudaMalloc'd buffer, freed on scope exit.
+// "cudaMalloc of <what> (<bytes> bytes, <GB> GB)": a failed allocation's call, by name and size.
+std::string allocation_call(const std::string& what, size_t bytes) {
+  std::ostringstream os;
+  os << "cudaMalloc of " << what << " (" << bytes << " bytes, " << static_cast<double>(bytes) / 1e9 << " GB)";
+  return os.str();
+}
+
+// cudaMalloc of `bytes` into *ptr, or a CudaError naming the buffer, its size and where it was
+// asked for (`file`:`line`, the maker's: every failure used to name DeviceBuffer's own line).
+void device_malloc(void** ptr, size_t bytes, const std::string& what, const char* file, int line) {
+  const cudaError_t s = cudaMalloc(ptr, bytes);
+  if (s == cudaSuccess) return;
+  *ptr = nullptr;
+  // A failed cudaMalloc also leaves its error as the runtime's last one; cleared, or the next
+  // launch check that reads it (LibTorch's, after a kernel of the map's products) would report this
+  // allocation's failure as its own.
+  (void)cudaGetLastError();
+  fail(allocation_call(what, bytes).c_str(), file, line, cudaGetErrorString(s));
+}
+
+// One cudaMalloc'd buffer, freed on scope exit. `what` names it in a failure, with its bytes and
+// the line that made it (`file` and `line`: by default the caller's, GCC's and Clang's builtins).
 template <typename T>
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    if (count > 0) JACOND_CUDA(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
+  DeviceBuffer(size_t count, const std::string& what, const char* file = __builtin_FILE(), int line = __builtin_LINE())
+      : count_(count) {
+    const size_t bytes = detail::device_buffer_bytes(count, sizeof(T), what, file, line);
+    if (bytes > 0) device_malloc(reinterpret_cast<void**>(&ptr_), bytes, what, file, line);
   }
   ~DeviceBuffer() {
     if (ptr_) cudaFree(ptr_);
@@ -85,22 +109,36 @@ class OnDevice {
   bool switched_ = false;
 };
 
+// One cuBLAS or cuSOLVER handle (or cuSOLVER's params), made by `create` and destroyed by
+// `destroy` with its owner. One owner per handle: a member whose constructor has returned is
+// destroyed when a later member's constructor throws, so a failed cusolverDnCreate frees the cuBLAS
+// handle made before it. (One struct that created all three in its constructor's body leaked the
+// ones already made: a constructor that throws runs no destructor of its own.)
+template <typename Handle, auto create, auto destroy>
+class OwnedHandle {
+ public:
+  OwnedHandle(const char* call, const char* file, int line) {
+    Handle made = nullptr;
+    check(create(&made), call, file, line);
+    handle_ = made;
+  }
+  ~OwnedHandle() {
+    if (handle_) destroy(handle_);
+  }
+  OwnedHandle(const OwnedHandle&) = delete;
+  OwnedHandle& operator=(const OwnedHandle&) = delete;
+  // The raw handle, as the library calls take it (h.solver, h.blas).
+  operator Handle() const { return handle_; }  // NOLINT(google-explicit-constructor)
+
+ private:
+  Handle handle_ = nullptr;
+};
+
 struct Handles {
-  cublasHandle_t blas = nullptr;
-  cusolverDnHandle_t solver = nullptr;
-  cusolverDnParams_t params = nullptr;
-  Handles() {
-    JACOND_CUDA(cublasCreate(&blas));
-    JACOND_CUDA(cusolverDnCreate(&solver));
-    JACOND_CUDA(cusolverDnCreateParams(&params));
-  }
-  ~Handles() {
-    if (params) cusolverDnDestroyParams(params);
-    if (solver) cusolverDnDestroy(solver);
-    if (blas) cublasDestroy(blas);
-  }
-  Handles(const Handles&) = delete;
-  Handles& operator=(const Handles&) = delete;
+  OwnedHandle<cublasHandle_t, cublasCreate, cublasDestroy> blas{"cublasCreate", __FILE__, __LINE__};
+  OwnedHandle<cusolverDnHandle_t, cusolverDnCreate, cusolverDnDestroy> solver{"cusolverDnCreate", __FILE__, __LINE__};
+  using Params = OwnedHandle<cusolverDnParams_t, cusolverDnCreateParams, cusolverDnDestroyParams>;
+  Params params{"cusolverDnCreateParams", __FILE__, __LINE__};
 };
 
 void require_free_memory(size_t bytes, const std::string& what) {
@@ -118,31 +156,39 @@ void require_free_memory(size_t bytes, const std::string& what) {
 // say that every routine writes it on success, and read_info must not read cudaMalloc's leftovers.
 class DeviceInfo : public DeviceBuffer<int> {
  public:
-  DeviceInfo() : DeviceBuffer<int>(1) { JACOND_CUDA(cudaMemset(get(), 0, sizeof(int))); }
+  explicit DeviceInfo(const char* file = __builtin_FILE(), int line = __builtin_LINE())
+      : DeviceBuffer<int>(1, "cuSOLVER's devInfo", file, line) {
+    JACOND_CUDA(cudaMemset(get(), 0, sizeof(int)));
+  }
 };
 
-// cuSOLVER's devInfo: < 0 is an argument error (a failure), > 0 the routine's own outcome.
-int read_info(const DeviceBuffer<int>& info_buffer, const char* call) {
+// cuSOLVER's devInfo after `call`: < 0 is an argument error (a failure, naming the call and the
+// line that read it: JACOND_READ_INFO), > 0 the routine's own outcome.
+int read_info(const DeviceBuffer<int>& info_buffer, const std::string& call, const char* file, int line) {
   int info = 0;
-  JACOND_CUDA(cudaMemcpy(&info, info_buffer.get(), sizeof(int), cudaMemcpyDeviceToHost));
-  if (info < 0) fail(call, __FILE__, __LINE__, "argument " + std::to_string(-info) + " is invalid");
+  const std::string reading = "reading the devInfo of " + call;
+  check(cudaMemcpy(&info, info_buffer.get(), sizeof(int), cudaMemcpyDeviceToHost), reading.c_str(), file, line);
+  if (info < 0) fail(call.c_str(), file, line, "argument " + std::to_string(-info) + " is invalid");
   return info;
 }
+
+#define JACOND_READ_INFO(info, call) read_info((info), (call), __FILE__, __LINE__)
 
 // LU with partial pivoting of the n × n device matrix `a` (fp64 or fp32: `type`) in place, by
 // cusolverDnXgetrf with the workspace it asks for. info > 0: U(info, info) is exactly zero, the
 // CPU's getrf outcome and the same answer (kExactlySingular; `zero_pivot`, where given, gets
-// info − 1, 0-based).
+// info − 1, 0-based). `route` names the factorisation in errors (three routes share this code).
 FactorOutcome getrf_in_place(Handles& h, int64_t n, cudaDataType type, void* a, int64_t* ipiv,
-                             const DeviceBuffer<int>& info, Index* zero_pivot = nullptr) {
+                             const DeviceBuffer<int>& info, const std::string& route, Index* zero_pivot = nullptr) {
   size_t device_bytes = 0, host_bytes = 0;
   JACOND_CUDA(cusolverDnXgetrf_bufferSize(h.solver, h.params, n, n, type, a, n, type, &device_bytes, &host_bytes));
-  require_free_memory(device_bytes, "cusolverDnXgetrf's workspace");
-  DeviceBuffer<char> work(device_bytes);
+  const std::string workspace = "cusolverDnXgetrf's workspace for " + route;
+  require_free_memory(device_bytes, workspace);
+  DeviceBuffer<char> work(device_bytes, workspace);
   std::vector<char> host_work(host_bytes);
   JACOND_CUDA(cusolverDnXgetrf(h.solver, h.params, n, n, type, a, n, ipiv, type, work.get(), device_bytes,
                                host_work.data(), host_bytes, info.get()));
-  const int first_zero = read_info(info, "cusolverDnXgetrf");
+  const int first_zero = JACOND_READ_INFO(info, "cusolverDnXgetrf (" + route + ")");
   if (first_zero == 0) return FactorOutcome::kFactored;
   if (zero_pivot) *zero_pivot = first_zero - 1;
   return FactorOutcome::kExactlySingular;
@@ -203,7 +249,8 @@ size_t free_device_bytes();  // below
 class CudaLuBackend {
  public:
   CudaLuBackend(const Mat& A, LuSolves solves)
-      : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), x_(n_), t_(n_), ipiv_(n_) {
+      : n_(A.rows()), a_(static_cast<size_t>(n_) * n_, "the exact route's matrix"), x_(n_, "the exact route's vector x"),
+        t_(n_, "the exact route's vector t"), ipiv_(n_, "the exact route's pivots") {
     seconds_.setup = seconds_since(constructed_);
     seconds_.solves = solves;
     PhaseTimer timer(seconds_.copy);
@@ -211,7 +258,8 @@ class CudaLuBackend {
   }
   // A already on the device (TokenMap::assemble into `a`, `assembly_seconds`): adopted, no copy.
   CudaLuBackend(DeviceBuffer<double>&& a, int64_t n, double assembly_seconds, LuSolves solves)
-      : n_(n), a_(std::move(a)), x_(n_), t_(n_), ipiv_(n_) {
+      : n_(n), a_(std::move(a)), x_(n_, "the exact route's vector x"), t_(n_, "the exact route's vector t"),
+        ipiv_(n_, "the exact route's pivots") {
     seconds_.setup = seconds_since(constructed_);
     seconds_.assembly = assembly_seconds;
     seconds_.solves = solves;
@@ -233,7 +281,7 @@ class CudaLuBackend {
     FactorOutcome outcome;
     {
       PhaseTimer timer(seconds_.factor);
-      outcome = getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_);
+      outcome = getrf_in_place(h_, n_, CUDA_R_64F, a_.get(), ipiv_.get(), info_, "the exact route's LU");
     }
     if (outcome == FactorOutcome::kFactored && seconds_.solves == LuSolves::kTrtri) invert_factors();
     return outcome;
@@ -249,10 +297,10 @@ class CudaLuBackend {
     if (seconds_.solves == LuSolves::kGetrs) {
       JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_T, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
                                    CUDA_R_64F, x_.get(), n_, info_.get()));
-      read_info(info_, "cusolverDnXgetrs (transposed)");
+      JACOND_READ_INFO(info_, "cusolverDnXgetrs (the exact route's sigma_min sweep, A^T)");
       JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, CUBLAS_OP_N, n_, 1, CUDA_R_64F, a_.get(), n_, ipiv_.get(),
                                    CUDA_R_64F, x_.get(), n_, info_.get()));
-      read_info(info_, "cusolverDnXgetrs");
+      JACOND_READ_INFO(info_, "cusolverDnXgetrs (the exact route's sigma_min sweep, A)");
     } else {
       apply_triangle(CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, CUBLAS_DIAG_NON_UNIT);  // U⁻ᵀ
       apply_triangle(CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, CUBLAS_DIAG_UNIT);      // L⁻ᵀ
@@ -293,12 +341,12 @@ class CudaLuBackend {
       seconds_.solves = LuSolves::kTrsv;
       return;
     }
-    DeviceBuffer<char> work(device_bytes);
+    DeviceBuffer<char> work(device_bytes, "cusolverDnXtrtri's workspace");
     std::vector<char> host_work(host_bytes);
     for (const auto& [uplo, diag] : triangles) {
       JACOND_CUDA(cusolverDnXtrtri(h_.solver, uplo, diag, n_, CUDA_R_64F, a_.get(), n_, work.get(), device_bytes,
                                    host_work.data(), host_bytes, info_.get()));
-      if (read_info(info_, "cusolverDnXtrtri") > 0)
+      if (JACOND_READ_INFO(info_, uplo == CUBLAS_FILL_MODE_UPPER ? "cusolverDnXtrtri (U)" : "cusolverDnXtrtri (L)") > 0)
         fail("cusolverDnXtrtri", __FILE__, __LINE__, "a zero diagonal entry after a factorisation without one");
     }
   }
@@ -320,7 +368,9 @@ class CudaLuBackend {
 // way: 4n bytes against the 4n² the solve reads on the device).
 class CudaLu32 {
  public:
-  explicit CudaLu32(const MatF& A) : n_(A.rows()), a_(static_cast<size_t>(n_) * n_), v_(n_), ipiv_(n_) {
+  explicit CudaLu32(const MatF& A)
+      : n_(A.rows()), a_(static_cast<size_t>(n_) * n_, "the mixed route's fp32 matrix"), v_(n_, "the mixed route's vector"),
+        ipiv_(n_, "the mixed route's pivots") {
     seconds_.setup = seconds_since(constructed_);
     PhaseTimer timer(seconds_.copy);
     JACOND_CUDA(cudaMemcpy(a_.get(), A.data(), sizeof(float) * a_.count(), cudaMemcpyHostToDevice));
@@ -331,7 +381,7 @@ class CudaLu32 {
 
   FactorOutcome factor() {
     PhaseTimer timer(seconds_.factor);
-    return getrf_in_place(h_, n_, CUDA_R_32F, a_.get(), ipiv_.get(), info_);
+    return getrf_in_place(h_, n_, CUDA_R_32F, a_.get(), ipiv_.get(), info_, "the mixed route's fp32 LU");
   }
 
   void solve(float* v, bool transposed) {
@@ -340,7 +390,7 @@ class CudaLu32 {
     JACOND_CUDA(cudaMemcpy(v_.get(), v, sizeof(float) * n_, cudaMemcpyHostToDevice));
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, n_, 1, CUDA_R_32F,
                                  a_.get(), n_, ipiv_.get(), CUDA_R_32F, v_.get(), n_, info_.get()));
-    read_info(info_, "cusolverDnXgetrs (fp32)");
+    JACOND_READ_INFO(info_, "cusolverDnXgetrs (the mixed route's fp32 solve)");
     JACOND_CUDA(cudaMemcpy(v, v_.get(), sizeof(float) * n_, cudaMemcpyDeviceToHost));
   }
 
@@ -367,9 +417,9 @@ class CudaSchurStore {
   using Pivots = DeviceBuffer<int64_t>;
   Buffer alloc(size_t count) {
     require_free_memory(sizeof(double) * count, "the Schur route's buffers");
-    return Buffer(count);
+    return Buffer(count, "a Schur route buffer (a piece, its complement or a panel)");
   }
-  Pivots pivots(Index m) { return Pivots(static_cast<size_t>(m)); }
+  Pivots pivots(Index m) { return Pivots(static_cast<size_t>(m), "a Schur route piece's pivots"); }
   void copy(Index rows, Index cols, const double* src, Index ld_src, double* dst, Index ld_dst) {
     JACOND_CUDA(cudaMemcpy2D(dst, sizeof(double) * ld_dst, src, sizeof(double) * ld_src, sizeof(double) * rows, cols,
                              cudaMemcpyDeviceToDevice));
@@ -389,12 +439,12 @@ class CudaSchurStore {
     JACOND_CUDA(cudaMemcpy(host, src, sizeof(double) * count, cudaMemcpyDeviceToHost));
   }
   FactorOutcome lu_factor(double* a, Index m, Pivots& p, Index* zero_pivot) {
-    return getrf_in_place(h_, m, CUDA_R_64F, a, p.get(), info_, zero_pivot);
+    return getrf_in_place(h_, m, CUDA_R_64F, a, p.get(), info_, "a Schur route piece's LU", zero_pivot);
   }
   void lu_solve(const double* lu, Index m, const Pivots& p, bool transposed, double* b, Index nrhs, Index ldb) {
     JACOND_CUDA(cusolverDnXgetrs(h_.solver, h_.params, transposed ? CUBLAS_OP_T : CUBLAS_OP_N, m, nrhs, CUDA_R_64F, lu, m,
                                  p.get(), CUDA_R_64F, b, ldb, info_.get()));
-    read_info(info_, "cusolverDnXgetrs");
+    JACOND_READ_INFO(info_, "cusolverDnXgetrs (a Schur route piece's solve, " + std::to_string(nrhs) + " right-hand sides)");
   }
   void upper_solve(const double* lu, Index m, Index k, double* b) {
     if (k == 0) return;
@@ -431,7 +481,8 @@ class CudaLdltFactors final : public LdltFactors {
  public:
   // On the current device (CudaDenseDevice::ldlt made it its own), where solve() runs again.
   explicit CudaLdltFactors(Mat lower)
-      : ordinal_(current_device()), m_(lower.rows()), a_(static_cast<size_t>(m_) * m_), x_(m_), ipiv64_(m_) {
+      : ordinal_(current_device()), m_(lower.rows()), a_(static_cast<size_t>(m_) * m_, "the LDLT's matrix H"),
+        x_(m_, "the LDLT's solve vector"), ipiv64_(m_, "the LDLT's 64-bit pivots") {
     JACOND_CUDA(cudaMemcpy(a_.get(), lower.data(), sizeof(double) * a_.count(), cudaMemcpyHostToDevice));
     factor();
     JACOND_CUDA(cudaMemcpy(lower.data(), a_.get(), sizeof(double) * a_.count(), cudaMemcpyDeviceToHost));
@@ -445,7 +496,7 @@ class CudaLdltFactors final : public LdltFactors {
                                             ipiv64_.get(), CUDA_R_64F, x_.get(), m_, &solve_device_bytes_,
                                             &solve_host_bytes_));
     require_free_memory(solve_device_bytes_, "cusolverDnXsytrs's workspace");
-    solve_work_ = std::make_unique<DeviceBuffer<char>>(solve_device_bytes_);
+    solve_work_ = std::make_unique<DeviceBuffer<char>>(solve_device_bytes_, "cusolverDnXsytrs's workspace");
     solve_host_work_.resize(solve_host_bytes_);
   }
 
@@ -463,7 +514,7 @@ class CudaLdltFactors final : public LdltFactors {
     JACOND_CUDA(cusolverDnXsytrs(h_.solver, CUBLAS_FILL_MODE_LOWER, m_, 1, CUDA_R_64F, a_.get(), m_, ipiv64_.get(),
                                  CUDA_R_64F, x_.get(), m_, solve_work_->get(), solve_device_bytes_,
                                  solve_host_work_.data(), solve_host_bytes_, info_.get()));
-    read_info(info_, "cusolverDnXsytrs");
+    JACOND_READ_INFO(info_, "cusolverDnXsytrs");
     JACOND_CUDA(cudaMemcpy(y, x_.get(), sizeof(double) * m_, cudaMemcpyDeviceToHost));
   }
 
@@ -475,11 +526,11 @@ class CudaLdltFactors final : public LdltFactors {
     int lwork = 0;
     JACOND_CUDA(cusolverDnDsytrf_bufferSize(h_.solver, n, a_.get(), n, &lwork));
     require_free_memory(sizeof(double) * static_cast<size_t>(lwork) + sizeof(int) * m_, "cusolverDnDsytrf's workspace");
-    DeviceBuffer<double> work(static_cast<size_t>(std::max(lwork, 1)));
-    DeviceBuffer<int> ipiv32(m_);
+    DeviceBuffer<double> work(static_cast<size_t>(std::max(lwork, 1)), "cusolverDnDsytrf's workspace");
+    DeviceBuffer<int> ipiv32(m_, "cusolverDnDsytrf's pivots");
     JACOND_CUDA(cusolverDnDsytrf(h_.solver, CUBLAS_FILL_MODE_LOWER, n, a_.get(), n, ipiv32.get(), work.get(), lwork,
                                  info_.get()));
-    zero_pivot = read_info(info_, "cusolverDnDsytrf") > 0;
+    zero_pivot = JACOND_READ_INFO(info_, "cusolverDnDsytrf") > 0;
     ipiv.resize(static_cast<size_t>(m_));
     JACOND_CUDA(cudaMemcpy(ipiv.data(), ipiv32.get(), sizeof(int) * m_, cudaMemcpyDeviceToHost));
   }
@@ -595,6 +646,13 @@ namespace {
 // condition_fast's matrices that take the CPU route: not square (the block Jacobians are), or too
 // small for Lanczos (the CPU route's own rule: its SVD). fits() applies the same rule.
 bool fast_route_on_host(Index rows, Index cols) { return rows != cols || cols < kFastMinSize; }
+
+// Whether `map` assembles into the current device's memory (detail::assembles_on: a map on another
+// GPU is a CudaError); the device is asked only about a map that writes CUDA memory at all.
+bool assembles_here(const TokenMap& map, const std::string& matrix) {
+  const std::string where = map.assembles_into();
+  return where.rfind("cuda", 0) == 0 && detail::assembles_on(where, current_device(), matrix);
+}
 }  // namespace
 
 namespace {
@@ -668,7 +726,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
                                                         const std::function<void()>& checkpoint) {
   const LuSolves solves = lu_solves_from_env();
   const Index n = map.n() * map.d_out();
-  if (map.assembles_into() != "cuda" || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
+  if (!assembles_here(map, matrix) || map.d_in() != map.d_out() || fast_route_on_host(n, n)) return std::nullopt;
   // The whole LU, else the Schur route in the fewest pieces, else a host copy's LU, else a refusal
   // naming the sizes: choose_device_lu (schur_lu.h), tested on the CPU; `extra` is what Xgetrf holds
   // beyond the matrix (getrf_device_bytes' vectors, pivots and workspace). Two pieces hold ViT-B's
@@ -693,7 +751,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
   const auto t0 = std::chrono::steady_clock::now();
   const auto assembled = [&](double* seconds) {
     require_free_memory(sizeof(double) * static_cast<size_t>(n) * n, matrix + " on the GPU");
-    DeviceBuffer<double> a(static_cast<size_t>(n) * n);
+    DeviceBuffer<double> a(static_cast<size_t>(n) * n, matrix + " assembled on the GPU");
     const auto t = std::chrono::steady_clock::now();
     bool made = false;
     try {
@@ -732,7 +790,7 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
 
 std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
                                                const std::function<void()>& checkpoint) {
-  if (map.assembles_into() != "cuda") return std::nullopt;
+  if (!assembles_here(map, matrix)) return std::nullopt;
   CudaSchurStore store;
   try {
     ConditionReport r = condition_schur_with(store, map, plan, matrix, "dense-schur-lu-lanczos-cuda", checkpoint);
@@ -762,11 +820,11 @@ Vec singular_values_on_device(const DeviceBuffer<double>& a, int64_t rows, int64
   Vec s(cols);
   Handles h;
   const std::string what = "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix";
-  DeviceBuffer<double> sv(cols);
+  DeviceBuffer<double> sv(cols, "cusolverDnXgesvd's singular values");
   size_t host_bytes = 0;
   const size_t work_bytes = gesvd_work_bytes(h, rows, cols, a.get(), sv.get(), &host_bytes);
   require_free_memory(work_bytes, what + "'s workspace");
-  DeviceBuffer<char> work(work_bytes);
+  DeviceBuffer<char> work(work_bytes, what + "'s workspace");
   DeviceInfo info;
   std::vector<char> host_work(host_bytes);
   JACOND_CUDA(cusolverDnXgesvd(h.solver, h.params, 'N', 'N', rows, cols, CUDA_R_64F, a.get(), rows, CUDA_R_64F, sv.get(),
@@ -790,7 +848,7 @@ Vec singular_values(Mat A) {
   if (cols == 0) return Vec(0);
   require_free_memory(sizeof(double) * (static_cast<size_t>(rows) * cols + cols),
                       "cusolverDnXgesvd on a " + std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
-  DeviceBuffer<double> a(static_cast<size_t>(rows) * cols);
+  DeviceBuffer<double> a(static_cast<size_t>(rows) * cols, "the SVD route's matrix");
   JACOND_CUDA(cudaMemcpy(a.get(), A.data(), sizeof(double) * a.count(), cudaMemcpyHostToDevice));
   return singular_values_on_device(a, rows, cols);
 }
@@ -881,5 +939,33 @@ void require_device(int ordinal) {
 std::shared_ptr<const DenseDevice> cuda_dense_device(int ordinal) {
   return std::make_shared<CudaDenseDevice>(ordinal);
 }
+
+namespace detail {
+
+size_t device_buffer_bytes(size_t count, size_t element_bytes, const std::string& what, const char* file, int line) {
+  if (element_bytes != 0 && count > std::numeric_limits<size_t>::max() / element_bytes)
+    fail(("cudaMalloc of " + what).c_str(), file, line,
+         std::to_string(count) + " elements of " + std::to_string(element_bytes) + " bytes overflow size_t");
+  return count * element_bytes;
+}
+
+void allocate_device_buffer(size_t bytes, const std::string& what, const char* file, int line) {
+  const DeviceBuffer<char> buffer(bytes, what, file, line);
+}
+
+bool assembles_on(const std::string& where, int ordinal, const std::string& matrix) {
+  const std::string cuda = "cuda";
+  if (where == cuda) return true;  // LibTorch's current device: the dense device's calls make it theirs
+  if (where.rfind(cuda + ":", 0) != 0) return false;  // host memory, or a map that cannot assemble
+  const std::string digits = where.substr(cuda.size() + 1);
+  const bool number = !digits.empty() && digits.size() < 10 && std::all_of(digits.begin(), digits.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  if (number && std::stoi(digits) == ordinal) return true;
+  throw CudaError(matrix + ": its map assembles into " + where + ", this dense device is cuda:" + std::to_string(ordinal) +
+                  " (the map's products would write another GPU's buffer; make both on one GPU)");
+}
+
+}  // namespace detail
 
 }  // namespace jacond::cuda

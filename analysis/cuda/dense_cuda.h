@@ -16,9 +16,12 @@
 //
 // Errors: every CUDA, cuBLAS and cuSOLVER status is checked; a failure throws CudaError naming the
 // call, file and line. Too little free device memory for A (8 n² bytes plus the workspace) is a
-// CudaError before anything is allocated. Plain cudaMalloc, no managed memory.
+// CudaError before anything is allocated. Plain cudaMalloc, no managed memory; a failed allocation
+// names the buffer, its bytes and the line that asked for it (detail::allocate_device_buffer), and
+// a devInfo error the call and the line that read it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -102,6 +105,8 @@ ConditionReport condition_fast(Mat A, const std::string& matrix);
 /// not for the map's assembly batch beside it. CudaError, naming the order, both routes' bytes and
 /// the free memory (device_lu_refusal), where not even that fits: a host copy would only be refused
 /// by condition_fast after the host assembled it (8 n² bytes: an out-of-memory kill at ViT-B).
+/// A map on another GPU than the current one (its assembles_into "cuda:K"): a one-line CudaError
+/// before anything is allocated (detail::assembles_on).
 std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
                                                         const std::function<void()>& checkpoint = {});
 
@@ -113,7 +118,9 @@ std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, con
 /// condition_fast_assembled takes it where the whole LU does not fit the device's free memory and
 /// plan.bytes() (with the map's batch and Xgetrf's workspace) does: ViT-B's K_sa, 91.6 GB in two
 /// pieces on an H200, 61 GB in three on an H100. `checkpoint`: SchurLuBackend's cancellation point.
-/// nullopt where the map does not assemble into CUDA memory; CudaError when the plan does not fit.
+/// nullopt where the map does not assemble into CUDA memory; CudaError when the plan does not fit,
+/// or where the map assembles on another GPU than the current one (detail::assembles_on), as in
+/// condition_fast_assembled.
 std::optional<ConditionReport> condition_schur(const TokenMap& map, const SchurPlan& plan, const std::string& matrix,
                                                const std::function<void()>& checkpoint = {});
 
@@ -180,5 +187,32 @@ void require_device(int ordinal = -1);
 
 /// The GPU `ordinal` as a DenseDevice (−1: the calling thread's current device).
 std::shared_ptr<const DenseDevice> cuda_dense_device(int ordinal = -1);
+
+// What dense_cuda.cpp's buffers and assembled routes check, declared here so that the tests reach
+// it (tests/analysis/cuda/test_dense_cuda.cpp; the first and third without a device).
+namespace detail {
+
+/// The bytes of a device buffer of `count` elements of `element_bytes` each. Where that product
+/// overflows size_t, a CudaError naming `what` (the buffer: "the matrix A", "cusolverDnXgetrf's
+/// workspace", …), the count, the element size and `file`:`line` (where the buffer was asked for),
+/// before cudaMalloc would be asked for the wrapped, smaller size.
+size_t device_buffer_bytes(size_t count, size_t element_bytes, const std::string& what, const char* file, int line);
+
+/// Allocates `bytes` on the current device as every buffer of the routes is allocated, then frees
+/// them. A failure is the CudaError those throw: "cudaMalloc of <what> (<bytes> bytes, <GB> GB)
+/// failed at <file>:<line>: <CUDA's reason>", the file and line being the caller's (GCC's and
+/// Clang's __builtin_FILE / __builtin_LINE); without a device cudaMalloc's own refusal.
+void allocate_device_buffer(size_t bytes, const std::string& what, const char* file = __builtin_FILE(),
+                            int line = __builtin_LINE());
+
+/// Whether a map that assembles into `where` (TokenMap::assembles_into) writes the memory of the
+/// dense device `ordinal`, the GPU the assembled and Schur routes allocate on: "cuda:K" with
+/// K = ordinal, or "cuda" (LibTorch's current device, which the dense device's calls make theirs):
+/// true. Host memory or none ("cpu", ""): false (the caller's host copy). "cuda:K" for another K:
+/// a one-line CudaError naming `matrix` and both GPUs, as is a "cuda:" with no ordinal after it: the
+/// map's products would write a buffer of another GPU, which no route here may hand them.
+bool assembles_on(const std::string& where, int ordinal, const std::string& matrix);
+
+}  // namespace detail
 
 }  // namespace jacond::cuda

@@ -67,8 +67,9 @@ class TokenMap {
     (void)device_in, (void)count, (void)device_out;
     return false;
   }
-  /// Where assemble() writes: "cuda" (device 0's global memory), "cpu" (host memory), "" where it
-  /// cannot. A dense device takes only the memory it works in.
+  /// Where assemble() writes: "cuda:K" (GPU K's global memory), "cuda" (the current GPU's), "cpu"
+  /// (host memory), "" where it cannot. A dense device takes only the memory it works in, and the
+  /// GPU's refuses a map on another GPU (dense_cuda.h, detail::assembles_on).
   virtual std::string assembles_into() const { return ""; }
   /// Device bytes assemble() allocates beside the matrix at its peak (a batch's intermediates), for
   /// the dense device's memory check.

@@ -155,7 +155,7 @@ class TorchMap : public TokenMap {
                                       std::to_string(j0 + m - 1) + ")");
         K.narrow(0, k0, m).copy_(columns);
       }
-      if (device_.is_cuda()) torch::cuda::synchronize();  // the caller's cuSOLVER reads `out` next
+      if (device_.is_cuda()) synchronize_device();  // the caller's cuSOLVER reads `out` next
       return true;
     });
   }
@@ -172,12 +172,19 @@ class TorchMap : public TokenMap {
         const int64_t m = std::min(step, count - k0);
         Y.narrow(0, k0, m).copy_(products_of_columns(X.narrow(0, k0, m)));
       }
-      if (device_.is_cuda()) torch::cuda::synchronize();
+      if (device_.is_cuda()) synchronize_device();
       return true;
     });
   }
-  std::string assembles_into() const final { return device_.is_cuda() ? "cuda" : "cpu"; }
+  // "cuda:K" (this map's GPU; "cuda" for a device without an index: LibTorch's current one) or
+  // "cpu": a dense device refuses to hand its buffer to a map on another GPU (dense_cuda.h,
+  // detail::assembles_on).
+  std::string assembles_into() const final { return device_.is_cuda() ? device_.str() : "cpu"; }
   double assembly_bytes() const final { return static_cast<double>(columns_per_batch()) * column_bytes(); }
+  // Waits for this map's GPU, device_, whatever device is current: synchronize() without an index
+  // waits for the current one, which on a rank whose thread did not make its GPU current is
+  // another. (LibTorch 1.13 and 2.x both take the index; −1, a device without one, is the current.)
+  void synchronize_device() const { torch::cuda::synchronize(device_.index()); }
   // Columns per batch: the batch budget over one column's bytes (at least one, at most all).
   int64_t columns_per_batch() const {
     const int64_t columns = std::max<int64_t>(1, n() * d_in());

@@ -14,6 +14,7 @@
 
 #include "models/optim/adamw.h"
 #include "support/aten_op_count.h"
+#include "support/expect_gpu.h"
 
 namespace {
 
@@ -226,8 +227,7 @@ constexpr double kFp32StepRtol = 12 * 1.2e-7;
 constexpr double kFp32StepAtol = 1e-8;  // for entries near 0
 
 TEST(AdamWCuda, MatchesLibTorchsAdamWOnTheGpuAndTheCpu) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU tests above run the same code)";
+  JACOND_REQUIRE_GPU(torch::cuda::is_available(), "no CUDA LibTorch or no GPU here (the CPU tests above run the same code)");
   auto ps = make_params(torch::kCUDA);
   auto qs = clone_params(ps);
   auto host = make_params(torch::kCPU);

@@ -12,6 +12,7 @@
 
 #include "models/dist/data_parallel.h"
 #include "models/dist/process_group.h"
+#include "support/expect_gpu.h"
 
 namespace jd = jacond::models::dist;
 
@@ -258,7 +259,12 @@ TEST(RankGroup, ABackendThisBuildLacksIsRefusedByName) {
 
 namespace {
 
-bool have_nccl_and_gpu() { return jd::backend_available(jd::DistBackend::nccl) && torch::cuda::is_available(); }
+// Why the NCCL tests cannot run here ("" where they can): JACOND_REQUIRE_GPU's reason.
+std::string why_no_nccl_gpu() {
+  if (!jd::backend_available(jd::DistBackend::nccl)) return "this LibTorch has no NCCL (c10d ProcessGroupNCCL)";
+  if (!torch::cuda::is_available()) return "this LibTorch sees no GPU";
+  return "";
+}
 
 jd::RankGroup one_nccl_rank() {
   return jd::RankGroup(rank_env(0, 1, jd::free_loopback_port()), std::chrono::seconds(60), std::nullopt,
@@ -268,7 +274,7 @@ jd::RankGroup one_nccl_rank() {
 }  // namespace
 
 TEST(NcclRankGroup, OneRankCollectivesRunOnItsGpu) {
-  if (!have_nccl_and_gpu()) GTEST_SKIP() << "needs a CUDA LibTorch with NCCL and a GPU";
+  JACOND_REQUIRE_GPU(why_no_nccl_gpu().empty(), why_no_nccl_gpu());
   jd::RankGroup group = one_nccl_rank();
   ASSERT_TRUE(group.device().is_cuda());
   EXPECT_EQ(group.device().index(), 0);
@@ -286,7 +292,7 @@ TEST(NcclRankGroup, OneRankCollectivesRunOnItsGpu) {
 }
 
 TEST(NcclRankGroup, OneRankAveragerGivesThePlainGradientOnTheGpu) {
-  if (!have_nccl_and_gpu()) GTEST_SKIP() << "needs a CUDA LibTorch with NCCL and a GPU";
+  JACOND_REQUIRE_GPU(why_no_nccl_gpu().empty(), why_no_nccl_gpu());
   const auto [x, y] = batch();
   TinyNet reference;
   torch::cross_entropy_loss(reference.forward(x), y).backward();

@@ -858,7 +858,7 @@ class HostAssemblingDevice final : public DenseDevice {
   }
   std::optional<ConditionReport> condition_fast_assembled(const TokenMap& map, const std::string& matrix,
                                                           const std::function<void()>& checkpoint) const override {
-    if (map.assembles_into() != "cpu") return std::nullopt;  // host memory only, as the GPU's takes "cuda" only
+    if (map.assembles_into() != "cpu") return std::nullopt;  // host memory only, as the GPU's takes its own GPU's only
     if (checkpoint) checkpoint();
     Mat K(map.n() * map.d_out(), map.n() * map.d_in());
     if (!map.assemble(K.data())) return std::nullopt;

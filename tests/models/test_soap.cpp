@@ -15,6 +15,7 @@
 
 #include "models/optim/soap.h"
 #include "support/aten_op_count.h"
+#include "support/expect_gpu.h"
 
 namespace jacond {
 namespace {
@@ -190,8 +191,7 @@ TEST(Soap, GroupsWithASplitRoundTripThroughAState) {
 // each eigenbasis is fixed up to its columns' signs, which cancel in the step; what is left is the
 // eigenvectors' rounding, ~eps·‖L‖/gap, far below 1e-8.
 TEST(SoapCuda, GroupedStepsOnTheGpuAreTheCpus) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "needs a CUDA LibTorch and a GPU (the CPU tests above run the same code)";
+  JACOND_REQUIRE_GPU(torch::cuda::is_available(), "no CUDA LibTorch or no GPU here (the CPU tests above run the same code)");
   auto g = at::detail::createCPUGenerator(31);
   std::vector<torch::Tensor> host, device;
   for (int copy = 0; copy < 3; ++copy)

@@ -69,6 +69,77 @@ TEST(DenseCuda, UnderExpectGpuAMissingDeviceFailsNamingWhy) {
   }
 }
 
+// JACOND_REQUIRE_GPU (support/expect_gpu.h), the same pattern for the GPU tests of models/ (AdamWCuda,
+// SoapCuda, NcclRankGroup): under JACOND_EXPECT_GPU=1 a missing GPU is a failure naming why, an
+// available one nothing. (Its skip without the variable is REQUIRE_DEVICE's, run by every CI job.)
+void require_gpu_for_a_test(bool available) { JACOND_REQUIRE_GPU(available, "no GPU for this test"); }
+void require_gpu_missing() { require_gpu_for_a_test(false); }
+
+TEST(DenseCuda, TheModelsGpuTestsFailUnderExpectGpuWithoutOne) {
+  const ScopedEnv expect("JACOND_EXPECT_GPU", "1");
+  EXPECT_FATAL_FAILURE(require_gpu_missing(), "JACOND_EXPECT_GPU=1 and no GPU for this test");
+  EXPECT_NO_FATAL_FAILURE(require_gpu_for_a_test(true));
+}
+
+// A device buffer whose bytes overflow size_t is refused by name, count and the line that asked,
+// before cudaMalloc would be given the wrapped (small) size; runs without a device.
+TEST(DenseCuda, AnOverflowingBufferIsRefusedByNameBeforeCudaMalloc) {
+  EXPECT_EQ(cuda::detail::device_buffer_bytes(1000, 8, "A", "here.cpp", 1), 8000u);
+  EXPECT_EQ(cuda::detail::device_buffer_bytes(0, 8, "A", "here.cpp", 1), 0u);
+  const size_t count = std::numeric_limits<size_t>::max() / 8 + 1;  // 8·count wraps to 0
+  try {
+    cuda::detail::device_buffer_bytes(count, 8, "the exact route's matrix", "dense_cuda.cpp", 217);
+    ADD_FAILURE() << "expected CudaError";
+  } catch (const cuda::CudaError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cudaMalloc of the exact route's matrix failed at dense_cuda.cpp:217: "), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(count) + " elements of 8 bytes overflow size_t"), std::string::npos) << what;
+  }
+}
+
+// A failed allocation names the buffer, its bytes and the caller's file and line (every failure
+// used to name DeviceBuffer's own line, without the size), and leaves no error behind for the next
+// launch check to report as its own. On a GPU the size is impossible (2^60 bytes); without one
+// cudaMalloc refuses for want of a device: the same message, so this runs on both machines.
+TEST(DenseCuda, AFailedAllocationNamesTheBufferItsBytesAndTheCaller) {
+  const size_t bytes = size_t{1} << 60;
+  int line = 0;
+  try {
+    line = __LINE__ + 1;
+    cuda::detail::allocate_device_buffer(bytes, "the test's impossible buffer");
+    ADD_FAILURE() << "expected CudaError: 2^60 bytes were allocated";
+  } catch (const cuda::CudaError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("cudaMalloc of the test's impossible buffer (" + std::to_string(bytes) + " bytes, ", 0), 0u) << what;
+    EXPECT_NE(what.find("test_dense_cuda.cpp:" + std::to_string(line) + ": "), std::string::npos) << what;
+  }
+  if (cuda::device_available()) {
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+}
+
+// Which maps the assembled and Schur routes take (their memory, TokenMap::assembles_into): CUDA
+// memory of the dense device's GPU, by ordinal or as LibTorch's current device; not host memory or
+// none (the caller's host copy); and a map on another GPU is refused in one line naming both (its
+// products would write the dense device's buffer from another GPU). Runs without a device.
+TEST(DenseCuda, AMapOnAnotherGpuIsRefusedNamingBoth) {
+  EXPECT_TRUE(cuda::detail::assembles_on("cuda", 1, "K_sa"));
+  EXPECT_TRUE(cuda::detail::assembles_on("cuda:0", 0, "K_sa"));
+  EXPECT_TRUE(cuda::detail::assembles_on("cuda:3", 3, "K_sa"));
+  for (const char* host : {"cpu", "", "torch-cpu"}) EXPECT_FALSE(cuda::detail::assembles_on(host, 0, "K_sa")) << host;
+  for (const char* other : {"cuda:1", "cuda:", "cuda:x", "cuda:-1"}) {
+    try {
+      cuda::detail::assembles_on(other, 0, "K_sa");
+      ADD_FAILURE() << other << ": expected CudaError";
+    } catch (const cuda::CudaError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(std::string("K_sa: its map assembles into ") + other + ", this dense device is cuda:0 ", 0), 0u)
+          << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+}
+
 // The two routes' σ agree to what each guarantees: σ_max to 1e-12 relative (Lanczos tolerance
 // 1e-13 on σ_max²), σ_min to n·eps·κ relative (each LU's backward error, κ times).
 void expect_same_report(const ConditionReport& cpu, const ConditionReport& gpu) {
@@ -169,10 +240,13 @@ TEST(DenseCuda, TheRowPermutationCancelsInTheInverseGram) {
 
 // A TokenMap of a host matrix K (nd × nd over n tokens of width d): assemble() copies K into the
 // device buffer, as the LibTorch maps write it there (models/device, tested against the closed
-// forms in test_operator_device); apply() is the host product. `can`: whether it assembles.
+// forms in test_operator_device); apply() is the host product. `can`: whether assemble() writes
+// (false: it says it cannot, as a LibTorch map whose products fail to start would); `where`: the
+// memory it says it writes (assembles_into), "cuda" (the current device) unless a test says another.
 class HostMatrixMap final : public TokenMap {
  public:
-  HostMatrixMap(Mat K, Index n, bool can = true) : K_(std::move(K)), n_(n), can_(can) {}
+  HostMatrixMap(Mat K, Index n, bool can = true, std::string where = "cuda")
+      : K_(std::move(K)), n_(n), can_(can), where_(std::move(where)) {}
   Index n() const override { return n_; }
   Index d_in() const override { return K_.cols() / n_; }
   Index d_out() const override { return K_.rows() / n_; }
@@ -184,22 +258,27 @@ class HostMatrixMap final : public TokenMap {
     const Vec y = K_.transpose() * Eigen::Map<const Vec>(G.data(), G.size());
     return Eigen::Map<const Mat>(y.data(), n_, d_in());
   }
-  std::string assembles_into() const override { return can_ ? "cuda" : ""; }
+  std::string assembles_into() const override { return where_; }
   bool assemble(double* device_out) const override {
+    ++assemble_calls_;
     if (!can_) return false;
     return cudaMemcpy(device_out, K_.data(), sizeof(double) * K_.size(), cudaMemcpyHostToDevice) == cudaSuccess;
   }
+  int assemble_calls() const { return assemble_calls_; }
 
  private:
   Mat K_;
   Index n_;
   bool can_;
+  std::string where_;
+  mutable int assemble_calls_ = 0;
 };
 
 // condition_fast_assembled: the matrix assembled in the device buffer is factorised there, with the
-// report condition_fast gives (and the CPU), its note saying so; it declines a map that cannot
-// assemble, a rectangular map and a small one (the CPU route's sizes); an exactly singular matrix
-// takes the device SVD after assembling again.
+// report condition_fast gives (and the CPU), its note saying so; it declines a map whose assemble()
+// fails though it says it writes CUDA memory (the route's fallback: asked once, then nullopt), one
+// that writes host memory or none (never asked), a rectangular map and a small one (the CPU route's
+// sizes); an exactly singular matrix takes the device SVD after assembling again.
 TEST(DenseCuda, AssembledOnTheDeviceAgreesWithTheCopiedRoute) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(3);
@@ -210,7 +289,14 @@ TEST(DenseCuda, AssembledOnTheDeviceAgreesWithTheCopiedRoute) {
   EXPECT_EQ(r->note.rfind("assembled on the GPU from the operator's products; GPU seconds: setup ", 0), 0u) << r->note;
   EXPECT_NE(r->note.find(", assembly "), std::string::npos) << r->note;
 
-  EXPECT_FALSE(cuda::condition_fast_assembled(HostMatrixMap(K, 40, false), "K_sa"));
+  const HostMatrixMap fails(K, 40, false);
+  EXPECT_FALSE(cuda::condition_fast_assembled(fails, "K_sa"));
+  EXPECT_EQ(fails.assemble_calls(), 1);  // the assemble() → false fallback ran, not an early decline
+  for (const char* elsewhere : {"", "cpu"}) {
+    const HostMatrixMap host(K, 40, true, elsewhere);
+    EXPECT_FALSE(cuda::condition_fast_assembled(host, "K_sa")) << elsewhere;
+    EXPECT_EQ(host.assemble_calls(), 0) << elsewhere;
+  }
   EXPECT_FALSE(cuda::condition_fast_assembled(HostMatrixMap(K.leftCols(40 * 30), 40), "K_sa"));  // rectangular
   EXPECT_FALSE(cuda::condition_fast_assembled(HostMatrixMap(Mat::Identity(8, 8), 4), "tiny"));
 
@@ -222,6 +308,41 @@ TEST(DenseCuda, AssembledOnTheDeviceAgreesWithTheCopiedRoute) {
   EXPECT_EQ(s->method, "dense-svd-cuda");
   EXPECT_EQ(s->rank, 79);
   EXPECT_NE(s->note.find("exactly singular pivot on the GPU"), std::string::npos) << s->note;
+}
+
+// The assembled and Schur routes refuse a map on another GPU than the dense device's (assembles_into
+// "cuda:K", as LibTorch's maps name theirs) in one line, before asking it for anything, and take one
+// that names the dense device's own GPU. With one GPU the other is one past the last: a refusal
+// by ordinal, which no device there is asked about.
+TEST(DenseCuda, TheAssembledRoutesRefuseAMapOnAnotherGpu) {
+  REQUIRE_DEVICE();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // the free functions' device
+  const Mat K = bare_attention_jacobian();
+  const auto gpu = cuda::cuda_dense_device(0);
+  const std::string other = "cuda:" + std::to_string(count > 1 ? 1 : count);
+  const HostMatrixMap elsewhere(K, 40, true, other);
+  const std::string refusal = "K_sa: its map assembles into " + other + ", this dense device is cuda:0 ";
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"device, whole", [&] { gpu->condition_fast_assembled(elsewhere, "K_sa"); }},
+      {"device, Schur", [&] { gpu->condition_schur(elsewhere, SchurPlan::for_order(K.rows()), "K_sa"); }},
+      {"free, whole", [&] { cuda::condition_fast_assembled(elsewhere, "K_sa"); }},
+      {"free, Schur", [&] { cuda::condition_schur(elsewhere, SchurPlan::for_order(K.rows()), "K_sa"); }}};
+  for (const auto& [label, call] : calls) {
+    try {
+      call();
+      ADD_FAILURE() << label << ": expected CudaError";
+    } catch (const cuda::CudaError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(refusal, 0), 0u) << label << ": " << e.what();
+    }
+  }
+  EXPECT_EQ(elsewhere.assemble_calls(), 0);
+  const HostMatrixMap here(K, 40, true, "cuda:0");
+  const std::optional<ConditionReport> r = gpu->condition_fast_assembled(here, "K_sa");
+  ASSERT_TRUE(r);
+  expect_same_report(condition_fast(K, "K_sa"), *r);
+  EXPECT_EQ(here.assemble_calls(), 1);
 }
 
 // Each of the σ_min sweep's three ways (LuSolves) gives the CPU route's report, with the matrix
@@ -446,14 +567,17 @@ TEST(DenseCuda, InertiaCertificatesOnTheGpuContainTheDenseKappa) {
     const Mat K = attention_jacobian(w, block_forward(w, X, SkipMode::kNone).attn, AttentionPart::kFull);
     const Vec ref = singular_values(K);
     const double tau = std::sqrt(static_cast<double>(K.rows())) * kEps * ref(0);
+    int checked = 0;  // the shifts counted: a test whose every shift is skipped checks no count
     for (Index i : {Index(0), ref.size() / 2, ref.size() - 2}) {
       const double mu = std::sqrt(ref(i) * ref(i + 1));
       if (!(mu > 1e3 * tau) || ref(i) / ref(i + 1) < 1 + 1e-8) continue;
+      ++checked;
       const SingularValueCount c = count_singular_values_below(K, mu, 0, *gpu);
       EXPECT_EQ(c.where, "cuda");
       EXPECT_EQ(c.below, (ref.array() < mu).count()) << "mu " << mu;
       EXPECT_EQ(c.below, count_singular_values_below(K, mu, 0).below) << "mu " << mu;
     }
+    EXPECT_GT(checked, 0) << "every shift was skipped: no count was compared";
     const ConditionReport fast = condition_fast(K, "K_sa");
     ASSERT_EQ(fast.status, Status::kExact);
     const ConditionReport r = certify_report(fast, K, ClaimedExtremes::estimate(fast.sigma_min, fast.sigma_max), *gpu);
@@ -483,13 +607,29 @@ TEST(DenseCuda, InertiaFitsByTheDeviceUpToTheSytrfLimit) {
 }
 
 // A CudaDenseDevice is pinned to its GPU: its description names it, an ordinal past the devices
-// present is a CudaError naming both, and its calls leave the thread's current device as they found
-// it. (With one GPU, as on this project's device machine, the pin and the current device coincide
-// and the restore part cannot fail; a machine with two runs the route on the last one from device 0.)
+// present (or below −1) is a CudaError naming both, −1 is the current device fixed at construction,
+// and its calls leave the thread's current device as they found it.
+// NOTE: this test cannot fail on a machine with one GPU, as this project's device machine is, where
+// it is run: the pinned GPU and the current one coincide, so neither the switch nor the restore is
+// exercised (the checks of the description, the ordinals refused and the route's report still are).
+// Only a machine with two runs the route on the last GPU from device 0 and sees a restore fail.
 TEST(DenseCuda, ADeviceIsPinnedToItsGpu) {
   REQUIRE_DEVICE();
   int count = 0;
   ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(count - 1), cudaSuccess);
+  const cuda::CudaDenseDevice current(-1);  // −1: the current device, fixed now
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(current.ordinal(), count - 1);
+  EXPECT_EQ(current.description().rfind("cuda:" + std::to_string(count - 1) + " ", 0), 0u) << current.description();
+  EXPECT_EQ(cuda::current_device(), 0);
+  try {
+    cuda::cuda_dense_device(-2);
+    ADD_FAILURE() << "expected CudaError";
+  } catch (const cuda::CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:-2 asked for, " + std::to_string(count) + " present"), std::string::npos)
+        << e.what();
+  }
   const auto last = cuda::cuda_dense_device(count - 1);
   EXPECT_EQ(last->description().rfind("cuda:" + std::to_string(count - 1) + " ", 0), 0u) << last->description();
   EXPECT_NE(last->description().find(" GB free of "), std::string::npos) << last->description();
