@@ -75,6 +75,15 @@ void refuse_ignored_model_flags(const models::ViTConfig& m, const std::set<std::
     throw UsageError("--drop-path drops residual branches; --skip none has none");
 }
 
+// The ranks a run trains on: --nproc's, or the launcher's (a launched rank has both equal).
+int world_of(const TrainArgs& a) { return std::max(a.nproc, a.launch.world_size); }
+
+// Each rank takes batch / ranks images of every batch.
+void check_batch_splits(int64_t batch, int world) {
+  if (batch % world != 0)
+    throw UsageError("--batch " + std::to_string(batch) + " does not split evenly over " + std::to_string(world) + " ranks");
+}
+
 // The flags; std::nullopt after --help. Values are checked here, before any file is read or
 // written: a bad one exits 2 (check_usage).
 std::optional<TrainArgs> parse_train(int argc, char** argv) {
@@ -123,12 +132,12 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
     a.launch = models::dist::read_launch_env();
     if (a.nproc < 1 || a.nproc > kMaxLocalRanks)
       throw UsageError("--nproc must be in [1, " + std::to_string(kMaxLocalRanks) + "] (the ranks of one machine)");
-    if (a.nproc > 1 && a.launch.launcher != "none" && !a.launched_here)
-      throw UsageError("--nproc starts local ranks; under " + a.launch.launcher +
-                       " (RANK or SLURM_PROCID is set) the launcher starts them: leave --nproc out");
-    const int world = std::max(a.nproc, a.launch.world_size);  // a launched rank has both equal
-    if (a.resume.empty() && c.batch % world != 0)
-      throw UsageError("--batch " + std::to_string(c.batch) + " does not split evenly over " + std::to_string(world) + " ranks");
+    // Refused where the launcher starts ranks itself; a world of one (a single-task Slurm job,
+    // torchrun --nproc-per-node 1) is one process, which may start its own.
+    if (a.nproc > 1 && a.launch.distributed() && !a.launched_here)
+      throw UsageError("--nproc starts local ranks; under " + a.launch.launcher + " with " +
+                       std::to_string(a.launch.world_size) + " ranks the launcher starts them: leave --nproc out");
+    if (a.resume.empty()) check_batch_splits(c.batch, world_of(a));  // a resumed run's batch: run_train
     m.skip = parse_flag("--skip", [&] { return models::parse_skip_kind(skip); });
     m.norm = parse_flag("--norm", [&] { return models::parse_norm_placement(norm); });
     m.init = models::InitConfig::for_scheme(parse_flag("--init", [&] { return models::parse_init_scheme(init); }), c.seed);
@@ -162,8 +171,9 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
 // The resumed run's config: the checkpoint's own (data: a bad one exits 1), with the flags typed
 // beside --resume overriding it (a bad value exits 2). A typed flag that would change what the run
 // trains on or how (models::changeable_on_resume) is a usage error unless it repeats the saved
-// value; so is --epochs on a run that counts --steps (it would be ignored).
-models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoint& checkpoint) {
+// value; so is --epochs on a run that counts --steps (it would be ignored); so is a saved --batch that
+// does not split over the `world` ranks (it was found by the started ranks, each exiting 1).
+models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoint& checkpoint, int world) {
   models::TrainConfig c = a.config;
   const models::TrainConfig saved = models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
   const nlohmann::json saved_values = saved.to_json(), typed_values = c.to_json();
@@ -186,7 +196,16 @@ models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoi
                      " (" + checkpoint.dir + "); stop it later");
   if (a.typed.count("epochs") && !a.typed.count("steps") && saved.steps > 0)
     throw UsageError("--epochs: this run counts --steps (" + std::to_string(saved.steps) + "); extend it with --steps");
+  check_batch_splits(resumed.batch, world);
   return resumed;
+}
+
+// Where --nproc's ranks read their place (RANK, WORLD_SIZE, ... which launch_local_ranks sets):
+// an outer launcher's variables of a world of one must not reach them. RANK wins over Slurm's
+// SLURM_PROCID (models/dist/process_group.h); torchrun's agent-store variables have no
+// counterpart there and would make every rank a client of a store nobody serves.
+void clear_outer_launch_env() {
+  for (const char* v : {"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"}) ::unsetenv(v);
 }
 
 // A rank of a data-parallel run joins its group once the run's --dist-timeout is known; a plain
@@ -217,6 +236,10 @@ int run_train(int argc, char** argv) {
   // launcher of --nproc undoes it too: its ranks are stopped by a signal, which unwinds nothing).
   OutputDirectoryGuard no_empty_out(a.launch.rank == 0 ? a.config.out_dir : std::string());
   if (a.nproc > 1 && !a.launched_here) {
+    // A resumed run's flags and batch are checked once, here, before any rank starts.
+    if (!a.resume.empty())
+      config_for_resume(a, models::read_checkpoint(models::resolve_resume_checkpoint(a.resume)), world_of(a));
+    clear_outer_launch_env();
     const int code = launch_local_ranks(a.nproc, argc, argv);
     if (code == 0) no_empty_out.keep();
     return code;
@@ -230,7 +253,7 @@ int run_train(int argc, char** argv) {
     r = models::train(a.config, nullptr, std::cout, ranks.get(), track_devices(a.config, ranks.get()));
   } else {
     const models::Checkpoint checkpoint = models::read_checkpoint(models::resolve_resume_checkpoint(a.resume));
-    const models::TrainConfig resumed = config_for_resume(a, checkpoint);
+    const models::TrainConfig resumed = config_for_resume(a, checkpoint, world_of(a));
     run_dir = resumed.out_dir;
     ranks = join_ranks(a.launch, resumed);
     r = models::train(resumed, &checkpoint, std::cout, ranks.get(), track_devices(resumed, ranks.get()));

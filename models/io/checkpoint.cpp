@@ -298,6 +298,28 @@ void clean_partial_checkpoints(const std::string& run_dir) {
   }
 }
 
+std::vector<CheckpointEntry> list_set_aside_checkpoints(const std::string& run_dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      throw std::runtime_error(run_dir + ": cannot inspect: " + ec.message());
+    return out;
+  }
+  fs::directory_iterator it(run_dir, ec);
+  if (ec) throw std::runtime_error(run_dir + ": cannot list: " + ec.message());
+  for (const auto& e : it) {
+    const std::string step_name = set_aside_step(e.path().filename().string());
+    int64_t step;
+    std::error_code e2;
+    if (step_name.empty() || fs::exists(fs::path(run_dir) / step_name, e2) || e2) continue;
+    parse_step_name(step_name, &step);
+    out.push_back({step, e.path().string()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
 Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts) {
   Checkpoint c;
   c.dir = dir;

@@ -62,6 +62,11 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep);
 /// the only copy). A failure is reported on stderr (one line).
 void clean_partial_checkpoints(const std::string& run_dir);
 
+/// The steps clean_partial_checkpoints would restore (reading only): each .old-step-N.* whose
+/// step-N is missing, by step, its dir the .old-step-N.* directory. A run's checks on the steps
+/// it holds count them with list_checkpoints' (they are the run's steps, only misnamed).
+std::vector<CheckpointEntry> list_set_aside_checkpoints(const std::string& run_dir);
+
 /// Test seam: `hook(point)` is called inside write_checkpoint at each point where a crash leaves
 /// a distinct state on disk ("new-complete": the new one written under .tmp-*; "old-set-aside":
 /// a replaced step-N renamed to .old-*; "new-installed": step-N in place, the old not yet

@@ -30,14 +30,21 @@ bool wanted(const std::vector<std::string>& filter, const std::string& name) {
 }
 
 // Runs `forward` without gradients in eval mode (BatchNorm's running statistics, no drop path),
-// then puts the model back in training mode if it was there.
+// then puts the model back in training mode if it was there, also when `forward` throws: the
+// trainer catches a tracking failure (a CUDA OOM, retried on the host) and trains on, which it
+// did in eval mode (no drop path) when the mode was restored on the normal return alone.
 template <typename Forward>
 void in_eval_mode(torch::nn::Module& model, Forward&& forward) {
   torch::NoGradGuard no_grad;
-  const bool was_training = model.is_training();
+  struct RestoreMode {
+    torch::nn::Module& model;
+    const bool was_training;
+    ~RestoreMode() {
+      if (was_training) model.train();
+    }
+  } restore{model, model.is_training()};
   model.eval();
   forward();
-  if (was_training) model.train();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -162,6 +163,14 @@ void TrainConfig::finalize() {
   require(probe_size >= 1, "probe_size", "must be >= 1");
   require(track_seconds > 0, "track_seconds", "must be positive");
   require(dist_timeout > 0, "dist_timeout", "must be positive");
+  // The collectives take it in milliseconds as an int64: a larger value overflowed into a negative
+  // timeout (1e300 s: every rendezvous failed at once). 1e9 s, 31 years, is "never" already.
+  constexpr double kMaxDistTimeoutSeconds = 1e9;
+  if (dist_timeout > kMaxDistTimeoutSeconds) {
+    std::ostringstream got;
+    got << dist_timeout;  // 1e+300, not std::to_string's 301 digits
+    require(false, "dist_timeout", "must be at most 1e9 seconds, got " + got.str());
+  }
   require(dist_backend == "auto" || dist_backend == "gloo" || dist_backend == "nccl", "dist_backend",
           "must be auto, gloo or nccl, got '" + dist_backend + "'");
   require(resolved_dist_backend() == (device == "cuda" ? "nccl" : "gloo"), "dist_backend",

@@ -301,11 +301,16 @@ fs::path run_dir_of(const std::string& checkpoint_dir) {
 // that are not this run's past: any, for a fresh run; another run's, for a resume into another
 // --out (its logs and checkpoints would interleave two runs); and later ones than the checkpoint
 // resumed (retention keeps the highest steps, so the resumed run's own checkpoints would be pruned
-// and a later --resume would load the abandoned future).
+// and a later --resume would load the abandoned future). A step set aside by a crash mid-replacement
+// (.old-step-N, no step-N) is held too: clean_partial_checkpoints, below, renames it back, so it
+// counts in these checks (it was restored after them: a fresh run took another run's step, and a
+// resume before it left it the run's newest). The checks only read; a refused run changes nothing.
 std::string prepare_run_dir(const TrainConfig& cfg, const Checkpoint* resume) {
   const std::string& run = cfg.out_dir;
   fs::create_directories(run);
-  const std::vector<CheckpointEntry> held = list_checkpoints(run);
+  std::vector<CheckpointEntry> held = list_checkpoints(run);
+  for (CheckpointEntry& e : list_set_aside_checkpoints(run)) held.push_back(std::move(e));
+  std::stable_sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   if (!resume && !held.empty())
     throw std::runtime_error(run + ": already holds checkpoints; resume with --resume " + run + " or choose another --out");
   if (resume && !held.empty()) {

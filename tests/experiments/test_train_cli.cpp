@@ -254,6 +254,22 @@ TEST_F(TrainCli, AResumeContinuesOneRunsPastOnly) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(slurp(g + "/train_log.jsonl"), g_log);
   EXPECT_EQ(jacond::models::list_checkpoints(g).size(), 2u);
+  // A step set aside by a crash mid-replacement (.old-step-N, no step-N: the start renames it back)
+  // is held too. It was restored after these checks: the resume from step 5 trained to 6 and left
+  // step 10 the run's newest; a fresh run took another run's step 10 as its own. A refused run
+  // moves nothing.
+  fs::rename(g + "/step-0000010", g + "/.old-step-0000010.999");
+  r = expect_one_line_error({"train", "--resume", g + "/step-0000005", "--stop-at", "6"}, {"past step 5", ".old-step-0000010.999"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(slurp(g + "/train_log.jsonl"), g_log);
+  fs::create_directory(path("c"));
+  fs::copy(g + "/.old-step-0000010.999", path("c") + "/.old-step-0000010.999", fs::copy_options::recursive);
+  r = expect_one_line_error(tiny_run(path("c")), {path("c"), "already holds checkpoints"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(fs::exists(path("c") + "/.old-step-0000010.999/meta.json"));
+  EXPECT_FALSE(fs::exists(path("c") + "/step-0000010"));
+  fs::rename(g + "/.old-step-0000010.999", g + "/step-0000010");
+  EXPECT_EQ(jacond::models::list_checkpoints(g).size(), 2u);
   r = run({"train", "--resume", g + "/step-0000005", "--out", path("branch"), "--stop-at", "7"});
   ASSERT_EQ(r.code, 0) << r.describe();
   EXPECT_EQ(jacond::models::list_checkpoints(path("branch")).back().step, 7);

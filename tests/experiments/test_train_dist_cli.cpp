@@ -368,11 +368,64 @@ TEST_F(TrainDistCli, AKilledLauncherTakesItsRanksWithIt) {
   }
 }
 
+namespace {
+
+// Environment variables set for the runs of one test, unset again however it ends.
+struct ScopedEnv {
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const auto& [k, v] : vars) {
+      ::setenv(k.c_str(), v.c_str(), 1);
+      names.push_back(k);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& k : names) ::unsetenv(k.c_str());
+  }
+  std::vector<std::string> names;
+};
+
+}  // namespace
+
+// A launch of one process (a single-task Slurm job; torchrun --nproc-per-node 1, whose agent
+// serves the store) is no data-parallel launch: --nproc starts its ranks there, and they meet on
+// their own RANK, WORLD_SIZE and store, not the outer job's. (It was refused as a usage error.)
+TEST_F(TrainDistCli, NprocStartsItsRanksInsideALaunchOfOneProcess) {
+  const std::vector<std::string> two = {"--nproc", "2", "--steps", "1", "--track-every", "0", "--checkpoint-every", "0",
+                                        "--dist-timeout", "20"};  // a rank that waits on no one fails in 20 s
+  const std::vector<std::map<std::string, std::string>> launches = {
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}},
+      {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+       {"TORCHELASTIC_RESTART_COUNT", "0"}}};
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const ScopedEnv env(launches[i]);
+    const RunResult r = run(tiny_run(path("run" + std::to_string(i)), two));
+    ASSERT_EQ(r.code, 0) << r.describe();
+    EXPECT_TRUE(contains(r.out, "data parallel: 2 ranks")) << r.out;
+  }
+}
+
+// A resumed run's batch is the checkpoint's: one that does not split over --nproc's ranks is a
+// usage error before any rank starts (each rank found it and exited 1), and the run is untouched.
+TEST_F(TrainDistCli, AResumedBatchThatDoesNotSplitIsAUsageError) {
+  ASSERT_EQ(run(tiny_run(path("r"), {"--steps", "1", "--track-every", "0"})).code, 0);
+  const std::string log = slurp(path("r") + "/train_log.jsonl");
+  const RunResult r = expect_one_line_error({"train", "--resume", path("r"), "--nproc", "3", "--threads", "1", "--steps", "2"},
+                                            {"--batch 32", "3 ranks"});
+  EXPECT_EQ(r.code, 2) << r.describe();
+  EXPECT_FALSE(contains(r.err, "rank 0")) << r.describe();
+  EXPECT_EQ(slurp(path("r") + "/train_log.jsonl"), log);
+  EXPECT_EQ(jacond::models::list_checkpoints(path("r")).back().step, 1);
+}
+
 TEST_F(TrainDistCli, BadLaunchesAreUsageErrors) {
   EXPECT_EQ(expect_one_line_error(tiny_run(path("a"), {"--nproc", "0"}), {"--nproc"}, path("a")).code, 2);
   EXPECT_EQ(expect_one_line_error(tiny_run(path("a"), {"--nproc", "2000"}), {"--nproc", "1024"}, path("a")).code, 2);
   EXPECT_EQ(expect_one_line_error(tiny_run(path("b"), {"--nproc", "3"}), {"--batch 32", "3 ranks"}, path("b")).code, 2);
   EXPECT_EQ(expect_one_line_error(tiny_run(path("c"), {"--dist-timeout", "0"}), {"--dist-timeout"}, path("c")).code, 2);
+  // 1e300 s overflowed the milliseconds into a negative timeout: every rendezvous failed at once.
+  EXPECT_EQ(expect_one_line_error(tiny_run(path("c"), {"--nproc", "2", "--dist-timeout", "1e300"}), {"--dist-timeout", "1e9"},
+                                  path("c")).code,
+            2);
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "2", 1);
   EXPECT_EQ(expect_one_line_error(tiny_run(path("d")), {"MASTER_ADDR"}, path("d")).code, 2);

@@ -131,6 +131,25 @@ TEST_F(Checkpoints, ResumeAfterACrashMidReplacementNamesTheSetAsideStep) {
   EXPECT_EQ(fs::path(models::resolve_resume_checkpoint(run_)).filename(), "step-0000005");
 }
 
+// The steps the next start restores (a .old-step-N without its step-N), found without moving
+// anything: a run directory's checks count them as held (models/train/trainer.cpp).
+TEST_F(Checkpoints, SetAsideStepsAreListedWithoutBeingRestored) {
+  write(3);
+  write(5);
+  write(7);
+  const fs::path run(run_);
+  fs::rename(run / "step-0000007", run / ".old-step-0000007.999");
+  fs::copy(run / "step-0000005", run / ".old-step-0000005.998", fs::copy_options::recursive);  // step-5 is there
+  fs::create_directories(run / ".old-notastep.1");
+  const auto aside = models::list_set_aside_checkpoints(run_);
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(aside[0].step, 7);
+  EXPECT_EQ(fs::path(aside[0].dir).filename(), ".old-step-0000007.999");
+  EXPECT_FALSE(fs::exists(run / "step-0000007"));
+  EXPECT_EQ(models::list_checkpoints(run_).back().step, 5);
+  EXPECT_TRUE(models::list_set_aside_checkpoints(run_ + "/missing").empty());
+}
+
 TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {
   const std::string dir = write(5);
   {

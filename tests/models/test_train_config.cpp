@@ -146,7 +146,8 @@ TEST(TrainConfig, EveryErrorNamesTheFlagTheUserTyped) {
       {"log_every", 0, "--log-every"}, {"print_every", 0, "--print-every"}, {"eval_every", -1, "--eval-every"},
       {"checkpoint_every", -1, "--checkpoint-every"}, {"keep", -1, "--keep"}, {"track_every", -1, "--track-every"},
       {"probe_size", 0, "--probe-size"}, {"track_seconds", 0.0, "--track-seconds"},
-      {"dist_timeout", 0.0, "--dist-timeout"}, {"track_split", "rank1", "--track-split"},
+      {"dist_timeout", 0.0, "--dist-timeout"}, {"dist_timeout", 1e300, "--dist-timeout"},  // 1e300 s overflowed the ms
+      {"track_split", "rank1", "--track-split"},
       {"track_device", "gpu", "--track-device"},
       {"dist_backend", "mpi", "--dist-backend"}, {"dist_backend", "nccl", "--dist-backend"},  // nccl on the CPU
       {"track_method", "magic", "--track-method"}, {"track_matrices", "K_nope", "--track-matrices"},

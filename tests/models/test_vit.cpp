@@ -258,6 +258,20 @@ TEST(ViT, RezeroAtInitIsTheIdentityAndTheTrackerSaysSo) {
   }
 }
 
+// The tracking forward runs in eval mode; when it throws, the model is back in training mode all
+// the same: the trainer catches a tracking failure (a CUDA OOM, retried on the host) and trains
+// on, which it did in eval mode (drop path off) when only a normal return restored the mode.
+TEST(ViT, ATrackingForwardThatThrowsLeavesTheModelTraining) {
+  VisionTransformer model(small_config());
+  model->train();
+  models::TrackOptions opt;
+  opt.matrices = {"K_sab"};
+  // A 3-channel probe: the patch embedding takes one channel.
+  EXPECT_NE(jacond::test::error_message([&] { models::track_conditioning(model, torch::randn({1, 3, 28, 28}), opt); }), "");
+  EXPECT_TRUE(model->is_training());
+  for (const auto& m : model->modules()) EXPECT_TRUE(m->is_training()) << m->name();
+}
+
 TEST(ViT, SkiplessTrackerReportsTheLayerNormNullspace) {
   VisionTransformer model(small_config(SkipKind::kNone));
   models::TrackOptions opt;
