@@ -146,7 +146,8 @@ export no_gpu_tests
 # Each item returns the exit code of its last failing command (0 when all succeeded).
 # JACOND_EXPECT_GPU=1: a test that finds no usable GPU fails, naming why, instead of skipping
 # (REQUIRE_DEVICE in tests/analysis/cuda/test_dense_cuda.cpp, REQUIRE_CUDA in
-# tests/models/test_operator_device.cpp): a driver the CUDA runtime refuses would skip them all.
+# tests/models/test_operator_device.cpp, JACOND_REQUIRE_GPU in tests/support/expect_gpu.h for
+# AdamWCuda, SoapCuda and NcclRankGroup): a driver the CUDA runtime refuses would skip them all.
 item1_tests() {
   local rc=0 ctest_rc py_rc tests_log skipped
   local gpu_tests="DenseCuda|DeviceCuda|AdamWCuda|SoapCuda|NcclRankGroup"

@@ -496,7 +496,8 @@ class CudaLdltFactors final : public LdltFactors {
                                             ipiv64_.get(), CUDA_R_64F, x_.get(), m_, &solve_device_bytes_,
                                             &solve_host_bytes_));
     require_free_memory(solve_device_bytes_, "cusolverDnXsytrs's workspace");
-    solve_work_ = std::make_unique<DeviceBuffer<char>>(solve_device_bytes_, "cusolverDnXsytrs's workspace");
+    // Built here, not in make_unique: DeviceBuffer's default file and line would be make_unique's.
+    solve_work_.reset(new DeviceBuffer<char>(solve_device_bytes_, "cusolverDnXsytrs's workspace", __FILE__, __LINE__));
     solve_host_work_.resize(solve_host_bytes_);
   }
 

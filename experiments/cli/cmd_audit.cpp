@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -88,7 +89,8 @@ T meta_field(const nlohmann::json& section, const std::string& where, const char
   const char* wanted = std::is_same_v<T, std::string> ? "a string" : std::is_integral_v<T> ? "an integer" : "a number";
   bool ok = false;
   if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
-  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+  else if constexpr (std::is_integral_v<T>)  // an unsigned past T's range would wrap negative
+    ok = v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
   else ok = v.is_number();
   if (!ok) throw std::runtime_error(where + "." + key + " must be " + wanted + ", got " + models::printable(v.dump()));
   return v.get<T>();

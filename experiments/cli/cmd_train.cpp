@@ -117,7 +117,7 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
   });
   groups.at("run").add_options()("resume", po::value(&a.resume), "continue from a checkpoint dir or the newest in a run dir")(
       "nproc", po::value(&a.nproc)->default_value(a.nproc),
-      "data parallel: start N ranks on this machine (--threads each; Gloo on cpu, NCCL on cuda with one GPU per rank); under torchrun or srun leave it out");
+      "data parallel: start N ranks on this machine (--threads each; Gloo on cpu, NCCL on cuda with one GPU per rank); under a torchrun or srun launch of more than one process leave it out");
   po::options_description desc("jacond train: a ViT (or the ConvMixer control) on Fashion-MNIST, checkpoints and conditioning.csv");
   desc.add_options()("help,h", "this help");
   desc.add(model);

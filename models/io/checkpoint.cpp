@@ -353,13 +353,11 @@ std::string resolve_resume_checkpoint(const std::string& path) {
   // Resolving only reads (the run may be another process's, still writing), so such a step is
   // named, not restored: resuming past it would skip the newest step and then restore it as the
   // run's future.
-  std::error_code ec;
-  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string step_dir = set_aside_step(it->path().filename().string());
-    if (!step_dir.empty() && !fs::exists(fs::path(path) / step_dir))
-      throw std::runtime_error(it->path().string() + " holds " + step_dir + ", set aside by a run that stopped while "
-                               "replacing it: rename it to " + (fs::path(path) / step_dir).string() +
-                               " to resume from it, or remove it");
+  if (const std::vector<CheckpointEntry> aside = list_set_aside_checkpoints(path); !aside.empty()) {
+    const std::string step_dir = checkpoint_name(aside.front().step);
+    throw std::runtime_error(aside.front().dir + " holds " + step_dir + ", set aside by a run that stopped while " +
+                             "replacing it: rename it to " + (fs::path(path) / step_dir).string() +
+                             " to resume from it, or remove it");
   }
   auto all = list_checkpoints(path);
   if (all.empty()) throw std::runtime_error(path + ": no complete checkpoint (step-XXXXXXX/) to resume from");

@@ -548,6 +548,7 @@ TEST_F(CliTest, AuditNamesAMetaFieldOfTheWrongType) {
   EXPECT_EQ(audit_with("model", "arch", 5, {"meta.json model.arch must be a string", "got 5"}), 1);
   EXPECT_EQ(audit_with("train", "probe_size", "x", {"train.probe_size must be an integer", "\"x\""}), 1);
   EXPECT_EQ(audit_with("train", "probe_size", 1.5, {"train.probe_size must be an integer", "1.5"}), 1);
+  EXPECT_EQ(audit_with("train", "probe_size", uint64_t{1} << 63, {"train.probe_size must be an integer"}), 1);
   EXPECT_EQ(audit_with("train", "tg_eps", "x", {"train.tg_eps must be a number"}), 1);
   EXPECT_EQ(audit_with("train", "token_graying", true, {"train.token_graying must be a string"}), 1);
   EXPECT_EQ(audit_with("train", "", 3, {"meta.json train must be an object"}), 1);

@@ -12,10 +12,14 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
+#include "analysis/core/scoped_env.h"
 #include "models/dist/process_group.h"
 #include "models/io/checkpoint.h"
 #include "support/cli_harness.h"
@@ -368,24 +372,6 @@ TEST_F(TrainDistCli, AKilledLauncherTakesItsRanksWithIt) {
   }
 }
 
-namespace {
-
-// Environment variables set for the runs of one test, unset again however it ends.
-struct ScopedEnv {
-  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
-    for (const auto& [k, v] : vars) {
-      ::setenv(k.c_str(), v.c_str(), 1);
-      names.push_back(k);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& k : names) ::unsetenv(k.c_str());
-  }
-  std::vector<std::string> names;
-};
-
-}  // namespace
-
 // A launch of one process (a single-task Slurm job; torchrun --nproc-per-node 1, whose agent
 // serves the store) is no data-parallel launch: --nproc starts its ranks there, and they meet on
 // their own RANK, WORLD_SIZE and store, not the outer job's. (It was refused as a usage error.)
@@ -397,7 +383,8 @@ TEST_F(TrainDistCli, NprocStartsItsRanksInsideALaunchOfOneProcess) {
       {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
        {"TORCHELASTIC_RESTART_COUNT", "0"}}};
   for (size_t i = 0; i < launches.size(); ++i) {
-    const ScopedEnv env(launches[i]);
+    std::vector<std::unique_ptr<jacond::ScopedEnv>> env;  // each put back as it was, however the test ends
+    for (const auto& [name, value] : launches[i]) env.push_back(std::make_unique<jacond::ScopedEnv>(name.c_str(), value));
     const RunResult r = run(tiny_run(path("run" + std::to_string(i)), two));
     ASSERT_EQ(r.code, 0) << r.describe();
     EXPECT_TRUE(contains(r.out, "data parallel: 2 ranks")) << r.out;

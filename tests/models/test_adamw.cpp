@@ -2,6 +2,7 @@
 // CPU (the `_foreach_` operations run the same per-tensor kernels there), sharing the base class's
 // state and checkpoints; on a GPU (AdamWCuda.*, skipped without one) within fp32 rounding of
 // torch::optim::AdamW on the same device and of the CPU's steps.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/core/scoped_env.h"
 #include "models/optim/adamw.h"
 #include "support/aten_op_count.h"
 #include "support/expect_gpu.h"
@@ -225,6 +227,21 @@ TEST(AdamW, RejectsAmsgrad) {
 // ~1e-7 of a step of size <= lr = 1e-2; six steps: at most 12 ulps of |p| (2^-23 = 1.2e-7 each).
 constexpr double kFp32StepRtol = 12 * 1.2e-7;
 constexpr double kFp32StepAtol = 1e-8;  // for entries near 0
+
+// JACOND_REQUIRE_GPU (support/expect_gpu.h), the same pattern for the GPU tests of models/ (AdamWCuda,
+// SoapCuda, NcclRankGroup): under JACOND_EXPECT_GPU=1 a missing GPU is a failure naming why, an
+// available one nothing. Here, not in test_dense_cuda (built only with the CUDA toolkit), so that
+// every build checks it.
+namespace {
+void require_gpu_for_a_test(bool available) { JACOND_REQUIRE_GPU(available, "no GPU for this test"); }
+void require_gpu_missing() { require_gpu_for_a_test(false); }
+}  // namespace
+
+TEST(AdamW, TheGpuTestsFailUnderExpectGpuWithoutOne) {
+  const jacond::ScopedEnv expect("JACOND_EXPECT_GPU", "1");
+  EXPECT_FATAL_FAILURE(require_gpu_missing(), "JACOND_EXPECT_GPU=1 and no GPU for this test");
+  EXPECT_NO_FATAL_FAILURE(require_gpu_for_a_test(true));
+}
 
 TEST(AdamWCuda, MatchesLibTorchsAdamWOnTheGpuAndTheCpu) {
   JACOND_REQUIRE_GPU(torch::cuda::is_available(), "no CUDA LibTorch or no GPU here (the CPU tests above run the same code)");

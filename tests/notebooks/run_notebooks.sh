@@ -88,7 +88,7 @@ if "seeds-only sweep of the timm init" not in t: failures.append("sweep on a tim
 if "kappa per seed and matrix" not in t or not re.search(r"K_sa\s+full\s+0\s+.*?(exact|certified|bracket|singular|not-converged)\s+\S", t):
     failures.append("sweep on a timm sweep: no table of kappa per seed and matrix with its status and method")
 if pngs(timm) < 1: failures.append("sweep on a timm sweep: no per-seed figure")
-for said in ("verdict:", "cannot decide:", "does not cover", "median kappa(K_sa)"):
+for said in ("verdict:", "cannot decide:", "does not cover", "median kappa(K_sa)", ": kappa(K_sa), "):
     if said in t: failures.append(f"sweep on a timm sweep: an alpha x beta cell ran ({said!r})")
 audit = outputs("training_audit")
 if pngs(audit) < 3: failures.append(f"training_audit: {pngs(audit)} figures, expected 3")

@@ -69,18 +69,6 @@ TEST(DenseCuda, UnderExpectGpuAMissingDeviceFailsNamingWhy) {
   }
 }
 
-// JACOND_REQUIRE_GPU (support/expect_gpu.h), the same pattern for the GPU tests of models/ (AdamWCuda,
-// SoapCuda, NcclRankGroup): under JACOND_EXPECT_GPU=1 a missing GPU is a failure naming why, an
-// available one nothing. (Its skip without the variable is REQUIRE_DEVICE's, run by every CI job.)
-void require_gpu_for_a_test(bool available) { JACOND_REQUIRE_GPU(available, "no GPU for this test"); }
-void require_gpu_missing() { require_gpu_for_a_test(false); }
-
-TEST(DenseCuda, TheModelsGpuTestsFailUnderExpectGpuWithoutOne) {
-  const ScopedEnv expect("JACOND_EXPECT_GPU", "1");
-  EXPECT_FATAL_FAILURE(require_gpu_missing(), "JACOND_EXPECT_GPU=1 and no GPU for this test");
-  EXPECT_NO_FATAL_FAILURE(require_gpu_for_a_test(true));
-}
-
 // A device buffer whose bytes overflow size_t is refused by name, count and the line that asked,
 // before cudaMalloc would be given the wrapped (small) size; runs without a device.
 TEST(DenseCuda, AnOverflowingBufferIsRefusedByNameBeforeCudaMalloc) {
@@ -609,7 +597,7 @@ TEST(DenseCuda, InertiaFitsByTheDeviceUpToTheSytrfLimit) {
 // A CudaDenseDevice is pinned to its GPU: its description names it, an ordinal past the devices
 // present (or below −1) is a CudaError naming both, −1 is the current device fixed at construction,
 // and its calls leave the thread's current device as they found it.
-// NOTE: this test cannot fail on a machine with one GPU, as this project's device machine is, where
+// NOTE: its switch-and-restore part cannot fail on a machine with one GPU, as this project's device machine is, where
 // it is run: the pinned GPU and the current one coincide, so neither the switch nor the restore is
 // exercised (the checks of the description, the ordinals refused and the route's report still are).
 // Only a machine with two runs the route on the last GPU from device 0 and sees a restore fail.
