@@ -152,18 +152,25 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   }
 }
 
-std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir, CheckpointParts parts) {
-  std::vector<CheckpointEntry> out;
+// The entries of a run directory: none where it is missing; one that cannot be read is an error,
+// not "none" (list_checkpoints and list_set_aside_checkpoints read it alike).
+namespace {
+std::vector<fs::directory_entry> run_dir_entries(const std::string& run_dir) {
   std::error_code ec;
-  // A missing run directory has no checkpoints; one that cannot be read is an error, not "none".
   if (!fs::is_directory(run_dir, ec)) {
     if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
       throw std::runtime_error(run_dir + ": cannot inspect: " + ec.message());
-    return out;
+    return {};
   }
   fs::directory_iterator it(run_dir, ec);
   if (ec) throw std::runtime_error(run_dir + ": cannot list: " + ec.message());
-  for (const auto& e : it) {
+  return {fs::begin(it), fs::end(it)};
+}
+}  // namespace
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& run_dir, CheckpointParts parts) {
+  std::vector<CheckpointEntry> out;
+  for (const fs::directory_entry& e : run_dir_entries(run_dir)) {
     int64_t step;
     if (!e.is_directory() || !parse_step_name(e.path().filename().string(), &step)) continue;
     const fs::path d = e.path();
@@ -300,15 +307,7 @@ void clean_partial_checkpoints(const std::string& run_dir) {
 
 std::vector<CheckpointEntry> list_set_aside_checkpoints(const std::string& run_dir) {
   std::vector<CheckpointEntry> out;
-  std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) {
-    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
-      throw std::runtime_error(run_dir + ": cannot inspect: " + ec.message());
-    return out;
-  }
-  fs::directory_iterator it(run_dir, ec);
-  if (ec) throw std::runtime_error(run_dir + ": cannot list: " + ec.message());
-  for (const auto& e : it) {
+  for (const fs::directory_entry& e : run_dir_entries(run_dir)) {
     const std::string step_name = set_aside_step(e.path().filename().string());
     int64_t step;
     std::error_code e2;
