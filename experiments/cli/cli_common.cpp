@@ -38,6 +38,19 @@ void refuse_negative_unsigned(const boost::program_options::parsed_options& pars
   }
 }
 
+// `--out ""` (a shell variable that was never set) reached the command as the path "" (sweep:
+// "cannot write to : Invalid argument", exit 1; block: printed and wrote nothing). No option of
+// jacond takes an empty text, so one given as "" is a usage error naming the flag.
+void refuse_empty_text(const boost::program_options::parsed_options& parsed,
+                       const boost::program_options::variables_map& vm) {
+  for (const auto& option : parsed.options) {
+    if (option.position_key >= 0 || option.value.size() != 1 || !option.value.front().empty()) continue;
+    if (!vm.count(option.string_key)) continue;
+    if (vm[option.string_key].value().type() == typeid(std::string))
+      throw UsageError("--" + option.string_key + " is empty");
+  }
+}
+
 }  // namespace
 
 bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
@@ -57,6 +70,7 @@ bool parse_options(int argc, char** argv, const boost::program_options::options_
       return false;
     }
     refuse_negative_unsigned(parsed, vm);
+    refuse_empty_text(parsed, vm);
     po::notify(vm);
   } catch (const po::too_many_positional_options_error&) {
     throw UsageError("unexpected argument (see --help)");

@@ -150,6 +150,18 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     remove_file_logged(tmp, "temporary file of a failed write");
     throw std::runtime_error(path + ": rename failed: " + why);
   }
+  // The rename is an entry of the parent directory: without its fsync a power loss can still
+  // bring back the old file (or none), though the new one's bytes were on disk. Best effort: a
+  // directory this process cannot open (write-only) or a mount that cannot fsync one (EINVAL: some
+  // network and FUSE file systems) leaves the write as durable as it was; an I/O error is reported.
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+    const int rc = ::fsync(fd);
+    const int fsync_errno = errno;
+    ::close(fd);
+    if (rc != 0 && fsync_errno != EINVAL) throw std::runtime_error(dir + ": fsync failed: " + std::strerror(fsync_errno));
+  }
 }
 
 // The entries of a run directory: none where it is missing; one that cannot be read is an error,
@@ -329,6 +341,15 @@ Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts) {
   text << in.rdbuf();
   if (in.bad()) throw std::runtime_error(meta_path + ": read failed");
   c.meta = parse_checkpoint_meta(text.str(), meta_path);
+  // A run's directory names its step, and a resume continues from meta's: a meta.json copied from
+  // another step (step-0000100 saying 50) would resume at 50 and rewrite steps 60..100 beside the
+  // step-0000100 the next resume picks again. A checkpoint copied elsewhere (best/) is not checked.
+  std::string name = dir;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  int64_t named_step = 0;
+  if (parse_step_name(fs::path(name).filename().string(), &named_step) && named_step != c.meta["step"].get<int64_t>())
+    throw std::runtime_error(meta_path + ": step " + std::to_string(c.meta["step"].get<int64_t>()) + ", but its directory is " +
+                             checkpoint_name(named_step));
   c.model = load_safetensors(dir + "/model.safetensors");
   if (parts == CheckpointParts::kTrainingState && !fs::exists(dir + "/optimizer.pt")) throw std::runtime_error(dir + "/optimizer.pt: missing");
   return c;

@@ -10,18 +10,11 @@
 namespace jacond::models {
 
 nlohmann::json parse_checkpoint_meta(const std::string& text, const std::string& meta_path) {
-  // nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest, so
-  // "{..}\0garbage" would parse; Python's json (and any strict reader) rejects it.
-  const std::size_t nul = text.find('\0');
-  if (nul != std::string::npos)
-    throw std::runtime_error(meta_path + ": malformed JSON: NUL byte at offset " + std::to_string(nul));
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // parse_error, and out_of_range for a number beyond double ("1e400"; found by
-    // tests/fuzz). nlohmann quotes the bytes it stopped at: sanitized.
-    throw std::runtime_error(meta_path + ": malformed JSON: " + json_error_text(e));
+    meta = parse_json_strict(text);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(meta_path + ": malformed JSON: " + e.what());
   }
   if (!meta.is_object()) throw std::runtime_error(meta_path + ": not a JSON object");
   const auto format = meta.find("format");

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -131,6 +132,24 @@ inline std::string json_error_text(const std::exception& e) {
   if (at == std::string::npos) return printable(w, 4 * kErrorTextMax);
   return printable(std::string_view(w).substr(0, at), 4 * kErrorTextMax) + std::string(kToken) +
          printable(std::string_view(w).substr(at + kToken.size()), kErrorTextMax);
+}
+
+/// Parses `text` as one JSON document, as strict readers do (Python's json, HF's safetensors).
+/// nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest, so
+/// "{..}\0garbage" would parse; a NUL is never valid JSON outside a string nor raw inside one, so
+/// it is refused first. So is a UTF-8 byte-order mark, which nlohmann skips and JSON (RFC 8259
+/// §8.1), Python's json.loads of text and HF's reader refuse. Throws std::invalid_argument with a one-line printable reason ("NUL byte
+/// at offset 12", or nlohmann's words through json_error_text, e.g. for 1e400 beyond double); the
+/// caller puts the file in front.
+inline nlohmann::json parse_json_strict(std::string_view text) {
+  const std::size_t nul = text.find('\0');
+  if (nul != std::string_view::npos) throw std::invalid_argument("NUL byte at offset " + std::to_string(nul));
+  if (text.substr(0, 3) == "\xef\xbb\xbf") throw std::invalid_argument("a UTF-8 byte-order mark at offset 0");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(json_error_text(e));
+  }
 }
 
 }  // namespace jacond::models

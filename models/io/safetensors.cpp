@@ -434,19 +434,11 @@ json parse_header_json(const std::string& path, ByteSource& src, uint64_t n) {
   std::string text(n, '\0');
   if (!src.read_at(8, text.data(), n))
     throw SafetensorsError(path, "cannot read the " + std::to_string(n) + "-byte header");
-  // nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest, so
-  // "{..}\0garbage" would parse; HF's reader and jacond's Python reader reject it (a NUL is
-  // never valid JSON outside a string, nor raw inside one).
-  const std::size_t nul = text.find('\0');
-  if (nul != std::string::npos)
-    throw SafetensorsError(path, "header is not valid JSON: NUL byte in the header at offset " +
-                                     std::to_string(nul));
   json header;
   try {
-    header = json::parse(text);
-  } catch (const json::exception& e) {
-    // nlohmann quotes the bytes it stopped at (invalid UTF-8, controls): sanitized.
-    throw SafetensorsError(path, std::string("header is not valid JSON: ") + json_error_text(e));
+    header = parse_json_strict(text);
+  } catch (const std::invalid_argument& e) {
+    throw SafetensorsError(path, std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) throw SafetensorsError(path, "header is not a JSON object");
   return header;

@@ -87,9 +87,9 @@ std::optional<ViTConfig> ViTConfig::from_metadata(const std::map<std::string, st
   if (it == metadata.end()) return std::nullopt;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(it->second);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(file + ": malformed 'config' metadata: " + json_error_text(e));
+    j = parse_json_strict(it->second);  // a "\u0000" in the metadata string is a NUL here
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(file + ": malformed 'config' metadata: " + e.what());
   }
   // What the tensors cannot say must be there: a default would analyse the file as another model.
   if (!j.is_object()) throw std::runtime_error(file + ": malformed 'config' metadata: not a JSON object");

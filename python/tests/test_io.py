@@ -149,6 +149,8 @@ X_F32 = '{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
 @pytest.mark.parametrize("header, data_bytes, problem", [
     # RejectsNulByteInHeader: "{valid}\0garbage" (nlohmann stopped at the NUL and accepted it).
     (X_F32.encode() + b"\0garbage", bytes(8), "not valid UTF-8 JSON"),
+    # RejectsAByteOrderMark: nlohmann skipped a UTF-8 BOM (read the file this reader refuses).
+    (b"\xef\xbb\xbf" + X_F32.encode(), bytes(8), "Unexpected UTF-8 BOM"),
     # RejectsShapeWhoseElementCountOverflowsInt64: one zero extent, the others past int64.
     ('{"x":{"dtype":"F64","shape":[2,9223372036854775807,0],"data_offsets":[0,0]}}', b"",
      "too large for an array"),

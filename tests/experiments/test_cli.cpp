@@ -400,7 +400,9 @@ TEST_F(CliTest, BlockOnAPostNormCheckpointAnalysesTheAttentionAtItsInput_n8_d16_
   EXPECT_EQ(skip.code, 2);
   for (const auto& [config, why] : std::vector<std::pair<std::string, std::string>>{
            {"[1, 2]", "not a JSON object"}, {"{\"dim\": 16}", "no 'heads'"},
-           {"{\"dim\": 16, \"heads\": 2.5}", "'heads' is 2.5, not a positive integer"}}) {
+           {"{\"dim\": 16, \"heads\": 2.5}", "'heads' is 2.5, not a positive integer"},
+           // a \u0000 in the metadata: nlohmann stopped there and read the config before it
+           {std::string("{\"dim\": 16, \"heads\": 2}\0{", 25), "NUL byte at offset 23"}}) {
     const std::string bad = path("bad-config.safetensors");
     jacond::models::save_safetensors(bad, t, {{"config", config}});
     expect_one_line_error({"block", "--weights", bad, "--tokens", tfile, "--out", path("bad")},
@@ -1271,6 +1273,10 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"block", "--init", "bogus"}, 2, "--init: unknown init scheme 'bogus'"},
       {{"block", "--mlp-init", "bogus"}, 2, "--mlp-init: unknown MLP init 'bogus'"},
       {{"audit", ""}, 2, "CKPT argument is empty"},
+      // an unset shell variable: sweep said "cannot write to : Invalid argument" (exit 1), block wrote nothing
+      {{"sweep", "--out", ""}, 2, "--out is empty"},
+      {{"block", "--out", ""}, 2, "--out is empty"},
+      {{"train", "--resume", ""}, 2, "--resume is empty"},
       {{"block", "--seed", "-1"}, 2, "--seed must be a non-negative integer, got -1"},  // was 2^64 − 1
       {{"verify", "prop1", "--seed=-3"}, 2, "--seed must be a non-negative integer, got -3"},
       {{"block", "--method", "lanczos", "--kappa", "svd"}, 2, "--method lanczos has none"},

@@ -10,6 +10,7 @@
 #include "models/io/checkpoint.h"
 #include "models/vit/vit.h"
 #include "support/error_message.h"
+#include "support/fuzz_seeds.h"
 
 namespace jacond {
 namespace {
@@ -174,6 +175,20 @@ TEST_F(Checkpoints, MalformedFilesGiveOneLineErrors) {
             std::string::npos);
 }
 
+TEST_F(Checkpoints, AMetaJsonWhoseStepIsNotItsDirectorysIsRefused) {
+  const std::string five = write(5), six = write(6);
+  fs::copy_file(five + "/meta.json", six + "/meta.json", fs::copy_options::overwrite_existing);
+  EXPECT_EQ(jacond::test::error_message([&] { models::read_checkpoint(six); }),
+            six + "/meta.json: step 5, but its directory is step-0000006");
+  const std::string slash = jacond::test::error_message([&] { models::read_checkpoint(six + "/"); });
+  EXPECT_NE(slash.find("step 5, but its directory is step-0000006"), std::string::npos) << slash;
+  // A checkpoint copied out of its run keeps its meta's step: the name is not a step's.
+  const std::string best = run_ + "/best";
+  fs::copy(five, best, fs::copy_options::recursive);
+  EXPECT_EQ(models::read_checkpoint(best).meta["step"], 5);
+  EXPECT_EQ(models::read_checkpoint(five).meta["step"], 5);
+}
+
 bool printable_ascii(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
 }
@@ -239,6 +254,22 @@ TEST_F(Checkpoints, MissingOrNonDirectoryRunHasNoCheckpoints) {
   EXPECT_TRUE(models::list_checkpoints(f).empty());
   fs::remove(f);
   EXPECT_TRUE(models::list_checkpoints(run_ + "/missing").empty());
+}
+
+// The fuzz seeds' names are their verdicts (tests/support/fuzz_seeds.h): each bad_* meta.json
+// refused with a runtime_error of one clean line, each other one parsed.
+TEST(CheckpointMetaFuzzSeeds, EachSeedGetsTheVerdictItsNameSays) {
+  const auto seeds = test::fuzz_seeds("fuzz_checkpoint_meta");
+  ASSERT_GE(seeds.size(), 5u);
+  for (const auto& seed : seeds) {
+    try {
+      const nlohmann::json meta = models::parse_checkpoint_meta(seed.bytes, seed.name);
+      EXPECT_FALSE(seed.bad()) << seed.name << " was read (step " << meta.at("step") << ")";
+    } catch (const std::runtime_error& e) {
+      EXPECT_TRUE(seed.bad()) << seed.name << " was refused: " << e.what();
+      EXPECT_TRUE(test::clean_message(e.what())) << seed.name << ": " << e.what();
+    }
+  }
 }
 
 }  // namespace

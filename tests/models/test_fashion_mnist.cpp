@@ -12,6 +12,7 @@
 #include <set>
 
 #include "models/data/fashion_mnist.h"
+#include "support/fuzz_seeds.h"
 
 namespace jacond {
 namespace {
@@ -307,6 +308,34 @@ TEST(FashionMnist, AugmentationIsAShiftedMaybeMirroredCropAndReproducible) {
   }
   EXPECT_GT(shifted, 0);
   EXPECT_GT(mirrored, 0);
+}
+
+// The fuzz seeds' names are their verdicts (tests/support/fuzz_seeds.h), read as fuzz_idx reads
+// them: as images (rank 3) and as labels (rank 1), each with its split check. A good seed is one
+// split file (one of the two readings holds), a bad_* seed neither, each refusal an IdxError of
+// one clean line.
+TEST(IdxFuzzSeeds, EachSeedGetsTheVerdictItsNameSays) {
+  const auto seeds = test::fuzz_seeds("fuzz_idx");
+  ASSERT_GE(seeds.size(), 10u);
+  for (const auto& seed : seeds) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(seed.bytes.data());
+    int readings = 0;
+    for (const int rank : {3, 1}) {
+      try {
+        const models::IdxArray a = models::parse_idx(bytes, seed.bytes.size(), rank, seed.name);
+        const int64_t n = a.dims[0];
+        if (rank == 3) {
+          models::check_idx_split(a, seed.name, {{n}, std::vector<uint8_t>(static_cast<size_t>(n), 0)}, "labels.idx");
+        } else {
+          models::check_idx_split({{n, 1, 1}, std::vector<uint8_t>(static_cast<size_t>(n), 0)}, "images.idx", a, seed.name);
+        }
+        ++readings;
+      } catch (const IdxError& e) {
+        EXPECT_TRUE(test::clean_message(e.what())) << seed.name << ": " << e.what();
+      }
+    }
+    EXPECT_EQ(readings, seed.bad() ? 0 : 1) << seed.name;
+  }
 }
 
 }  // namespace

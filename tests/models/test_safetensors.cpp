@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "support/fuzz_seeds.h"
+
 namespace fs = std::filesystem;
 using jacond::models::DType;
 using jacond::models::RawTensor;
@@ -366,13 +368,21 @@ TEST_F(SafetensorsTest, RejectsNulByteInHeader) {
   const std::string valid = one_tensor_header("F32", "[2]", "[0,8]");
   const std::string path = file("nul.safetensors");
   write_file(path, make_file(valid + std::string(1, '\0') + "garbage", zeros(8)));
-  expect_read_error(path, {"NUL byte in the header at offset " + std::to_string(valid.size())});
+  expect_read_error(path, {"header is not valid JSON: NUL byte at offset " + std::to_string(valid.size())});
   // NUL padding instead of spaces: the same.
   const std::string path2 = file("nulpad.safetensors");
   write_file(path2, make_file(valid + std::string(8 - valid.size() % 8, '\0'), zeros(8), false));
-  expect_read_error(path2, {"NUL byte in the header at offset " + std::to_string(valid.size())});
+  expect_read_error(path2, {"header is not valid JSON: NUL byte at offset " + std::to_string(valid.size())});
   const std::string bytes = make_file(valid + std::string(1, '\0') + "]]", zeros(8));
   EXPECT_THROW(jacond::models::parse_safetensors(bytes.data(), bytes.size()), SafetensorsError);
+}
+
+TEST_F(SafetensorsTest, RejectsAByteOrderMark) {
+  // nlohmann skips a UTF-8 BOM; JSON has none (RFC 8259 §8.1), and HF's reader and jacond's Python
+  // reader (python/tests/test_io.py) refuse the file: one file, one verdict.
+  const std::string path = file("bom.safetensors");
+  write_file(path, make_file("\xef\xbb\xbf" + one_tensor_header("F32", "[2]", "[0,8]"), zeros(8)));
+  expect_read_error(path, {"header is not valid JSON: a UTF-8 byte-order mark at offset 0"});
 }
 
 TEST_F(SafetensorsTest, RejectsShapeWhoseElementCountOverflowsInt64) {
@@ -832,3 +842,22 @@ TEST(SafetensorsDType, NamesAndSizes) {
 }
 
 }  // namespace
+
+// The fuzz seeds' names are their verdicts (tests/support/fuzz_seeds.h): each bad_* seed refused
+// with a SafetensorsError of one clean line, each other seed read into tensors of its shapes.
+TEST(SafetensorsFuzzSeeds, EachSeedGetsTheVerdictItsNameSays) {
+  const auto seeds = jacond::test::fuzz_seeds("fuzz_safetensors");
+  ASSERT_GE(seeds.size(), 10u);
+  for (const auto& seed : seeds) {
+    try {
+      jacond::models::SafetensorsFile file = jacond::models::parse_safetensors(seed.bytes.data(), seed.bytes.size(), seed.name);
+      const std::size_t tensors = file.tensors.size();
+      const jacond::models::TensorMap map = jacond::models::to_tensor_map(std::move(file));
+      EXPECT_FALSE(seed.bad()) << seed.name << " was read (" << map.size() << " tensors)";
+      EXPECT_EQ(map.size(), tensors) << seed.name;
+    } catch (const SafetensorsError& e) {
+      EXPECT_TRUE(seed.bad()) << seed.name << " was refused: " << e.what();
+      EXPECT_TRUE(jacond::test::clean_message(e.what())) << seed.name << ": " << e.what();
+    }
+  }
+}
