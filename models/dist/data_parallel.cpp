@@ -17,6 +17,18 @@ class Reducer {};  // never made: RankGroup cannot be constructed without c10d
 
 namespace jacond::models::dist {
 
+bool parameters_finite(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : module.parameters())
+    if (!torch::isfinite(p).all().item<bool>()) return false;
+  return true;
+}
+
+std::string diverged_parameters_message(int64_t step) {
+  return "the parameters hold NaN or inf after step " + std::to_string(step) +
+         " (diverged; lower --lr): no checkpoint of them is written";
+}
+
 #if JACOND_HAVE_C10D
 
 namespace {
@@ -81,7 +93,10 @@ void check_replicas_agree(torch::nn::Module& module, RankGroup& group, int64_t s
   auto mine = torch::tensor({sum, sum_sq}, torch::kFloat64);
   auto rank0 = mine.clone();
   group.broadcast(rank0, 0);
-  const double differs = group.allreduce_sum({rank0.equal(mine) ? 0.0 : 1.0})[0];
+  // One all-reduce for both verdicts, so every rank throws the same error (none waits alone).
+  const std::vector<double> counts = group.allreduce_sum({parameters_finite(module) ? 0.0 : 1.0, rank0.equal(mine) ? 0.0 : 1.0});
+  if (counts[0] > 0) throw std::runtime_error(diverged_parameters_message(step));
+  const double differs = counts[1];
   if (differs > 0)
     throw std::runtime_error("step " + std::to_string(step) + ": the parameters of " +
                              std::to_string(static_cast<int64_t>(differs)) +

@@ -37,8 +37,15 @@ void broadcast_module_state(torch::nn::Module& module, RankGroup& group);
 
 /// Throws std::runtime_error on every rank when the ranks' parameters are not bitwise equal
 /// (compared through rank 0's Σp and Σp², in fp64): a replica that drifted (a non-deterministic
-/// kernel, different hardware) is reported at step `step` instead of silently averaged.
+/// kernel, different hardware) is reported at step `step` instead of silently averaged. NaN or
+/// inf parameters on any rank are reported first, as a diverged run (NaN ≠ NaN read as drift).
 void check_replicas_agree(torch::nn::Module& module, RankGroup& group, int64_t step);
+
+/// Whether every parameter of `module` is finite (no NaN, no ±inf).
+bool parameters_finite(torch::nn::Module& module);
+
+/// The one-line error of a run whose parameters are no longer finite at `step`.
+std::string diverged_parameters_message(int64_t step);
 
 /// Gradient averaging across the ranks for one module; call before_forward() before every
 /// training forward and backward(loss) instead of loss.backward().

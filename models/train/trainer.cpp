@@ -531,7 +531,20 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   if (!std::isfinite(loss_value) || !std::isfinite(grad_norm))
     throw std::runtime_error("loss is " + std::to_string(loss_value) + ", gradient norm " + std::to_string(grad_norm) +
                              " at step " + std::to_string(step) + " (diverged; lower --lr, or the init's scale)");
-  optimizer_->step();
+  // --lr 3e38: AdamW's lr/(1 − β1) is past fp32's range, and LibTorch says only "value cannot be
+  // converted to type float without overflow" (a std::runtime_error in 1.13, a c10::Error later).
+  const auto update_failed = [&](std::string what) {
+    what = what.substr(0, what.find('\n'));
+    return std::runtime_error("step " + std::to_string(step) + ": the optimizer's update failed: " + what +
+                              (what.find("overflow") != std::string::npos ? " (--lr too large for fp32 weights)" : ""));
+  };
+  try {
+    optimizer_->step();
+  } catch (const c10::Error& e) {
+    throw update_failed(e.what_without_backtrace());
+  } catch (const std::runtime_error& e) {
+    throw update_failed(e.what());
+  }
   return {loss_value, acc, grad_norm};
 }
 
@@ -627,7 +640,10 @@ void TrainingRun::track_now(int64_t step) {
 }
 
 void TrainingRun::save(int64_t step, double loss) {
+  // An update can leave NaN weights after its own finite loss (AdamW at --lr 1e30), and no
+  // evaluation need come between it and this checkpoint (--eval-every past --checkpoint-every).
   if (ranks_) dist::check_replicas_agree(*model_, *ranks_, step);
+  else if (!dist::parameters_finite(*model_)) throw std::runtime_error(dist::diverged_parameters_message(step));
   if (!main_) return;
   nlohmann::json meta{{"epoch", step == 0 ? 0 : (step - 1) / steps_per_epoch_},
                       {"model", cfg_.arch == "convmixer" ? cfg_.convmixer().to_json() : cfg_.model.to_json()},

@@ -795,6 +795,18 @@ TEST_F(TrainCli, ALastStepThatDivergesStopsAtTheTestLoss) {
   }
 }
 
+// --lr 3e38 is a finite positive rate, but AdamW's lr/(1 − β1) overflows fp32: the run stopped
+// with LibTorch's "value cannot be converted to type float without overflow", naming neither the
+// step nor the flag.
+TEST_F(TrainCli, AnUpdateBeyondFp32NamesTheStepAndTheFlag) {
+  const std::string run = path("overflow");
+  const RunResult r = expect_one_line_error(
+      tiny_run(run, {"--steps", "2", "--warmup-steps", "0", "--optimizer", "adamw", "--lr", "3e38", "--track-every", "0"}),
+      {"step 1: the optimizer's update failed", "overflow", "--lr too large"});
+  EXPECT_EQ(r.code, 1) << r.describe();
+  EXPECT_FALSE(fs::exists(run + "/step-0000001"));
+}
+
 // A data-free name in --track-matrices is tracked, per layer from the weights (probe "none"),
 // beside the block matrices: it was accepted and gave no row ("[track] step 0: 0 reports"). The
 // oracle is the init: `ours` sets W^V = cU, W^O = cVᵀ, so κ(W^V W^O) = 1 at step 0 (fp32 weights).

@@ -211,6 +211,33 @@ TEST(GradientAverager, BroadcastMakesReplicasAgreeAndDriftIsCaught) {
   });
 }
 
+// NaN ≠ NaN: parameters that diverged on every rank (the same NaN on each) were reported as a
+// drifted replica ("the parameters of 2 rank(s) differ from rank 0's"); now every rank names the
+// divergence, whether all ranks or one hold the NaN.
+TEST(GradientAverager, NonFiniteParametersAreReportedAsADivergenceOnEveryRank) {
+  if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
+  on_ranks(2, std::chrono::seconds(30), [](int rank, jd::RankGroup& group) {
+    TinyNet net;
+    jd::broadcast_module_state(net, group);
+    EXPECT_TRUE(jd::parameters_finite(net));
+    for (const bool everywhere : {true, false}) {
+      {
+        torch::NoGradGuard no_grad;
+        const bool bad = everywhere || rank == 1;
+        net.a->weight[0][0].fill_(bad ? (everywhere ? NAN : INFINITY) : 0.5);
+      }
+      EXPECT_EQ(jd::parameters_finite(net), !(everywhere || rank == 1));
+      try {
+        jd::check_replicas_agree(net, group, 9);
+        ADD_FAILURE() << "rank " << rank << ": non-finite parameters were not reported";
+      } catch (const std::runtime_error& e) {
+        EXPECT_EQ(std::string(e.what()), jd::diverged_parameters_message(9)) << "rank " << rank;
+        EXPECT_NE(std::string(e.what()).find("NaN or inf after step 9"), std::string::npos) << e.what();
+      }
+    }
+  });
+}
+
 // A rank that never joins a collective makes its peer fail after the timeout, not hang.
 TEST(RankGroup, ASilentPeerFailsTheCollectiveAfterTheTimeout) {
   if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
