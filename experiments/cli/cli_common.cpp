@@ -40,7 +40,8 @@ void refuse_negative_unsigned(const boost::program_options::parsed_options& pars
 
 // `--out ""` (a shell variable that was never set) reached the command as the path "" (sweep:
 // "cannot write to : Invalid argument", exit 1; block: printed and wrote nothing). No option of
-// jacond takes an empty text, so one given as "" is a usage error naming the flag.
+// jacond takes an empty text, so one given as "" is a usage error naming the flag. Positional
+// arguments are left to their command (audit's empty CKPT is its own usage error).
 void refuse_empty_text(const boost::program_options::parsed_options& parsed,
                        const boost::program_options::variables_map& vm) {
   for (const auto& option : parsed.options) {

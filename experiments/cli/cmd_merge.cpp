@@ -153,6 +153,7 @@ std::optional<MergeArgs> parse_merge(int argc, char** argv) {
     if (a.dirs.empty()) throw std::invalid_argument("give the shards' directories (jacond merge DIR... --out OUT)");
     if (a.out_dir.empty()) throw std::invalid_argument("--out is required");
     for (const std::string& d : a.dirs) {  // the merged table would replace that shard's own
+      if (d.empty()) throw std::invalid_argument("a DIR argument is empty (jacond merge DIR... --out OUT)");
       std::error_code ec;
       if (fs::equivalent(d, a.out_dir, ec))
         throw std::invalid_argument("--out " + a.out_dir + " is the shard " + d + ": merge into a new directory");

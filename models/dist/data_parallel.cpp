@@ -94,7 +94,8 @@ void check_replicas_agree(torch::nn::Module& module, RankGroup& group, int64_t s
   auto rank0 = mine.clone();
   group.broadcast(rank0, 0);
   // One all-reduce for both verdicts, so every rank throws the same error (none waits alone).
-  const std::vector<double> counts = group.allreduce_sum({parameters_finite(module) ? 0.0 : 1.0, rank0.equal(mine) ? 0.0 : 1.0});
+  const std::vector<double> counts =
+      group.allreduce_sum({parameters_finite(module) ? 0.0 : 1.0, rank0.equal(mine) ? 0.0 : 1.0});
   if (counts[0] > 0) throw std::runtime_error(diverged_parameters_message(step));
   const double differs = counts[1];
   if (differs > 0)

@@ -125,6 +125,30 @@ void fsync_path(const std::string& path) {
   if (rc != 0) throw std::runtime_error(path + ": fsync failed: " + std::strerror(fsync_errno));
 }
 
+namespace {
+
+// After a rename onto `path`: the rename is an entry of the parent directory, and without its
+// fsync a power loss can still bring back the old file (or none), though the new one's bytes were
+// on disk. Best effort, as PostgreSQL's fsync of a directory: a directory this process cannot
+// open (write-only), or a file system that cannot fsync one (EINVAL, EOPNOTSUPP, ENOSYS, EBADF,
+// EACCES, EPERM: some network, FUSE and 9p mounts), leaves the write as durable as it was; an I/O
+// error is reported, saying the file itself is in place.
+void fsync_parent_best_effort(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc == 0) return;
+  for (const int unsupported : {EINVAL, EOPNOTSUPP, ENOTSUP, ENOSYS, EBADF, EACCES, EPERM})
+    if (e == unsupported) return;
+  throw std::runtime_error(path + ": written, but the fsync of its directory " + dir + " failed: " + std::strerror(e));
+}
+
+}  // namespace
+
 void write_text_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
@@ -150,18 +174,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
     remove_file_logged(tmp, "temporary file of a failed write");
     throw std::runtime_error(path + ": rename failed: " + why);
   }
-  // The rename is an entry of the parent directory: without its fsync a power loss can still
-  // bring back the old file (or none), though the new one's bytes were on disk. Best effort: a
-  // directory this process cannot open (write-only) or a mount that cannot fsync one (EINVAL: some
-  // network and FUSE file systems) leaves the write as durable as it was; an I/O error is reported.
-  const fs::path parent = fs::path(path).parent_path();
-  const std::string dir = parent.empty() ? "." : parent.string();
-  if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-    const int rc = ::fsync(fd);
-    const int fsync_errno = errno;
-    ::close(fd);
-    if (rc != 0 && fsync_errno != EINVAL) throw std::runtime_error(dir + ": fsync failed: " + std::strerror(fsync_errno));
-  }
+  fsync_parent_best_effort(path);
 }
 
 // The entries of a run directory: none where it is missing; one that cannot be read is an error,
@@ -227,7 +240,7 @@ std::string write_checkpoint(const std::string& run_dir, int64_t step, const Ten
     throw std::runtime_error(final_dir.string() + ": checkpoint write failed: " + torch_error_text(e));
   }
   write_text_atomic((tmp_dir / "meta.json").string(), meta.dump(2) + "\n");
-  fsync_path(tmp_dir.string());
+  fsync_path(tmp_dir.string());  // every entry of the checkpoint, strictly (write_text_atomic's is best effort)
   crash_point("new-complete");
   // A checkpoint of the same step already there (a stale one) is replaced without a moment in
   // which no complete copy of the step has its final or a recoverable name: it is renamed aside
@@ -331,6 +344,26 @@ std::vector<CheckpointEntry> list_set_aside_checkpoints(const std::string& run_d
   return out;
 }
 
+namespace {
+
+// A run's directory names its step, and a resume continues from meta's: a meta.json copied from
+// another step (step-0000100 saying 50) would resume at 50 and rewrite steps 60..100 beside the
+// step-0000100 the next resume picks again. The name is the directory's own ("RUN/step-0000100/.",
+// a symlink "latest" to it), a copy elsewhere (best/) is not checked.
+void check_meta_step_matches_directory(const std::string& dir, const std::string& meta_path, int64_t meta_step) {
+  std::error_code ec;
+  fs::path resolved = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec) resolved = fs::absolute(dir).lexically_normal();
+  std::string name = resolved.string();
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  int64_t named_step = 0;
+  if (parse_step_name(fs::path(name).filename().string(), &named_step) && named_step != meta_step)
+    throw std::runtime_error(meta_path + ": step " + std::to_string(meta_step) + ", but its directory is " +
+                             checkpoint_name(named_step));
+}
+
+}  // namespace
+
 Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts) {
   Checkpoint c;
   c.dir = dir;
@@ -341,15 +374,7 @@ Checkpoint read_checkpoint(const std::string& dir, CheckpointParts parts) {
   text << in.rdbuf();
   if (in.bad()) throw std::runtime_error(meta_path + ": read failed");
   c.meta = parse_checkpoint_meta(text.str(), meta_path);
-  // A run's directory names its step, and a resume continues from meta's: a meta.json copied from
-  // another step (step-0000100 saying 50) would resume at 50 and rewrite steps 60..100 beside the
-  // step-0000100 the next resume picks again. A checkpoint copied elsewhere (best/) is not checked.
-  std::string name = dir;
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
-  int64_t named_step = 0;
-  if (parse_step_name(fs::path(name).filename().string(), &named_step) && named_step != c.meta["step"].get<int64_t>())
-    throw std::runtime_error(meta_path + ": step " + std::to_string(c.meta["step"].get<int64_t>()) + ", but its directory is " +
-                             checkpoint_name(named_step));
+  check_meta_step_matches_directory(dir, meta_path, c.meta["step"].get<int64_t>());
   c.model = load_safetensors(dir + "/model.safetensors");
   if (parts == CheckpointParts::kTrainingState && !fs::exists(dir + "/optimizer.pt")) throw std::runtime_error(dir + "/optimizer.pt: missing");
   return c;

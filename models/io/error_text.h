@@ -134,11 +134,12 @@ inline std::string json_error_text(const std::exception& e) {
          printable(std::string_view(w).substr(at + kToken.size()), kErrorTextMax);
 }
 
-/// Parses `text` as one JSON document, as strict readers do (Python's json, HF's safetensors).
-/// nlohmann's lexer takes a NUL byte for the end of the input and ignores the rest, so
-/// "{..}\0garbage" would parse; a NUL is never valid JSON outside a string nor raw inside one, so
-/// it is refused first. So is a UTF-8 byte-order mark, which nlohmann skips and JSON (RFC 8259
-/// §8.1), Python's json.loads of text and HF's reader refuse. Throws std::invalid_argument with a one-line printable reason ("NUL byte
+/// Parses `text` as one JSON document, as the strict readers of the same files do (Python's
+/// json.loads of decoded text, HF's serde_json reader). nlohmann's lexer takes a NUL byte for the
+/// end of the input and ignores the rest, so "{..}\0garbage" would parse; a NUL is never valid
+/// JSON outside a string nor raw inside one, so it is refused first. So is a UTF-8 byte-order
+/// mark, which nlohmann skips (RFC 8259 §8.1 lets a parser ignore one) and those readers refuse:
+/// one file, one verdict. Throws std::invalid_argument with a one-line printable reason ("NUL byte
 /// at offset 12", or nlohmann's words through json_error_text, e.g. for 1e400 beyond double); the
 /// caller puts the file in front.
 inline nlohmann::json parse_json_strict(std::string_view text) {

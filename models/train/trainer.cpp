@@ -536,7 +536,7 @@ TrainingRun::StepResult TrainingRun::train_step(int64_t step, double lr) {
   const auto update_failed = [&](std::string what) {
     what = what.substr(0, what.find('\n'));
     return std::runtime_error("step " + std::to_string(step) + ": the optimizer's update failed: " + what +
-                              (what.find("overflow") != std::string::npos ? " (--lr too large for fp32 weights)" : ""));
+                              (what.find("without overflow") != std::string::npos ? " (--lr too large for fp32 weights)" : ""));
   };
   try {
     optimizer_->step();

@@ -416,6 +416,11 @@ def read_meta(meta_path):
         raise ValueError(f"{meta_path}: no integer 'step' in [0, 2^63)")
     if not isinstance(meta.get("model"), dict):
         raise ValueError(f"{meta_path}: no 'model' config")
+    # A run's step-N directory names its step (read_checkpoint's check, models/io/checkpoint.cpp): a
+    # meta.json copied from another step is refused; a copy elsewhere (best/) is not checked.
+    named = _STEP_NAME.fullmatch(os.path.basename(os.path.realpath(os.path.dirname(os.path.abspath(meta_path)))))
+    if named and int(named.group(1)) != step:
+        raise ValueError(f"{meta_path}: step {step}, but its directory is step-{int(named.group(1)):07d}")
     return meta
 
 

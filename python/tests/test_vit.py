@@ -248,6 +248,19 @@ def test_checkpoint_meta_json_is_validated(trained, tmp_path):
         vit.load_checkpoint(ckpt)
 
 
+def test_a_meta_json_whose_step_is_not_its_directorys_is_refused(trained, tmp_path):
+    # As read_checkpoint (tests/models/test_checkpoint.cpp, AMetaJsonWhoseStepIsNotItsDirectorysIsRefused).
+    source = trained("full", "pre") / "step-0000020"
+    ckpt = tmp_path / "step-0000030"
+    shutil.copytree(source, ckpt)
+    with pytest.raises(ValueError, match=r"meta\.json: step 20, but its directory is step-0000030$"):
+        vit.load_checkpoint(ckpt)
+    best = tmp_path / "best"  # a copy out of its run keeps its meta's step
+    shutil.copytree(source, best)
+    assert vit.load_checkpoint(best)[1]["step"] == 20
+    assert vit.load_checkpoint(source)[1]["step"] == 20
+
+
 # ---------------------------------------------------------------------------------------------
 # safetensors: the reader on what jacond writes, and back to jacond
 

@@ -1277,6 +1277,7 @@ TEST_F(CliBadInputTest, ExitCodesByKindOfError) {
       {{"sweep", "--out", ""}, 2, "--out is empty"},
       {{"block", "--out", ""}, 2, "--out is empty"},
       {{"train", "--resume", ""}, 2, "--resume is empty"},
+      {{"merge", "", "--out", out + "/merged"}, 2, "a DIR argument is empty"},  // was exit 1, "no such directory"
       {{"block", "--seed", "-1"}, 2, "--seed must be a non-negative integer, got -1"},  // was 2^64 − 1
       {{"verify", "prop1", "--seed=-3"}, 2, "--seed must be a non-negative integer, got -3"},
       {{"block", "--method", "lanczos", "--kappa", "svd"}, 2, "--method lanczos has none"},

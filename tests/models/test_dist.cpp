@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <map>
 #include <thread>
@@ -211,28 +212,32 @@ TEST(GradientAverager, BroadcastMakesReplicasAgreeAndDriftIsCaught) {
   });
 }
 
-// NaN ≠ NaN: parameters that diverged on every rank (the same NaN on each) were reported as a
-// drifted replica ("the parameters of 2 rank(s) differ from rank 0's"); now every rank names the
-// divergence, whether all ranks or one hold the NaN.
+// NaN ≠ NaN: parameters that diverged to NaN on every rank were reported as a drifted replica
+// ("the parameters of 2 rank(s) differ from rank 0's"), and +inf on every rank gave equal Σp, Σp²
+// everywhere, so the replicas "agreed" and the inf weights were checkpointed. Now every rank names
+// the divergence, for NaN or inf, held by every rank or by one.
 TEST(GradientAverager, NonFiniteParametersAreReportedAsADivergenceOnEveryRank) {
   if (!jd::c10d_available()) GTEST_SKIP() << "built without c10d/Gloo";
   on_ranks(2, std::chrono::seconds(30), [](int rank, jd::RankGroup& group) {
     TinyNet net;
     jd::broadcast_module_state(net, group);
     EXPECT_TRUE(jd::parameters_finite(net));
-    for (const bool everywhere : {true, false}) {
-      {
-        torch::NoGradGuard no_grad;
+    for (const double value : {double(NAN), double(INFINITY)}) {
+      for (const bool everywhere : {true, false}) {
+        SCOPED_TRACE(std::to_string(value) + (everywhere ? " on every rank" : " on rank 1"));
         const bool bad = everywhere || rank == 1;
-        net.a->weight[0][0].fill_(bad ? (everywhere ? NAN : INFINITY) : 0.5);
-      }
-      EXPECT_EQ(jd::parameters_finite(net), !(everywhere || rank == 1));
-      try {
-        jd::check_replicas_agree(net, group, 9);
-        ADD_FAILURE() << "rank " << rank << ": non-finite parameters were not reported";
-      } catch (const std::runtime_error& e) {
-        EXPECT_EQ(std::string(e.what()), jd::diverged_parameters_message(9)) << "rank " << rank;
-        EXPECT_NE(std::string(e.what()).find("NaN or inf after step 9"), std::string::npos) << e.what();
+        {
+          torch::NoGradGuard no_grad;
+          net.a->weight[0][0].fill_(bad ? value : 0.5);
+        }
+        EXPECT_EQ(jd::parameters_finite(net), !bad);
+        try {
+          jd::check_replicas_agree(net, group, 9);
+          ADD_FAILURE() << "rank " << rank << ": non-finite parameters were not reported";
+        } catch (const std::runtime_error& e) {
+          EXPECT_EQ(std::string(e.what()), jd::diverged_parameters_message(9)) << "rank " << rank;
+          EXPECT_NE(std::string(e.what()).find("NaN or inf after step 9"), std::string::npos) << e.what();
+        }
       }
     }
   });

@@ -378,8 +378,8 @@ TEST_F(SafetensorsTest, RejectsNulByteInHeader) {
 }
 
 TEST_F(SafetensorsTest, RejectsAByteOrderMark) {
-  // nlohmann skips a UTF-8 BOM; JSON has none (RFC 8259 §8.1), and HF's reader and jacond's Python
-  // reader (python/tests/test_io.py) refuse the file: one file, one verdict.
+  // nlohmann skips a UTF-8 BOM (RFC 8259 §8.1 lets a parser ignore one); HF's reader and jacond's
+  // Python reader (python/tests/test_io.py) refuse the file: one file, one verdict.
   const std::string path = file("bom.safetensors");
   write_file(path, make_file("\xef\xbb\xbf" + one_tensor_header("F32", "[2]", "[0,8]"), zeros(8)));
   expect_read_error(path, {"header is not valid JSON: a UTF-8 byte-order mark at offset 0"});

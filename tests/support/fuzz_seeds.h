@@ -5,8 +5,6 @@
 // came to accept, or a good one it came to refuse, would go unnoticed.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
