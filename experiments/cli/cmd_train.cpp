@@ -173,14 +173,32 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
 // trains on or how (models::changeable_on_resume) is a usage error unless it repeats the saved
 // value; so is --epochs on a run that counts --steps (it would be ignored); so is a saved --batch that
 // does not split over the `world` ranks (it was found by the started ranks, each exiting 1).
+// The checkpoint's config as saved (bad data: exit 1). A saved value outside today's bounds (a
+// dist_timeout of 1e300, saved before 1e9 s was the bound) does not stop a resume whose typed
+// flags, of those a resume may change (`changeable`), replace it.
+models::TrainConfig saved_config(const models::Checkpoint& checkpoint, const nlohmann::json& changeable, int64_t stop_at) {
+  try {
+    return models::resumed_config(checkpoint, nlohmann::json::object(), stop_at);
+  } catch (const std::invalid_argument& bad_saved) {
+    try {
+      return models::resumed_config(checkpoint, changeable, stop_at);
+    } catch (const std::invalid_argument&) {
+      throw std::runtime_error(checkpoint.dir + "/meta.json: the run's config: " + bad_saved.what());
+    }
+  }
+}
+
 models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoint& checkpoint, int world) {
   models::TrainConfig c = a.config;
-  const models::TrainConfig saved = models::resumed_config(checkpoint, nlohmann::json::object(), c.stop_at);
-  const nlohmann::json saved_values = saved.to_json(), typed_values = c.to_json();
-  nlohmann::json overrides = nlohmann::json::object();
+  const nlohmann::json typed_values = c.to_json();
+  nlohmann::json overrides = nlohmann::json::object(), changeable = nlohmann::json::object();
   models::for_each_train_field(c, [&](const models::TrainField& f, const auto&) {
-    if (f.saved && a.typed.count(f.flag)) overrides[f.key] = typed_values.at(f.key);
+    if (!f.saved || !a.typed.count(f.flag)) return;
+    overrides[f.key] = typed_values.at(f.key);
+    if (models::changeable_on_resume(f.key)) changeable[f.key] = typed_values.at(f.key);
   });
+  const models::TrainConfig saved = saved_config(checkpoint, changeable, c.stop_at);
+  const nlohmann::json saved_values = saved.to_json();
   models::TrainConfig resumed;
   check_usage([&] { resumed = models::resumed_config(checkpoint, overrides, c.stop_at); });  // a bad value first
   const nlohmann::json resumed_values = resumed.to_json();

@@ -795,6 +795,26 @@ TEST_F(TrainCli, ALastStepThatDivergesStopsAtTheTestLoss) {
   }
 }
 
+// A run saved before --dist-timeout was bounded (1e9 s) can hold 1e300 in its meta.json: its
+// resume failed on that value even with --dist-timeout typed, a flag a resume may change. The typed
+// value now replaces it; without one the error names the checkpoint's meta.json (bad data, exit 1).
+TEST_F(TrainCli, ASavedValueBeyondTodaysBoundIsReplacedByAFlagAResumeMayChange) {
+  const std::string run_dir = path("old-timeout");
+  RunResult r = run(tiny_run(run_dir, {"--steps", "2", "--warmup-steps", "0", "--track-every", "0", "--checkpoint-every", "2"}));
+  ASSERT_EQ(r.code, 0) << r.describe();
+  const std::string meta_path = run_dir + "/step-0000002/meta.json";
+  json meta = json::parse(slurp(meta_path));
+  meta["train"]["dist_timeout"] = 1e300;
+  std::ofstream(meta_path) << meta.dump();
+  r = expect_one_line_error({"train", "--resume", run_dir, "--steps", "3"},
+                            {"step-0000002/meta.json: the run's config", "--dist-timeout", "1e9"});
+  EXPECT_EQ(r.code, 1) << r.describe();
+  r = run({"train", "--resume", run_dir, "--steps", "3", "--dist-timeout", "60"});
+  ASSERT_EQ(r.code, 0) << r.describe();
+  EXPECT_EQ(jacond::models::list_checkpoints(run_dir).back().step, 3);
+  EXPECT_EQ(json::parse(slurp(run_dir + "/config.json")).at("dist_timeout"), 60);
+}
+
 // --lr 3e38 is a finite positive rate, but AdamW's lr/(1 − β1) overflows fp32: the run stopped
 // with LibTorch's "value cannot be converted to type float without overflow", naming neither the
 // step nor the flag.
