@@ -168,11 +168,6 @@ std::optional<TrainArgs> parse_train(int argc, char** argv) {
   return a;
 }
 
-// The resumed run's config: the checkpoint's own (data: a bad one exits 1), with the flags typed
-// beside --resume overriding it (a bad value exits 2). A typed flag that would change what the run
-// trains on or how (models::changeable_on_resume) is a usage error unless it repeats the saved
-// value; so is --epochs on a run that counts --steps (it would be ignored); so is a saved --batch that
-// does not split over the `world` ranks (it was found by the started ranks, each exiting 1).
 // The checkpoint's config as saved (bad data: exit 1). A saved value outside today's bounds (a
 // dist_timeout of 1e300, saved before 1e9 s was the bound) does not stop a resume whose typed
 // flags, of those a resume may change (`changeable`), replace it.
@@ -188,6 +183,11 @@ models::TrainConfig saved_config(const models::Checkpoint& checkpoint, const nlo
   }
 }
 
+// The resumed run's config: the checkpoint's own (data: a bad one exits 1), with the flags typed
+// beside --resume overriding it (a bad value exits 2). A typed flag that would change what the run
+// trains on or how (models::changeable_on_resume) is a usage error unless it repeats the saved
+// value; so is --epochs on a run that counts --steps (it would be ignored); so is a saved --batch that
+// does not split over the `world` ranks (it was found by the started ranks, each exiting 1).
 models::TrainConfig config_for_resume(const TrainArgs& a, const models::Checkpoint& checkpoint, int world) {
   models::TrainConfig c = a.config;
   const nlohmann::json typed_values = c.to_json();
