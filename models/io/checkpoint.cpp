@@ -354,10 +354,9 @@ void check_meta_step_matches_directory(const std::string& dir, const std::string
   std::error_code ec;
   fs::path resolved = fs::weakly_canonical(fs::absolute(dir), ec);
   if (ec) resolved = fs::absolute(dir).lexically_normal();
-  std::string name = resolved.string();
-  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  if (!resolved.has_filename()) resolved = resolved.parent_path();  // "RUN/step-0000100/"
   int64_t named_step = 0;
-  if (parse_step_name(fs::path(name).filename().string(), &named_step) && named_step != meta_step)
+  if (parse_step_name(resolved.filename().string(), &named_step) && named_step != meta_step)
     throw std::runtime_error(meta_path + ": step " + std::to_string(meta_step) + ", but its directory is " +
                              checkpoint_name(named_step));
 }

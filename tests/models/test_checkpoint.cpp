@@ -189,9 +189,7 @@ TEST_F(Checkpoints, AMetaJsonWhoseStepIsNotItsDirectorysIsRefused) {
   EXPECT_EQ(models::read_checkpoint(five).meta["step"], 5);
 }
 
-bool printable_ascii(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
-}
+using jacond::test::printable_ascii;
 
 TEST_F(Checkpoints, MetaJsonRawBytesNeverReachTheMessage) {
   const std::string dir = write(8);

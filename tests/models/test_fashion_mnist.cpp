@@ -154,9 +154,7 @@ std::string parse_error(const std::string& bytes, int rank) {
   return "";
 }
 
-bool printable_ascii(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
-}
+using jacond::test::printable_ascii;
 
 TEST_F(IdxFiles, PlainFileAndMemoryGiveTheSameArray) {
   const std::string raw = idx_bytes({0x803, 2, 3, 1}, 6, 5);

@@ -551,12 +551,7 @@ TEST_F(SafetensorsTest, ErrorMessagesStayOnOneLine) {
 
 /// True when every char is printable ASCII (0x20..0x7e): no raw byte of a corrupt file made it
 /// into the message (models/io/error_text.h).
-bool printable_ascii(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u <= 0x7e;
-  });
-}
+using jacond::test::printable_ascii;
 
 /// The message of the SafetensorsError that reading path throws.
 std::string read_error(const std::string& path) {

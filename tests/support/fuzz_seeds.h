@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "support/error_message.h"
+
 namespace jacond::test {
 
 struct FuzzSeed {
@@ -35,8 +37,7 @@ inline std::vector<FuzzSeed> fuzz_seeds(const std::string& target) {
 /// An error message as the fuzz targets require it (tests/fuzz/fuzz_check.h): one line of
 /// printable ASCII, at most 1 024 characters (fuzz_check.h's kMaxMessage).
 inline bool clean_message(const std::string& message) {
-  return !message.empty() && message.size() <= 1024 &&
-         std::all_of(message.begin(), message.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+  return !message.empty() && message.size() <= 1024 && printable_ascii(message);
 }
 
 }  // namespace jacond::test
